@@ -1,0 +1,52 @@
+/* safetensors files: the checkpoint format, readable by any safetensors reader.
+ * Writes are atomic (temp file, fsync, rename, fsync of the directory), and carry a CRC32 of the
+ * data section in __metadata__["sdp.crc32"], verified on every read. */
+#ifndef SDP_CKPT_H
+#define SDP_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdp/mem.h"
+
+#define SDP_ST_MAX_DIMS 8
+
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[SDP_ST_MAX_DIMS];
+    const float *data; /* F32 */
+} sdp_st_tensor;
+
+/* meta is a NULL-terminated list of key, value, key, value, ... strings (may be NULL). */
+void sdp_st_write(const char *path, const sdp_st_tensor *tensors, int n, const char *const *meta);
+
+typedef struct {
+    char *name;
+    char dtype[16];
+    int ndim;
+    int64_t shape[SDP_ST_MAX_DIMS];
+    size_t nbytes;
+    const void *data; /* points into the file buffer */
+} sdp_st_entry;
+
+typedef struct {
+    void *buf; /* the whole file (SDP_MEM_SCRATCH) */
+    size_t len;
+    int n;
+    sdp_st_entry *entries;
+    int nmeta;
+    char **meta_keys, **meta_vals;
+} sdp_st_file;
+
+/* Reads and validates a file: header JSON, dtypes, shapes against byte ranges, ranges within the
+ * file and not overlapping, and the CRC32 when present. Fails with a clear message otherwise. */
+void sdp_st_read(sdp_st_file *f, const char *path, sdp_mem *mem);
+const sdp_st_entry *sdp_st_find(const sdp_st_file *f, const char *name);
+const char *sdp_st_meta(const sdp_st_file *f, const char *key);
+void sdp_st_close(sdp_st_file *f, sdp_mem *mem);
+
+/* Atomically replaces `path` with `len` bytes of `data` (temp file, fsync, rename). */
+void sdp_write_file_atomic(const char *path, const void *data, size_t len);
+
+#endif

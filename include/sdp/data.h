@@ -1,0 +1,67 @@
+/* Token data: byte-level text and llm.c token shards, and a deterministic, seeded batch loader
+ * with a disjoint stream per rank. */
+#ifndef SDP_DATA_H
+#define SDP_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdp/mem.h"
+
+/* A contiguous run of tokens: one text split or one shard. */
+typedef struct {
+    const uint16_t *tok;
+    size_t n;
+} sdp_token_span;
+
+typedef struct {
+    sdp_token_span *spans;
+    int nspans;
+    int vocab;         /* 256 for text; 1 + largest token id seen for shards */
+    size_t ntokens;    /* total over spans */
+    uint16_t *owned;   /* text: the bytes as tokens (SDP_MEM_DATA) */
+    void **maps;       /* shards: mmapped files */
+    size_t *map_bytes;
+} sdp_tokens;
+
+/* Reads a UTF-8 (or any) text file as bytes. The last val_frac of the file is the validation
+ * split (val may be NULL to skip it). Fails clearly on a missing or too-small file. */
+void sdp_tokens_load_text(sdp_tokens *train, sdp_tokens *val, const char *path, double val_frac,
+                          sdp_mem *mem);
+/* Loads every file matching a glob pattern (sorted by name) as llm.c token shards:
+ * 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+ * Fails clearly on no match, wrong magic or version, or a size that disagrees with the count. */
+void sdp_tokens_load_shards(sdp_tokens *out, const char *pattern, sdp_mem *mem);
+void sdp_tokens_free(sdp_tokens *t, sdp_mem *mem);
+
+/* Position in the stream: enough to resume exactly. */
+typedef struct {
+    uint64_t epoch;
+    uint64_t step; /* batches taken in this epoch */
+} sdp_loader_pos;
+
+/* Splits the tokens into sequences of T+1 tokens at stride T, shuffles their order each epoch
+ * with a seeded permutation (or keeps it when shuffle is false), and hands rank r of `world`
+ * the batches it alone reads: batch s of rank r takes sequences [(s*world + r)*B, ... + B). */
+typedef struct {
+    const sdp_tokens *src;
+    int B, T, rank, world;
+    uint64_t seed;
+    bool shuffle;
+    size_t nseq;      /* sequences in the data */
+    size_t *seq_span; /* cumulative sequence count per span (nspans + 1 entries) */
+    uint32_t *perm;   /* this epoch's order */
+    sdp_loader_pos pos;
+} sdp_loader;
+
+void sdp_loader_init(sdp_loader *L, const sdp_tokens *src, int B, int T, int rank, int world,
+                     uint64_t seed, bool shuffle, sdp_mem *mem);
+void sdp_loader_free(sdp_loader *L, sdp_mem *mem);
+/* Batches per epoch for each rank (the same on every rank). */
+uint64_t sdp_loader_steps_per_epoch(const sdp_loader *L);
+/* Fills inputs[B*T] and targets[B*T] (targets are inputs shifted by one), then advances. */
+void sdp_loader_next(sdp_loader *L, int *inputs, int *targets);
+void sdp_loader_seek(sdp_loader *L, sdp_loader_pos pos);
+
+#endif

@@ -1,0 +1,37 @@
+/* Memory accounting: every large buffer comes from sdp_alloc with a category, so the bytes each
+ * worker holds for params, grads, optimizer state and activations are exact and printable. */
+#ifndef SDP_MEM_H
+#define SDP_MEM_H
+
+#include <stddef.h>
+
+typedef enum {
+    SDP_MEM_PARAMS,
+    SDP_MEM_GRADS,
+    SDP_MEM_OPTIM,
+    SDP_MEM_ACTS,    /* forward activations and their gradients */
+    SDP_MEM_BUFFERS, /* communication buckets and packing buffers */
+    SDP_MEM_SCRATCH, /* per-kernel temporaries */
+    SDP_MEM_DATA,    /* datasets and batches */
+    SDP_MEM_NCAT
+} sdp_memcat;
+
+typedef struct {
+    size_t cur[SDP_MEM_NCAT];
+    size_t peak[SDP_MEM_NCAT];
+    size_t total_cur, total_peak;
+    size_t nallocs;
+} sdp_mem;
+
+/* 64-byte aligned, zero-filled. Fails with a clear message when the system is out of memory. */
+void *sdp_alloc(sdp_mem *m, sdp_memcat cat, size_t bytes);
+void sdp_free(sdp_mem *m, void *p);
+size_t sdp_alloc_size(const void *p);
+
+const char *sdp_memcat_name(sdp_memcat cat);
+/* Peak resident set size of this process, in bytes (from getrusage). */
+size_t sdp_peak_rss(void);
+/* "12.3 MiB": writes into buf and returns it. */
+const char *sdp_fmt_bytes(char *buf, size_t n, double bytes);
+
+#endif

@@ -1,0 +1,109 @@
+/* CPU kernels, fp32, row-major. Forward and backward of each building block.
+ *
+ * Conventions
+ *  - Activations are [N, C] with N = B*T rows (tokens), row-major.
+ *  - Weights follow PyTorch nn.Linear: w is [out, in], y = x w^T + b.
+ *  - Backward kernels ACCUMULATE (+=) into every gradient they are given (parameter and input
+ *    gradients alike): callers zero gradient buffers once per step. Any gradient pointer may be
+ *    NULL, and then that gradient is not computed (used by SDP backward masking).
+ *    The one exception is sdp_softmax_xent_bwd, which overwrites.
+ *  - Kernels never allocate; those that need temporaries take a caller-owned scratch buffer.
+ */
+#ifndef SDP_OPS_H
+#define SDP_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* ---- GEMM provider ------------------------------------------------------------------------- */
+
+typedef enum { SDP_GEMM_DNNL, SDP_GEMM_OPENBLAS } sdp_gemm_provider;
+
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(X) = X^T when tX is true.
+ * lda/ldb/ldc are row strides in elements of the matrices as stored. */
+void sdp_gemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+const char *sdp_gemm_provider_name(sdp_gemm_provider prov);
+/* Parses "dnnl" or "openblas"; returns false for anything else. */
+bool sdp_gemm_provider_parse(const char *s, sdp_gemm_provider *out);
+/* Sets the thread count used by OpenMP, OpenBLAS and oneDNN. */
+void sdp_set_threads(int n);
+
+/* ---- linear -------------------------------------------------------------------------------- */
+
+/* out[n, oc] = inp[n, ic] w[oc, ic]^T + bias[oc]   (bias may be NULL) */
+void sdp_linear_fwd(sdp_gemm_provider prov, float *out, const float *inp, const float *w,
+                    const float *bias, int n, int ic, int oc);
+/* dinp += dout w ; dw += dout^T inp ; dbias += column sums of dout */
+void sdp_linear_bwd(sdp_gemm_provider prov, float *dinp, float *dw, float *dbias,
+                    const float *dout, const float *inp, const float *w, int n, int ic, int oc);
+
+/* ---- embeddings ---------------------------------------------------------------------------- */
+
+/* out[b*T + t, :] = wte[tokens[b*T + t], :] + wpe[t, :]   (wpe may be NULL) */
+void sdp_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
+                   int C);
+void sdp_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
+                   int C);
+
+/* ---- norms (eps = 1e-5) -------------------------------------------------------------------- */
+
+/* out = (x - mean) * rstd * w + b, per row; saves mean[n] and rstd[n] for backward. */
+void sdp_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *b, int n, int C);
+void sdp_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                       const float *w, const float *mean, const float *rstd, int n, int C);
+/* out = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps); saves rstd[n]. */
+void sdp_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int n, int C);
+void sdp_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                     const float *rstd, int n, int C);
+
+/* ---- activations --------------------------------------------------------------------------- */
+
+/* GELU, tanh approximation (as GPT-2). */
+void sdp_gelu_fwd(float *out, const float *inp, size_t n);
+void sdp_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n);
+/* inp is [n, 2F]: each row holds gate[F] then up[F]. out[n, F] = silu(gate) * up. */
+void sdp_swiglu_fwd(float *out, const float *inp, int n, int F);
+void sdp_swiglu_bwd(float *dinp, const float *dout, const float *inp, int n, int F);
+
+/* ---- residual ------------------------------------------------------------------------------ */
+
+/* out = a + s * b   (out may alias a) */
+void sdp_residual_fwd(float *out, const float *a, const float *b, float s, size_t n);
+/* da += dout ; db += s * dout */
+void sdp_residual_bwd(float *da, float *db, const float *dout, float s, size_t n);
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+/* qkv is [B, T, 3*D] with D = H*hs: each row holds q (H heads of hs), then k, then v.
+ * Causal softmax attention with scale 1/sqrt(hs); out is [B, T, D] (head h at columns h*hs).
+ * lse[B, H, T] keeps the log-sum-exp of each score row so backward can recompute the
+ * probabilities one (batch, head) at a time: nothing of size B*H*T*T is ever stored. */
+size_t sdp_attention_scratch_floats(int T, int hs); /* for all threads together */
+void sdp_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int H, int hs,
+                       float *scratch);
+/* dqkv += gradient w.r.t. qkv (q, k and v parts). out/lse are those saved by the forward. */
+void sdp_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                       const float *lse, int B, int T, int H, int hs, float *scratch);
+
+/* Rotary position embedding (rotate-half convention, as HF LLaMA), applied in place to the q and
+ * k parts of qkv [B, T, 3*D]; position t rotates pair (i, i + hs/2) by t * theta^(-2i/hs). */
+void sdp_rope_fwd(float *qkv, int B, int T, int H, int hs, float theta);
+/* In place on the q and k parts of dqkv: the inverse rotation (the transpose). */
+void sdp_rope_bwd(float *dqkv, int B, int T, int H, int hs, float theta);
+
+/* ---- loss ---------------------------------------------------------------------------------- */
+
+/* logits is [n, Vp] with V <= Vp real classes (columns V..Vp-1 are padding, ignored).
+ * probs[n, Vp] gets the softmax (padding columns set to 0); probs may alias logits.
+ * losses[n] gets -log p[target]; targets < 0 are ignored (loss 0).
+ * Returns the sum of losses over non-ignored rows, in double. */
+double sdp_softmax_xent_fwd(float *losses, float *probs, const float *logits, const int *targets,
+                            int n, int V, int Vp);
+/* dlogits = dloss * (probs - onehot(target)) for real columns, 0 for padding and ignored rows.
+ * OVERWRITES dlogits (which may alias probs). */
+void sdp_softmax_xent_bwd(float *dlogits, const float *probs, const int *targets, float dloss,
+                          int n, int V, int Vp);
+
+#endif

@@ -1,0 +1,27 @@
+# Each tests/test_*.c is one cmocka program; each tests/test_*.sh is a shell test that drives the
+# real `sdp` binary (bad input, resume, MPI runs). Both see the same environment.
+set(SDP_TEST_TEXT "${CMAKE_SOURCE_DIR}/../shared/data/tinyshakespeare.txt"
+    CACHE FILEPATH "Real text used by end-to-end tests")
+set(SDP_TEST_ENV
+    "SDP_BIN=$<TARGET_FILE:sdp>"
+    "SDP_TEST_TEXT=${SDP_TEST_TEXT}"
+    "SDP_TEST_TMP=${CMAKE_BINARY_DIR}/test_tmp"
+    "MPIEXEC=${MPIEXEC_EXECUTABLE}"
+    "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+    "OMPI_MCA_rmaps_base_oversubscribe=1" "OMP_NUM_THREADS=1")
+
+file(GLOB SDP_C_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.c)
+foreach(src ${SDP_C_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE sdpcore PkgConfig::CMOCKA)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${SDP_TEST_ENV}" TIMEOUT 300)
+endforeach()
+
+file(GLOB SDP_SH_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.sh)
+foreach(src ${SDP_SH_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_test(NAME ${name} COMMAND bash ${src})
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${SDP_TEST_ENV}" TIMEOUT 600)
+endforeach()

@@ -1,0 +1,97 @@
+/* Shared helpers for the cmocka tests: random inputs, error measures, finite differences in
+ * double precision, and checks that a call fails with the expected one-line message. */
+#ifndef SDP_TESTUTIL_H
+#define SDP_TESTUTIL_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "sdp/rng.h"
+
+static inline void tu_fill(float *x, size_t n, sdp_rng *r, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = scale * sdp_rng_normal(r);
+}
+
+/* max |a-b| / (atol + rtol*|b|) over all elements: <= 1 means "within tolerance". */
+static inline double tu_err_ratio(const float *a, const double *b, size_t n, double atol,
+                                  double rtol) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]) / (atol + rtol * fabs(b[i]));
+        if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+static inline double tu_err_ratio_ff(const float *a, const float *b, size_t n, double atol,
+                                     double rtol) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]) / (atol + rtol * fabs((double)b[i]));
+        if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+/* Central differences of a scalar function f(x) computed in double precision.
+ * grad[i] = (f(x + h e_i) - f(x - h e_i)) / 2h. x is restored on return. */
+typedef double (*tu_scalar_fn)(const double *x, void *ctx);
+static inline void tu_fd_grad(tu_scalar_fn f, double *x, size_t n, void *ctx, double h,
+                              double *grad) {
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i];
+        x[i] = x0 + h;
+        double fp = f(x, ctx);
+        x[i] = x0 - h;
+        double fm = f(x, ctx);
+        x[i] = x0;
+        grad[i] = (fp - fm) / (2 * h);
+    }
+}
+
+static inline void tu_to_double(double *d, const float *f, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] = f[i];
+}
+
+/* Runs fn(ctx) in a child process and asserts that it exits non-zero and that its stderr
+ * contains `needle`. This is how tests check sdp_fatal paths (which exit the process). */
+static inline void tu_expect_fatal(void (*fn)(void *), void *ctx, const char *needle) {
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        fn(ctx);
+        _exit(0); /* reaching here means the call did not fail */
+    }
+    close(pipefd[1]);
+    char buf[4096];
+    size_t len = 0;
+    ssize_t r;
+    while ((r = read(pipefd[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)r;
+    buf[len] = 0;
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) != 0) || !strstr(buf, needle)) {
+        print_error("expected a fatal error containing '%s'; got exit status %d, stderr: %s\n",
+                    needle, status, buf);
+        fail();
+    }
+}
+
+#endif
