@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "sdp/mem.h"
+#include "sdp/model.h"
 
 #define SDP_ST_MAX_DIMS 8
 
@@ -48,5 +49,22 @@ void sdp_st_close(sdp_st_file *f, sdp_mem *mem);
 
 /* Atomically replaces `path` with `len` bytes of `data` (temp file, fsync, rename). */
 void sdp_write_file_atomic(const char *path, const void *data, size_t len);
+
+
+/* ---- model checkpoints: every tensor of a layout, from one or more flat buffers -------------- */
+
+/* One flat buffer laid out like the model, saved as "<tensor name><suffix>" per tensor
+ * (suffix "" for the parameters, ".exp_avg" for AdamW's first moment, and so on). */
+typedef struct {
+    float *data;
+    const char *suffix;
+} sdp_ckpt_buffer;
+
+void sdp_ckpt_save(const char *path, const sdp_layout *L, const sdp_ckpt_buffer *bufs, int nbufs,
+                   const char *const *meta);
+/* Fills the buffers from the file, checking that every tensor is present with the right shape
+ * and dtype. The file stays open in *f so the caller can read its metadata, then close it. */
+void sdp_ckpt_load(sdp_st_file *f, const char *path, const sdp_layout *L,
+                   const sdp_ckpt_buffer *bufs, int nbufs, sdp_mem *mem);
 
 #endif

@@ -69,7 +69,7 @@ void sdp_swiglu_bwd(float *dinp, const float *dout, const float *inp, int n, int
 
 /* ---- residual ------------------------------------------------------------------------------ */
 
-/* out = a + s * b   (out may alias a) */
+/* out = a + s * b, elementwise (out may alias a or b) */
 void sdp_residual_fwd(float *out, const float *a, const float *b, float s, size_t n);
 /* da += dout ; db += s * dout */
 void sdp_residual_bwd(float *da, float *db, const float *dout, float s, size_t n);

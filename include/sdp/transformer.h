@@ -1,0 +1,115 @@
+/* GPT-2-style and LLaMA-style decoder-only transformers, one implementation.
+ *   gpt:   learned positions, LayerNorm, GELU MLP, biases, tied embeddings.
+ *   llama: RoPE, RMSNorm, SwiGLU MLP, no biases, untied LM head.
+ * A model may be a subnetwork of a larger one: fewer layers (each keeps its global index, so
+ * tensor names match the full model) and fewer heads or MLP neurons per layer. */
+#ifndef SDP_TRANSFORMER_H
+#define SDP_TRANSFORMER_H
+
+#include <stdbool.h>
+
+#include "sdp/mem.h"
+#include "sdp/model.h"
+#include "sdp/ops.h"
+
+typedef enum { SDP_STYLE_GPT, SDP_STYLE_LLAMA } sdp_tf_style;
+
+typedef struct {
+    sdp_tf_style style;
+    int n_layer, n_head, d_model, d_ff; /* d_ff 0 = the style's default */
+    int seq_len;                        /* maximum T (gpt: rows of the position table) */
+    int vocab, vocab_padded;            /* vocab_padded 0 = vocab rounded up to 64 */
+    float rope_theta;
+} sdp_tf_config;
+
+/* Per-layer shape of a (sub)network: which global layers it has, and how many heads and MLP
+ * neurons each keeps, with the scale applied to each residual branch. */
+typedef struct {
+    int n_layer;
+    int *layer_id; /* global index of each local layer */
+    int *n_head;
+    int *d_ff;
+    float *branch_scale;
+} sdp_tf_shape;
+
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N, C], [N], [N] */
+    float *qkv;                       /* [N, 3D] (q and k after RoPE) */
+    float *att, *lse;                 /* [N, D], [B, H, T] */
+    float *mid;                       /* residual after the attention branch [N, C] */
+    float *ln2, *ln2_mean, *ln2_rstd; /* [N, C], [N], [N] */
+    float *fc;                        /* [N, F] (gpt) or [N, 2F] (llama: gate then up) */
+    float *act;                       /* [N, F] */
+    float *out;                       /* residual after the MLP branch [N, C] */
+} sdp_tf_layer_acts;
+
+/* Offsets (in elements) of tensors in the flat buffers; -1 when the style has none. llama's
+ * q/k/v and gate/up projections are declared back to back, so each group is one contiguous
+ * matrix and runs as one GEMM. */
+typedef struct {
+    long ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_fc, b_fc, w_proj, b_proj;
+} sdp_tf_layer_offsets;
+
+typedef struct {
+    long wte, wpe, lnf_w, lnf_b, lm_head;
+    sdp_tf_layer_offsets *layers;
+} sdp_tf_offsets;
+
+typedef struct {
+    sdp_tf_config cfg; /* of the full model */
+    sdp_tf_offsets off;
+    sdp_tf_shape shape;
+    int head_size;
+    sdp_layout layout;
+    sdp_gemm_provider gemm;
+    sdp_mem *mem;
+    int B, T; /* activation capacity */
+    float *params, *grads;
+    /* activations */
+    int *inputs, *targets;
+    float *embed;                /* [N, C] residual stream entering layer 0 */
+    sdp_tf_layer_acts *layers;
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *probs;                /* [N, Vp]: logits, then probabilities, then dlogits */
+    float *losses;               /* [N] */
+    /* gradient work buffers, reused across layers */
+    float *d_res, *d_branch, *d_norm, *d_att, *d_qkv, *d_fc, *d_act;
+    float *attn_scratch;
+    int n_targets; /* non-ignored targets in the last forward */
+    int last_B, last_T;
+    bool has_targets; /* probs hold probabilities of a forward with targets */
+} sdp_tf;
+
+/* Checks a configuration and fills defaults; fails with a clear message when it is impossible. */
+void sdp_tf_config_finish(sdp_tf_config *cfg);
+const char *sdp_tf_style_name(sdp_tf_style s);
+bool sdp_tf_style_parse(const char *s, sdp_tf_style *out);
+
+/* The full model's shape (every layer, every head and neuron, scale 1). */
+void sdp_tf_shape_full(sdp_tf_shape *s, const sdp_tf_config *cfg);
+void sdp_tf_shape_free(sdp_tf_shape *s);
+
+/* Describes the parameter tensors of the (sub)network without allocating anything. */
+void sdp_tf_describe(sdp_layout *L, const sdp_tf_config *cfg, const sdp_tf_shape *shape);
+
+/* Builds a model with room for batches of B sequences of T tokens. shape may be NULL (full).
+ * Params and grads are allocated; with_grads false skips gradient and backward buffers. */
+void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
+                   bool with_grads, sdp_gemm_provider gemm, sdp_mem *mem);
+void sdp_tf_destroy(sdp_tf *m);
+
+/* Forward over inputs [B*T]; with targets (may be NULL) returns the summed loss over
+ * non-ignored targets (in double) and leaves probabilities for backward. B <= capacity. */
+double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T);
+/* Backward of the last forward; gradients accumulate into m->grads, scaled by dloss
+ * (e.g. 1 / (tokens in the whole accumulated batch) for a mean loss). */
+void sdp_tf_backward(sdp_tf *m, float dloss);
+/* Logits of the last forward at row i (before softmax; valid only after a forward with
+ * targets == NULL). */
+const float *sdp_tf_logits_row(const sdp_tf *m, int row);
+
+/* Model FLOPs of one training step (forward + backward) per token, for MFU:
+ * 6 * (matmul parameters) + 6 * attention score and value products. */
+double sdp_tf_train_flops_per_token(const sdp_tf *m, int T);
+
+#endif

@@ -1,0 +1,57 @@
+/* sdp eval: the validation loss of a trained run, on its own data or another. */
+#include "commands.h"
+#include "load_run.h"
+
+#include "sdp/check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    char run[OPT_STR_MAX], data[OPT_STR_MAX];
+    int batches, threads;
+} eval_opts;
+
+static const opt_spec EVAL_OPTS[] = {
+    {"run", OPT_STR, offsetof(eval_opts, run), "", "run directory written by sdp train", 0},
+    {"data", OPT_STR, offsetof(eval_opts, data), "",
+     "evaluate on this text file or shard glob (all of it); default: the run's validation split",
+     0},
+    {"batches", OPT_INT, offsetof(eval_opts, batches), "1000000", "at most this many batches", 1},
+    {"threads", OPT_INT, offsetof(eval_opts, threads), "0", "threads; 0 = all cores", 0},
+    {NULL, 0, 0, NULL, NULL, 0},
+};
+
+int cmd_eval(int argc, char **argv) {
+    eval_opts e;
+    opts_parse(EVAL_OPTS, &e, argc, argv, "usage: sdp eval --run DIR [--data FILE]");
+    SDP_CHECK(e.run[0], "sdp eval needs --run DIR (a directory written by sdp train)");
+    sdp_world w;
+    sdp_world_init(&w, &argc, &argv, e.threads);
+    sdp_mem mem = {0};
+    train_opts o;
+    sdp_tf m;
+    load_run_model(&m, &o, e.run, 0, 0, &mem);
+    sdp_tokens train, val, *split = &val;
+    if (e.data[0]) {
+        strcpy(o.data, e.data);
+        o.val_frac = 0;
+        run_load_data(&o, &train, NULL, &mem);
+        split = &train;
+    } else {
+        run_load_data(&o, &train, &val, &mem);
+        SDP_CHECK(val.ntokens > 0, "the run has no validation split: pass --data FILE");
+    }
+    sdp_loader L;
+    sdp_loader_init(&L, split, o.batch, o.seq_len, w.rank, w.size, (uint64_t)o.seed, false, &mem);
+    size_t N = (size_t)o.batch * o.seq_len;
+    int *in = sdp_alloc(&mem, SDP_MEM_DATA, N * sizeof(int));
+    int *tg = sdp_alloc(&mem, SDP_MEM_DATA, N * sizeof(int));
+    double loss = run_eval_loss(&m, &L, e.batches, in, tg);
+    if (w.rank == 0)
+        printf("eval %s: loss %.4f nats/token (%.4f bits/token), perplexity %.3f\n", e.run, loss,
+               loss / log(2.0), exp(loss));
+    sdp_world_finalize();
+    return 0;
+}

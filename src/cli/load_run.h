@@ -1,0 +1,11 @@
+/* Opening a finished run for inference: its configuration, its model, its weights. */
+#ifndef SDP_CLI_LOAD_RUN_H
+#define SDP_CLI_LOAD_RUN_H
+
+#include "run.h"
+
+/* Reads the run's configuration into o, builds its model for batches of B x T (0 = the run's
+ * own batch and sequence length) and loads model.safetensors into it. */
+void load_run_model(sdp_tf *m, train_opts *o, const char *dir, int B, int T, sdp_mem *mem);
+
+#endif

@@ -1,0 +1,170 @@
+#include "options.h"
+
+#include "sdp/check.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *field(void *opts, const opt_spec *s) {
+    return (char *)opts + s->offset;
+}
+
+bool opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_t errlen) {
+    char *end = NULL;
+    errno = 0;
+    switch (s->type) {
+    case OPT_INT: {
+        long v = strtol(value, &end, 10);
+        if (!*value || *end || errno || v < s->min || v > 2147483647L) {
+            snprintf(err, errlen, "--%s expects an integer >= %g, got '%s'", s->name, s->min,
+                     value);
+            return false;
+        }
+        *(int *)field(opts, s) = (int)v;
+        return true;
+    }
+    case OPT_FLOAT: {
+        double v = strtod(value, &end);
+        if (!*value || *end || errno || !isfinite(v) || v < s->min) {
+            snprintf(err, errlen, "--%s expects a number >= %g, got '%s'", s->name, s->min,
+                     value);
+            return false;
+        }
+        *(double *)field(opts, s) = v;
+        return true;
+    }
+    case OPT_STR:
+        if (strlen(value) >= OPT_STR_MAX) {
+            snprintf(err, errlen, "--%s value is too long", s->name);
+            return false;
+        }
+        strcpy((char *)field(opts, s), value);
+        return true;
+    case OPT_FLAG:
+        if (strcmp(value, "1") && strcmp(value, "0") && strcmp(value, "true") &&
+            strcmp(value, "false")) {
+            snprintf(err, errlen, "--%s is a flag (true or false), got '%s'", s->name, value);
+            return false;
+        }
+        *(bool *)field(opts, s) = value[0] == '1' || value[0] == 't';
+        return true;
+    }
+    return false;
+}
+
+void opts_set_defaults(const opt_spec *specs, void *opts) {
+    char err[256];
+    for (const opt_spec *s = specs; s->name; s++)
+        if (!opts_set(s, opts, s->def, err, sizeof err)) sdp_fatal("bad default: %s", err);
+}
+
+static void print_usage(const opt_spec *specs, const char *usage) {
+    printf("%s\n\nOptions (default in brackets):\n", usage);
+    for (const opt_spec *s = specs; s->name; s++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s", s->name, s->type == OPT_FLAG ? "" : " V");
+        printf("  %-22s %s [%s]\n", left, s->help, *s->def ? s->def : "none");
+    }
+    printf("  %-22s %s\n", "--help", "print this help");
+}
+
+void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const char *usage) {
+    opts_set_defaults(specs, opts);
+    int n = 0;
+    while (specs[n].name) n++;
+    struct option *lo = calloc((size_t)n + 2, sizeof *lo);
+    SDP_CHECK(lo, "out of memory");
+    for (int i = 0; i < n; i++)
+        lo[i] = (struct option){specs[i].name,
+                                specs[i].type == OPT_FLAG ? no_argument : required_argument, NULL,
+                                1000 + i};
+    lo[n] = (struct option){"help", no_argument, NULL, 'h'};
+    optind = 1;
+    opterr = 0;
+    int c, idx = 0;
+    char err[256];
+    while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
+        if (c == 'h') {
+            print_usage(specs, usage);
+            exit(0);
+        }
+        if (c == '?' || c == ':') {
+            const char *bad = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+            free(lo);
+            sdp_fatal("unknown or incomplete option '%s': run with --help to list the options",
+                      bad);
+        }
+        const opt_spec *s = &specs[c - 1000];
+        if (!opts_set(s, opts, s->type == OPT_FLAG ? "1" : optarg, err, sizeof err)) {
+            free(lo);
+            sdp_fatal("%s", err);
+        }
+    }
+    if (optind < argc) {
+        free(lo);
+        sdp_fatal("unexpected argument '%s': options start with -- (see --help)", argv[optind]);
+    }
+    free(lo);
+}
+
+bool opts_given(int argc, char **argv, const char *name) {
+    size_t len = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, len) == 0 &&
+            (argv[i][2 + len] == 0 || argv[i][2 + len] == '='))
+            return true;
+    return false;
+}
+
+char *opts_to_json(const opt_spec *specs, const void *opts) {
+    cJSON *o = cJSON_CreateObject();
+    for (const opt_spec *s = specs; s->name; s++) {
+        const void *f = (const char *)opts + s->offset;
+        switch (s->type) {
+        case OPT_INT: cJSON_AddNumberToObject(o, s->name, *(const int *)f); break;
+        case OPT_FLOAT: cJSON_AddNumberToObject(o, s->name, *(const double *)f); break;
+        case OPT_STR: cJSON_AddStringToObject(o, s->name, (const char *)f); break;
+        case OPT_FLAG: cJSON_AddBoolToObject(o, s->name, *(const bool *)f); break;
+        }
+    }
+    char *txt = cJSON_Print(o);
+    cJSON_Delete(o);
+    SDP_CHECK(txt, "out of memory");
+    return txt;
+}
+
+void opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source) {
+    cJSON *o = cJSON_Parse(json);
+    SDP_CHECK(o && cJSON_IsObject(o), "%s is not a valid JSON object: restore it or start afresh",
+              source);
+    for (const opt_spec *s = specs; s->name; s++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, s->name);
+        if (!v) continue;
+        void *f = field(opts, s);
+        switch (s->type) {
+        case OPT_INT:
+            SDP_CHECK(cJSON_IsNumber(v), "%s: '%s' should be a number", source, s->name);
+            *(int *)f = v->valueint;
+            break;
+        case OPT_FLOAT:
+            SDP_CHECK(cJSON_IsNumber(v), "%s: '%s' should be a number", source, s->name);
+            *(double *)f = v->valuedouble;
+            break;
+        case OPT_STR:
+            SDP_CHECK(cJSON_IsString(v) && strlen(v->valuestring) < OPT_STR_MAX,
+                      "%s: '%s' should be a string", source, s->name);
+            strcpy((char *)f, v->valuestring);
+            break;
+        case OPT_FLAG:
+            SDP_CHECK(cJSON_IsBool(v), "%s: '%s' should be true or false", source, s->name);
+            *(bool *)f = cJSON_IsTrue(v);
+            break;
+        }
+    }
+    cJSON_Delete(o);
+}

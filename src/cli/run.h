@@ -1,0 +1,25 @@
+/* What train, eval and sample share: reading a run's configuration, loading its data, building
+ * its model, and measuring loss over a data split. */
+#ifndef SDP_CLI_RUN_H
+#define SDP_CLI_RUN_H
+
+#include "sdp/comm.h"
+#include "sdp/data.h"
+#include "sdp/transformer.h"
+#include "train_opts.h"
+
+/* Reads DIR/config.json into opts (fails clearly when the directory is not a run). */
+void run_load_config(train_opts *o, const char *dir);
+/* Loads the training data (and validation data when val is not NULL). */
+void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem);
+sdp_tf_config run_model_config(const train_opts *o, int data_vocab);
+sdp_gemm_provider run_gemm(const train_opts *o);
+/* Mean loss per token over up to `batches` batches of this worker's share of `loader`,
+ * averaged over all workers (every rank must call it). Returns NAN when there is no data. */
+double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, int *targets);
+/* path = dir + "/" + name */
+void run_path(char *out, size_t n, const char *dir, const char *name);
+/* Reads a whole small text file (malloc'd, NUL-terminated). */
+char *run_read_text(const char *path);
+
+#endif

@@ -1,0 +1,105 @@
+/* sdp sample: text generation from a trained byte-level run. */
+#include "commands.h"
+#include "load_run.h"
+
+#include "sdp/check.h"
+#include "sdp/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char run[OPT_STR_MAX], prompt[OPT_STR_MAX];
+    int length, top_k, seed, threads;
+    double temperature;
+} sample_opts;
+
+static const opt_spec SAMPLE_OPTS[] = {
+    {"run", OPT_STR, offsetof(sample_opts, run), "", "run directory written by sdp train", 0},
+    {"prompt", OPT_STR, offsetof(sample_opts, prompt), "\n", "text to continue", 0},
+    {"length", OPT_INT, offsetof(sample_opts, length), "200", "tokens to generate", 1},
+    {"temperature", OPT_FLOAT, offsetof(sample_opts, temperature), "0.8",
+     "sampling temperature; 0 = greedy", 0},
+    {"top-k", OPT_INT, offsetof(sample_opts, top_k), "0", "sample among the k likeliest; 0 = all",
+     0},
+    {"seed", OPT_INT, offsetof(sample_opts, seed), "42", "sampling seed", 0},
+    {"threads", OPT_INT, offsetof(sample_opts, threads), "0", "threads; 0 = all cores", 0},
+    {NULL, 0, 0, NULL, NULL, 0},
+};
+
+/* Index of the k-th largest logit, used as a threshold for top-k sampling. */
+static float kth_largest(const float *x, int n, int k) {
+    float *tmp = malloc((size_t)n * sizeof(float));
+    SDP_CHECK(tmp, "out of memory");
+    memcpy(tmp, x, (size_t)n * sizeof(float));
+    for (int i = 0; i < k; i++) { /* partial selection: k is small */
+        int best = i;
+        for (int j = i + 1; j < n; j++)
+            if (tmp[j] > tmp[best]) best = j;
+        float s = tmp[i];
+        tmp[i] = tmp[best];
+        tmp[best] = s;
+    }
+    float v = tmp[k - 1];
+    free(tmp);
+    return v;
+}
+
+static int sample_token(const float *logits, int V, const sample_opts *s, sdp_rng *rng) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (s->temperature <= 0) return best;
+    float cut = s->top_k > 0 && s->top_k < V ? kth_largest(logits, V, s->top_k) : -INFINITY;
+    double total = 0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] >= cut) total += exp((logits[i] - logits[best]) / s->temperature);
+    double u = sdp_rng_uniform(rng) * total, acc = 0;
+    for (int i = 0; i < V; i++) {
+        if (logits[i] < cut) continue;
+        acc += exp((logits[i] - logits[best]) / s->temperature);
+        if (acc >= u) return i;
+    }
+    return best;
+}
+
+int cmd_sample(int argc, char **argv) {
+    sample_opts s;
+    opts_parse(SAMPLE_OPTS, &s, argc, argv, "usage: sdp sample --run DIR [--prompt TEXT]");
+    SDP_CHECK(s.run[0], "sdp sample needs --run DIR (a directory written by sdp train)");
+    sdp_world w;
+    sdp_world_init(&w, &argc, &argv, s.threads);
+    sdp_mem mem = {0};
+    train_opts o;
+    sdp_tf m;
+    load_run_model(&m, &o, s.run, 1, 0, &mem);
+    SDP_CHECK(m.cfg.vocab <= 256, "this run has a %d-token vocabulary; sdp sample decodes only "
+              "byte-level (text) runs", m.cfg.vocab);
+    const int T = m.cfg.seq_len;
+    int *ctx = calloc((size_t)T, sizeof(int));
+    SDP_CHECK(ctx, "out of memory");
+    int n = 0;
+    for (const char *p = s.prompt; *p && n < T; p++) ctx[n++] = (unsigned char)*p;
+    SDP_CHECK(n > 0, "--prompt must not be empty");
+    sdp_rng rng = sdp_rng_make((uint64_t)s.seed, 0);
+    if (w.rank == 0) fputs(s.prompt, stdout);
+    for (int i = 0; i < s.length; i++) {
+        if (n == T) { /* slide the window: keep the most recent T-1 tokens */
+            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof(int));
+            n--;
+        }
+        sdp_tf_forward(&m, ctx, NULL, 1, n);
+        int tok = sample_token(sdp_tf_logits_row(&m, n - 1), m.cfg.vocab, &s, &rng);
+        ctx[n++] = tok;
+        if (w.rank == 0) {
+            putchar(tok);
+            fflush(stdout);
+        }
+    }
+    if (w.rank == 0) putchar('\n');
+    free(ctx);
+    sdp_world_finalize();
+    return 0;
+}

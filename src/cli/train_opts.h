@@ -1,0 +1,30 @@
+/* Options of `sdp train` (also read back from a run's config.json by eval, sample and resume). */
+#ifndef SDP_CLI_TRAIN_OPTS_H
+#define SDP_CLI_TRAIN_OPTS_H
+
+#include "options.h"
+
+typedef struct {
+    /* model */
+    char model[OPT_STR_MAX];
+    int layers, heads, width, d_ff, seq_len, vocab;
+    double rope_theta;
+    /* data */
+    char data[OPT_STR_MAX], val_data[OPT_STR_MAX];
+    double val_frac;
+    /* optimisation */
+    int batch, grad_accum, steps, warmup;
+    double lr, lr_min, weight_decay, beta1, beta2, eps, momentum, clip;
+    char optimizer[OPT_STR_MAX];
+    bool nesterov, decay_all;
+    /* run */
+    int log_every, val_every, val_batches, ckpt_every, stop_after, seed, threads;
+    char out[OPT_STR_MAX], resume[OPT_STR_MAX], gemm[OPT_STR_MAX];
+} train_opts;
+
+extern const opt_spec TRAIN_OPTS[];
+
+/* Options that a resumed run may change; every other one comes from the run's config.json. */
+bool train_opt_may_change_on_resume(const char *name);
+
+#endif

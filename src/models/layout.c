@@ -1,0 +1,96 @@
+#include "sdp/model.h"
+
+#include "sdp/check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include <string.h>
+
+void sdp_layout_init(sdp_layout *L, int nblocks) {
+    memset(L, 0, sizeof *L);
+    L->nblocks = nblocks;
+    L->blocks = nblocks ? calloc((size_t)nblocks, sizeof *L->blocks) : NULL;
+    SDP_CHECK(!nblocks || L->blocks, "out of memory describing the model");
+}
+
+void sdp_layout_free(sdp_layout *L) {
+    free(L->params);
+    free(L->blocks);
+    memset(L, 0, sizeof *L);
+}
+
+int sdp_layout_add(sdp_layout *L, const char *name, int ndim, const int64_t *shape, int block,
+                   int group, int axis, int segments, bool decay, sdp_init_kind init,
+                   float init_std) {
+    SDP_ASSERT(ndim >= 1 && ndim <= 4);
+    if (L->nparams == L->cap_params) {
+        L->cap_params = L->cap_params ? 2 * L->cap_params : 32;
+        L->params = realloc(L->params, (size_t)L->cap_params * sizeof *L->params);
+        SDP_CHECK(L->params, "out of memory describing the model");
+    }
+    sdp_param *p = &L->params[L->nparams];
+    memset(p, 0, sizeof *p);
+    SDP_ASSERT(strlen(name) < SDP_NAME_MAX);
+    strcpy(p->name, name);
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        SDP_ASSERT(shape[i] >= 0);
+        p->shape[i] = shape[i];
+        p->numel *= (size_t)shape[i];
+    }
+    p->offset = L->numel;
+    p->block = block;
+    p->group = group;
+    p->axis = axis;
+    p->segments = segments;
+    p->decay = decay;
+    p->init = init;
+    p->init_std = init_std;
+    L->numel += p->numel;
+    return L->nparams++;
+}
+
+const sdp_param *sdp_layout_find(const sdp_layout *L, const char *name) {
+    for (int i = 0; i < L->nparams; i++)
+        if (strcmp(L->params[i].name, name) == 0) return &L->params[i];
+    return NULL;
+}
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Counter-based normal: a hash of (seed, tensor name, element) feeds Box-Muller, so any element
+ * can be produced alone, in any order, on any rank. */
+float sdp_param_init_value(const sdp_param *p, uint64_t seed, uint64_t index) {
+    switch (p->init) {
+    case SDP_INIT_ONES: return 1.0f;
+    case SDP_INIT_ZEROS: return 0.0f;
+    case SDP_INIT_NORMAL: break;
+    }
+    uint64_t key = mix64(seed ^ mix64(fnv1a(p->name) + index * 0x9e3779b97f4a7c15ull));
+    uint64_t key2 = mix64(key + 0x632be59bd9b4e019ull);
+    double u1 = ((double)(key >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(key2 >> 11) * (1.0 / 9007199254740992.0);
+    double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    return (float)(z * p->init_std);
+}
+
+void sdp_layout_init_values(const sdp_layout *L, float *params, uint64_t seed) {
+    for (int i = 0; i < L->nparams; i++) {
+        const sdp_param *p = &L->params[i];
+        float *dst = params + p->offset;
+#pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < p->numel; j++) dst[j] = sdp_param_init_value(p, seed, j);
+    }
+}

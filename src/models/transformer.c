@@ -1,0 +1,475 @@
+#include "sdp/transformer.h"
+
+#include "sdp/check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *sdp_tf_style_name(sdp_tf_style s) {
+    return s == SDP_STYLE_LLAMA ? "llama" : "gpt";
+}
+
+bool sdp_tf_style_parse(const char *s, sdp_tf_style *out) {
+    if (strcmp(s, "gpt") == 0) *out = SDP_STYLE_GPT;
+    else if (strcmp(s, "llama") == 0) *out = SDP_STYLE_LLAMA;
+    else return false;
+    return true;
+}
+
+void sdp_tf_config_finish(sdp_tf_config *c) {
+    SDP_CHECK(c->n_layer >= 1, "--layers must be at least 1 (got %d)", c->n_layer);
+    SDP_CHECK(c->n_head >= 1, "--heads must be at least 1 (got %d)", c->n_head);
+    SDP_CHECK(c->d_model >= 1, "--width must be at least 1 (got %d)", c->d_model);
+    SDP_CHECK(c->d_model % c->n_head == 0,
+              "--heads %d does not divide --width %d: choose a width that is a multiple of the "
+              "number of heads",
+              c->n_head, c->d_model);
+    int hs = c->d_model / c->n_head;
+    SDP_CHECK(c->style != SDP_STYLE_LLAMA || hs % 2 == 0,
+              "llama style needs an even head size for RoPE (width %d / heads %d = %d)",
+              c->d_model, c->n_head, hs);
+    SDP_CHECK(c->seq_len >= 1, "--seq-len must be at least 1 (got %d)", c->seq_len);
+    SDP_CHECK(c->vocab >= 2, "vocabulary size must be at least 2 (got %d)", c->vocab);
+    SDP_CHECK(c->d_ff >= 0, "--d-ff must be positive (got %d)", c->d_ff);
+    if (c->d_ff == 0) {
+        if (c->style == SDP_STYLE_GPT) c->d_ff = 4 * c->d_model;
+        else c->d_ff = ((8 * c->d_model / 3 + 31) / 32) * 32; /* SwiGLU keeps ~4C x C params */
+    }
+    if (c->vocab_padded == 0) c->vocab_padded = ((c->vocab + 63) / 64) * 64;
+    SDP_CHECK(c->vocab_padded >= c->vocab, "padded vocabulary %d is smaller than vocabulary %d",
+              c->vocab_padded, c->vocab);
+    if (c->rope_theta == 0) c->rope_theta = 10000.0f;
+}
+
+void sdp_tf_shape_full(sdp_tf_shape *s, const sdp_tf_config *cfg) {
+    int L = cfg->n_layer;
+    s->n_layer = L;
+    s->layer_id = calloc((size_t)L, sizeof(int));
+    s->n_head = calloc((size_t)L, sizeof(int));
+    s->d_ff = calloc((size_t)L, sizeof(int));
+    s->branch_scale = calloc((size_t)L, sizeof(float));
+    SDP_CHECK(s->layer_id && s->n_head && s->d_ff && s->branch_scale, "out of memory");
+    for (int i = 0; i < L; i++) {
+        s->layer_id[i] = i;
+        s->n_head[i] = cfg->n_head;
+        s->d_ff[i] = cfg->d_ff;
+        s->branch_scale[i] = 1.0f;
+    }
+}
+
+void sdp_tf_shape_free(sdp_tf_shape *s) {
+    free(s->layer_id);
+    free(s->n_head);
+    free(s->d_ff);
+    free(s->branch_scale);
+    memset(s, 0, sizeof *s);
+}
+
+static void shape_copy(sdp_tf_shape *dst, const sdp_tf_shape *src) {
+    sdp_tf_config tmp = {.n_layer = src->n_layer};
+    sdp_tf_shape_full(dst, &tmp);
+    for (int i = 0; i < src->n_layer; i++) {
+        dst->layer_id[i] = src->layer_id[i];
+        dst->n_head[i] = src->n_head[i];
+        dst->d_ff[i] = src->d_ff[i];
+        dst->branch_scale[i] = src->branch_scale[i];
+    }
+}
+
+/* ---- parameter description ---------------------------------------------------------------- */
+
+typedef struct {
+    sdp_layout *L;
+    int block;
+} adder;
+
+static long add(adder *a, const char *name, int ndim, int64_t d0, int64_t d1, int group, int axis,
+                int segments, bool decay, sdp_init_kind init, float std) {
+    int64_t shape[2] = {d0, d1};
+    int i = sdp_layout_add(a->L, name, ndim, shape, a->block, group, axis, segments, decay, init,
+                           std);
+    return (long)a->L->params[i].offset;
+}
+
+enum { GROUP_ATTN = 0, GROUP_MLP = 1 };
+
+static void describe_layer(adder *a, const sdp_tf_config *c, int gl, int H, int F,
+                           sdp_tf_layer_offsets *o) {
+    const bool gpt = c->style == SDP_STYLE_GPT;
+    const int C = c->d_model, hs = C / c->n_head, D = H * hs;
+    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+    char n[SDP_NAME_MAX];
+    const char *pre = gpt ? "transformer.h" : "model.layers";
+#define NAME(suffix) (snprintf(n, sizeof n, "%s.%d.%s", pre, gl, suffix), n)
+    *o = (sdp_tf_layer_offsets){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    if (gpt) {
+        o->ln1_w = add(a, NAME("ln_1.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+        o->ln1_b = add(a, NAME("ln_1.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+        o->w_qkv = add(a, NAME("attn.c_attn.weight"), 2, 3 * D, C, GROUP_ATTN, 0, 3, true,
+                       SDP_INIT_NORMAL, std);
+        o->b_qkv = add(a, NAME("attn.c_attn.bias"), 1, 3 * D, 0, GROUP_ATTN, 0, 3, false,
+                       SDP_INIT_ZEROS, 0);
+        o->w_o = add(a, NAME("attn.c_proj.weight"), 2, C, D, GROUP_ATTN, 1, 1, true,
+                     SDP_INIT_NORMAL, proj_std);
+        o->b_o = add(a, NAME("attn.c_proj.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+        o->ln2_w = add(a, NAME("ln_2.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+        o->ln2_b = add(a, NAME("ln_2.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+        o->w_fc = add(a, NAME("mlp.c_fc.weight"), 2, F, C, GROUP_MLP, 0, 1, true,
+                      SDP_INIT_NORMAL, std);
+        o->b_fc = add(a, NAME("mlp.c_fc.bias"), 1, F, 0, GROUP_MLP, 0, 1, false, SDP_INIT_ZEROS,
+                      0);
+        o->w_proj = add(a, NAME("mlp.c_proj.weight"), 2, C, F, GROUP_MLP, 1, 1, true,
+                        SDP_INIT_NORMAL, proj_std);
+        o->b_proj = add(a, NAME("mlp.c_proj.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    } else {
+        o->ln1_w = add(a, NAME("input_layernorm.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES,
+                       0);
+        o->w_qkv = add(a, NAME("self_attn.q_proj.weight"), 2, D, C, GROUP_ATTN, 0, 1, true,
+                       SDP_INIT_NORMAL, std);
+        add(a, NAME("self_attn.k_proj.weight"), 2, D, C, GROUP_ATTN, 0, 1, true, SDP_INIT_NORMAL,
+            std);
+        add(a, NAME("self_attn.v_proj.weight"), 2, D, C, GROUP_ATTN, 0, 1, true, SDP_INIT_NORMAL,
+            std);
+        o->w_o = add(a, NAME("self_attn.o_proj.weight"), 2, C, D, GROUP_ATTN, 1, 1, true,
+                     SDP_INIT_NORMAL, proj_std);
+        o->ln2_w = add(a, NAME("post_attention_layernorm.weight"), 1, C, 0, -1, 0, 1, false,
+                       SDP_INIT_ONES, 0);
+        o->w_fc = add(a, NAME("mlp.gate_proj.weight"), 2, F, C, GROUP_MLP, 0, 1, true,
+                      SDP_INIT_NORMAL, std);
+        add(a, NAME("mlp.up_proj.weight"), 2, F, C, GROUP_MLP, 0, 1, true, SDP_INIT_NORMAL, std);
+        o->w_proj = add(a, NAME("mlp.down_proj.weight"), 2, C, F, GROUP_MLP, 1, 1, true,
+                        SDP_INIT_NORMAL, proj_std);
+    }
+#undef NAME
+}
+
+static void describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *s,
+                     sdp_tf_offsets *o) {
+    const bool gpt = c->style == SDP_STYLE_GPT;
+    const int C = c->d_model, Vp = c->vocab_padded, hs = C / c->n_head;
+    sdp_layout_init(L, s->n_layer);
+    adder a = {L, -1};
+    sdp_tf_offsets tmp = {0};
+    if (!o) o = &tmp;
+    o->wpe = o->lnf_b = -1;
+    if (gpt) {
+        o->wte = add(&a, "transformer.wte.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL,
+                     0.02f);
+        o->wpe = add(&a, "transformer.wpe.weight", 2, c->seq_len, C, -1, 0, 1, false,
+                     SDP_INIT_NORMAL, 0.01f);
+    } else {
+        o->wte = add(&a, "model.embed_tokens.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL,
+                     0.02f);
+    }
+    for (int i = 0; i < s->n_layer; i++) {
+        sdp_block *b = &L->blocks[i];
+        snprintf(b->name, sizeof b->name, "%s.%d", gpt ? "transformer.h" : "model.layers",
+                 s->layer_id[i]);
+        b->global_index = s->layer_id[i];
+        b->droppable = true;
+        b->ngroups = 2;
+        b->groups[GROUP_ATTN] = (sdp_group){"attn", s->n_head[i], hs};
+        b->groups[GROUP_MLP] = (sdp_group){"mlp", s->d_ff[i], 1};
+        a.block = i;
+        sdp_tf_layer_offsets lo;
+        describe_layer(&a, c, s->layer_id[i], s->n_head[i], s->d_ff[i], &lo);
+        if (o->layers) o->layers[i] = lo;
+    }
+    a.block = -1;
+    if (gpt) {
+        o->lnf_w = add(&a, "transformer.ln_f.weight", 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+        o->lnf_b = add(&a, "transformer.ln_f.bias", 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+        o->lm_head = o->wte; /* tied */
+    } else {
+        o->lnf_w = add(&a, "model.norm.weight", 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+        o->lm_head = add(&a, "lm_head.weight", 2, Vp, C, -1, 0, 1, true, SDP_INIT_NORMAL, 0.02f);
+    }
+}
+
+void sdp_tf_describe(sdp_layout *L, const sdp_tf_config *cfg, const sdp_tf_shape *shape) {
+    sdp_tf_offsets o = {0};
+    describe(L, cfg, shape, &o);
+}
+
+/* ---- construction ------------------------------------------------------------------------- */
+
+static float *acts(sdp_tf *m, size_t n) {
+    return sdp_alloc(m->mem, SDP_MEM_ACTS, n * sizeof(float));
+}
+
+static void alloc_layer_acts(sdp_tf *m, int i) {
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    const size_t D = (size_t)m->shape.n_head[i] * m->head_size, F = (size_t)m->shape.d_ff[i];
+    const size_t fc_width = m->cfg.style == SDP_STYLE_GPT ? F : 2 * F;
+    sdp_tf_layer_acts *a = &m->layers[i];
+    a->ln1 = acts(m, N * C);
+    a->ln1_mean = acts(m, N);
+    a->ln1_rstd = acts(m, N);
+    a->qkv = acts(m, N * 3 * D);
+    a->att = acts(m, N * D);
+    a->lse = acts(m, (size_t)m->B * m->shape.n_head[i] * m->T);
+    a->mid = acts(m, N * C);
+    a->ln2 = acts(m, N * C);
+    a->ln2_mean = acts(m, N);
+    a->ln2_rstd = acts(m, N);
+    a->fc = acts(m, N * fc_width);
+    a->act = acts(m, N * F);
+    a->out = acts(m, N * C);
+}
+
+/* Backward work buffers are shared by all layers, so they are sized for the widest one. */
+static void alloc_backward_buffers(sdp_tf *m) {
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    size_t D = 0, F = 0;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        size_t d = (size_t)m->shape.n_head[i] * m->head_size, f = (size_t)m->shape.d_ff[i];
+        if (d > D) D = d;
+        if (f > F) F = f;
+    }
+    const size_t fc_width = m->cfg.style == SDP_STYLE_GPT ? F : 2 * F;
+    m->d_res = acts(m, N * C);
+    m->d_branch = acts(m, N * C);
+    m->d_norm = acts(m, N * C);
+    m->d_att = acts(m, N * D);
+    m->d_qkv = acts(m, N * 3 * D);
+    m->d_fc = acts(m, N * fc_width);
+    m->d_act = acts(m, N * F);
+}
+
+void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
+                   bool with_grads, sdp_gemm_provider gemm, sdp_mem *mem) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    sdp_tf_config_finish(&m->cfg);
+    SDP_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive (got %d, %d)",
+              B, T);
+    SDP_CHECK(T <= m->cfg.seq_len, "sequence length %d exceeds the model's maximum %d", T,
+              m->cfg.seq_len);
+    if (shape) shape_copy(&m->shape, shape);
+    else sdp_tf_shape_full(&m->shape, &m->cfg);
+    m->head_size = m->cfg.d_model / m->cfg.n_head;
+    m->gemm = gemm;
+    m->mem = mem;
+    m->B = B;
+    m->T = T;
+    m->off.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->off.layers);
+    SDP_CHECK(m->off.layers, "out of memory");
+    describe(&m->layout, &m->cfg, &m->shape, &m->off);
+
+    m->params = sdp_alloc(mem, SDP_MEM_PARAMS, m->layout.numel * sizeof(float));
+    if (with_grads) m->grads = sdp_alloc(mem, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
+
+    const size_t N = (size_t)B * T, C = (size_t)m->cfg.d_model, Vp = (size_t)m->cfg.vocab_padded;
+    m->inputs = sdp_alloc(mem, SDP_MEM_ACTS, N * sizeof(int));
+    m->targets = sdp_alloc(mem, SDP_MEM_ACTS, N * sizeof(int));
+    m->embed = acts(m, N * C);
+    m->layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->layers);
+    SDP_CHECK(m->layers, "out of memory");
+    for (int i = 0; i < m->shape.n_layer; i++) alloc_layer_acts(m, i);
+    m->lnf = acts(m, N * C);
+    m->lnf_mean = acts(m, N);
+    m->lnf_rstd = acts(m, N);
+    m->probs = acts(m, N * Vp);
+    m->losses = acts(m, N);
+    if (with_grads) alloc_backward_buffers(m);
+    m->attn_scratch = sdp_alloc(mem, SDP_MEM_SCRATCH,
+                                sdp_attention_scratch_floats(T, m->head_size) * sizeof(float));
+}
+
+void sdp_tf_destroy(sdp_tf *m) {
+    sdp_mem *mem = m->mem;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        sdp_tf_layer_acts *a = &m->layers[i];
+        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse, a->mid,
+                         a->ln2, a->ln2_mean, a->ln2_rstd, a->fc,  a->act, a->out};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) sdp_free(mem, bufs[j]);
+    }
+    float *bufs[] = {m->params,   m->grads,    m->embed,  m->lnf,   m->lnf_mean,
+                     m->lnf_rstd, m->probs,    m->losses, m->d_res, m->d_branch,
+                     m->d_norm,   m->d_att,    m->d_qkv,  m->d_fc,  m->d_act,
+                     m->attn_scratch};
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) sdp_free(mem, bufs[j]);
+    sdp_free(mem, m->inputs);
+    sdp_free(mem, m->targets);
+    free(m->layers);
+    free(m->off.layers);
+    sdp_layout_free(&m->layout);
+    sdp_tf_shape_free(&m->shape);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+static const float *P(const sdp_tf *m, long off) {
+    return off < 0 ? NULL : m->params + off;
+}
+
+static float *G(const sdp_tf *m, long off) {
+    return off < 0 ? NULL : m->grads + off;
+}
+
+static void norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, const float *x,
+                     long w, long b, int N) {
+    if (m->cfg.style == SDP_STYLE_GPT)
+        sdp_layernorm_fwd(out, mean, rstd, x, P(m, w), P(m, b), N, m->cfg.d_model);
+    else sdp_rmsnorm_fwd(out, rstd, x, P(m, w), N, m->cfg.d_model);
+}
+
+static void norm_bwd(const sdp_tf *m, float *dx, const float *dout, const float *x,
+                     const float *mean, const float *rstd, long w, long b, int N) {
+    if (m->cfg.style == SDP_STYLE_GPT)
+        sdp_layernorm_bwd(dx, G(m, w), G(m, b), dout, x, P(m, w), mean, rstd, N, m->cfg.d_model);
+    else sdp_rmsnorm_bwd(dx, G(m, w), dout, x, P(m, w), rstd, N, m->cfg.d_model);
+}
+
+/* Each branch's projection is written into `out` first and then folded into the residual, so no
+ * extra [N, C] buffer is needed per layer. */
+static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
+    const sdp_tf_layer_offsets *o = &m->off.layers[i];
+    sdp_tf_layer_acts *a = &m->layers[i];
+    const int N = B * T, C = m->cfg.d_model, H = m->shape.n_head[i], hs = m->head_size;
+    const int D = H * hs, F = m->shape.d_ff[i];
+    const size_t NC = (size_t)N * C;
+    const float s = m->shape.branch_scale[i];
+    const bool gpt = m->cfg.style == SDP_STYLE_GPT;
+
+    if (H > 0) {
+        norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, N);
+        sdp_linear_fwd(m->gemm, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), N, C, 3 * D);
+        if (!gpt) sdp_rope_fwd(a->qkv, B, T, H, hs, m->cfg.rope_theta);
+        sdp_attention_fwd(a->att, a->lse, a->qkv, B, T, H, hs, m->attn_scratch);
+        sdp_linear_fwd(m->gemm, a->out, a->att, P(m, o->w_o), P(m, o->b_o), N, D, C);
+        sdp_residual_fwd(a->mid, x, a->out, s, NC);
+    } else {
+        memcpy(a->mid, x, NC * sizeof(float));
+    }
+    if (F > 0) {
+        norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, o->ln2_w, o->ln2_b, N);
+        sdp_linear_fwd(m->gemm, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C,
+                       gpt ? F : 2 * F);
+        if (gpt) sdp_gelu_fwd(a->act, a->fc, (size_t)N * F);
+        else sdp_swiglu_fwd(a->act, a->fc, N, F);
+        sdp_linear_fwd(m->gemm, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), N, F, C);
+        sdp_residual_fwd(a->out, a->mid, a->out, s, NC);
+    } else {
+        memcpy(a->out, a->mid, NC * sizeof(float));
+    }
+}
+
+double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T) {
+    SDP_ASSERT(B <= m->B && T <= m->T && B * T <= m->B * m->T);
+    const int N = B * T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded, C = m->cfg.d_model;
+    for (int i = 0; i < N; i++)
+        SDP_CHECK(inputs[i] >= 0 && inputs[i] < V,
+                  "token id %d is outside the model's vocabulary of %d: the data does not match "
+                  "the model (check --vocab)",
+                  inputs[i], V);
+    memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+    m->last_B = B;
+    m->last_T = T;
+    sdp_embed_fwd(m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
+    const float *x = m->embed;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        layer_forward(m, i, x, B, T);
+        x = m->layers[i].out;
+    }
+    norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->off.lnf_w, m->off.lnf_b, N);
+    sdp_linear_fwd(m->gemm, m->probs, m->lnf, P(m, m->off.lm_head), NULL, N, C, Vp);
+    m->has_targets = targets != NULL;
+    if (!targets) return 0.0;
+    int counted = 0;
+    for (int i = 0; i < N; i++) {
+        SDP_CHECK(targets[i] < V, "target id %d is outside the vocabulary of %d", targets[i], V);
+        counted += targets[i] >= 0;
+    }
+    memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    m->n_targets = counted;
+    return sdp_softmax_xent_fwd(m->losses, m->probs, m->probs, m->targets, N, V, Vp);
+}
+
+const float *sdp_tf_logits_row(const sdp_tf *m, int row) {
+    SDP_ASSERT(!m->has_targets);
+    return m->probs + (size_t)row * m->cfg.vocab_padded;
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+
+static void zero(float *x, size_t n) {
+    memset(x, 0, n * sizeof(float));
+}
+
+/* On entry d_res holds dL/d(layer output); on exit dL/d(layer input). */
+static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
+    const sdp_tf_layer_offsets *o = &m->off.layers[i];
+    const sdp_tf_layer_acts *a = &m->layers[i];
+    const int N = B * T, C = m->cfg.d_model, H = m->shape.n_head[i], hs = m->head_size;
+    const int D = H * hs, F = m->shape.d_ff[i];
+    const size_t NC = (size_t)N * C;
+    const float s = m->shape.branch_scale[i];
+    const bool gpt = m->cfg.style == SDP_STYLE_GPT;
+    const int fc_width = gpt ? F : 2 * F;
+
+    if (F > 0) { /* out = mid + s * proj(act(fc(norm2(mid)))) */
+        zero(m->d_branch, NC);
+        sdp_residual_bwd(NULL, m->d_branch, m->d_res, s, NC);
+        zero(m->d_act, (size_t)N * F);
+        sdp_linear_bwd(m->gemm, m->d_act, G(m, o->w_proj), G(m, o->b_proj), m->d_branch, a->act,
+                       P(m, o->w_proj), N, F, C);
+        zero(m->d_fc, (size_t)N * fc_width);
+        if (gpt) sdp_gelu_bwd(m->d_fc, m->d_act, a->fc, (size_t)N * F);
+        else sdp_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, F);
+        zero(m->d_norm, NC);
+        sdp_linear_bwd(m->gemm, m->d_norm, G(m, o->w_fc), G(m, o->b_fc), m->d_fc, a->ln2,
+                       P(m, o->w_fc), N, C, fc_width);
+        norm_bwd(m, m->d_res, m->d_norm, a->mid, a->ln2_mean, a->ln2_rstd, o->ln2_w, o->ln2_b, N);
+    }
+    if (H > 0) { /* mid = x + s * o_proj(attention(qkv(norm1(x)))) */
+        zero(m->d_branch, NC);
+        sdp_residual_bwd(NULL, m->d_branch, m->d_res, s, NC);
+        zero(m->d_att, (size_t)N * D);
+        sdp_linear_bwd(m->gemm, m->d_att, G(m, o->w_o), G(m, o->b_o), m->d_branch, a->att,
+                       P(m, o->w_o), N, D, C);
+        zero(m->d_qkv, (size_t)N * 3 * D);
+        sdp_attention_bwd(m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs,
+                          m->attn_scratch);
+        if (!gpt) sdp_rope_bwd(m->d_qkv, B, T, H, hs, m->cfg.rope_theta);
+        zero(m->d_norm, NC);
+        sdp_linear_bwd(m->gemm, m->d_norm, G(m, o->w_qkv), G(m, o->b_qkv), m->d_qkv, a->ln1,
+                       P(m, o->w_qkv), N, C, 3 * D);
+        norm_bwd(m, m->d_res, m->d_norm, x, a->ln1_mean, a->ln1_rstd, o->ln1_w, o->ln1_b, N);
+    }
+}
+
+void sdp_tf_backward(sdp_tf *m, float dloss) {
+    SDP_ASSERT(m->grads && m->has_targets);
+    const int B = m->last_B, T = m->last_T, N = B * T, C = m->cfg.d_model;
+    const int V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
+    const size_t NC = (size_t)N * C;
+    sdp_softmax_xent_bwd(m->probs, m->probs, m->targets, dloss, N, V, Vp);
+    zero(m->d_norm, NC);
+    sdp_linear_bwd(m->gemm, m->d_norm, G(m, m->off.lm_head), NULL, m->probs, m->lnf,
+                   P(m, m->off.lm_head), N, C, Vp);
+    const int L = m->shape.n_layer;
+    const float *top = L > 0 ? m->layers[L - 1].out : m->embed;
+    zero(m->d_res, NC);
+    norm_bwd(m, m->d_res, m->d_norm, top, m->lnf_mean, m->lnf_rstd, m->off.lnf_w, m->off.lnf_b,
+             N);
+    for (int i = L - 1; i >= 0; i--)
+        layer_backward(m, i, i > 0 ? m->layers[i - 1].out : m->embed, B, T);
+    sdp_embed_bwd(G(m, m->off.wte), G(m, m->off.wpe), m->d_res, m->inputs, B, T, C);
+    m->has_targets = false; /* probs now hold gradients */
+}
+
+double sdp_tf_train_flops_per_token(const sdp_tf *m, int T) {
+    const double C = m->cfg.d_model, hs = m->head_size;
+    double matmul = C * m->cfg.vocab_padded; /* LM head */
+    double attn = 0;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        const double D = m->shape.n_head[i] * hs, F = m->shape.d_ff[i];
+        matmul += 3 * D * C + D * C + (m->cfg.style == SDP_STYLE_GPT ? 2 : 3) * F * C;
+        attn += 2.0 * T * D; /* q.k and p.v per token, counted over the full T as PaLM does */
+    }
+    return 6.0 * matmul + 6.0 * attn;
+}
