@@ -1,0 +1,50 @@
+/* Global-norm gradient clipping helpers. The sum of squares is split into a fixed number of
+ * blocks whatever the thread count, and the block sums are added in order, so the norm (and
+ * hence training) is bitwise reproducible across runs and OMP_NUM_THREADS settings. */
+#include "sdp/optim.h"
+
+#include <stddef.h>
+
+enum {
+    SUMSQ_BLOCKS = 256,    /* fixed partition: enough blocks to balance up to ~64 threads */
+    PARALLEL_MIN = 1 << 16 /* below this a parallel region costs more than the loop */
+};
+
+/* Four running sums break the add latency chain; their order is fixed, so still deterministic. */
+static double sumsq_serial(const float *x, size_t n) {
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        a0 += (double)x[i] * x[i];
+        a1 += (double)x[i + 1] * x[i + 1];
+        a2 += (double)x[i + 2] * x[i + 2];
+        a3 += (double)x[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++) a0 += (double)x[i] * x[i];
+    return (a0 + a1) + (a2 + a3);
+}
+
+double sdp_sumsq(const float *x, size_t n) {
+    double partial[SUMSQ_BLOCKS];
+    size_t block = (n + SUMSQ_BLOCKS - 1) / SUMSQ_BLOCKS;
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+    for (int b = 0; b < SUMSQ_BLOCKS; b++) {
+        size_t lo = (size_t)b * block < n ? (size_t)b * block : n;
+        size_t hi = lo + block < n ? lo + block : n;
+        partial[b] = sumsq_serial(x + lo, hi - lo);
+    }
+    double total = 0;
+    for (int b = 0; b < SUMSQ_BLOCKS; b++) total += partial[b];
+    return total;
+}
+
+float sdp_clip_scale(double norm, float max_norm) {
+    if (max_norm > 0.0f && norm > (double)max_norm)
+        return (float)((double)max_norm / (norm + 1e-6));
+    return 1.0f;
+}
+
+void sdp_scale(float *x, size_t n, float s) {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
