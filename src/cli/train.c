@@ -71,7 +71,10 @@ static void choose_run_dir(trainer *t) {
         MPI_Bcast(&s, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
         now = (time_t)s;
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-        snprintf(t->o.out, sizeof t->o.out, "runs/%s-%s", t->o.model, stamp);
+        char dir[OPT_STR_MAX + 64];
+        snprintf(dir, sizeof dir, "runs/%s-%s", t->o.model, stamp);
+        SDP_CHECK(strlen(dir) < sizeof t->o.out, "run directory name too long");
+        strcpy(t->o.out, dir);
     }
     if (is_rank0(t)) make_dir(t->o.out);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -123,7 +126,8 @@ static void build_segments(trainer *t) {
     t->nsegs = L->nparams;
 }
 
-static void validate_options(const train_opts *o) {
+static void validate_options(train_opts *o) {
+    if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     SDP_CHECK(o->warmup <= o->steps, "--warmup %d exceeds --steps %d", o->warmup, o->steps);
     SDP_CHECK(o->lr_min <= o->lr, "--lr-min %g exceeds --lr %g", o->lr_min, o->lr);
 }
@@ -135,19 +139,19 @@ static void setup(trainer *t, int argc, char **argv) {
     choose_run_dir(t);
     run_load_data(&t->o, &t->train_data, &t->val_data, &t->mem);
     t->has_val = t->val_data.ntokens > 0;
+    /* Loaders first: they reject data too small for the batch before the model is allocated. */
+    sdp_loader_init(&t->train_loader, &t->train_data, t->o.batch, t->o.seq_len, t->world.rank,
+                    t->world.size, (uint64_t)t->o.seed, true, &t->mem);
+    if (t->has_val)
+        sdp_loader_init(&t->val_loader, &t->val_data, t->o.batch, t->o.seq_len, t->world.rank,
+                        t->world.size, (uint64_t)t->o.seed, false, &t->mem);
     sdp_tf_config cfg = run_model_config(&t->o, t->train_data.vocab);
-    SDP_CHECK(t->o.seq_len >= 1, "--seq-len must be positive");
     sdp_tf_create(&t->model, &cfg, NULL, t->o.batch, t->o.seq_len, true, run_gemm(&t->o),
                   &t->mem);
     sdp_layout_init_values(&t->model.layout, t->model.params, (uint64_t)t->o.seed);
     sdp_opt_cfg oc = optimizer_config(&t->o);
     sdp_optim_init(&t->opt, &oc, t->model.layout.numel, &t->mem);
     build_segments(t);
-    sdp_loader_init(&t->train_loader, &t->train_data, t->o.batch, t->o.seq_len, t->world.rank,
-                    t->world.size, (uint64_t)t->o.seed, true, &t->mem);
-    if (t->has_val)
-        sdp_loader_init(&t->val_loader, &t->val_data, t->o.batch, t->o.seq_len, t->world.rank,
-                        t->world.size, (uint64_t)t->o.seed, false, &t->mem);
     size_t N = (size_t)t->o.batch * t->o.seq_len;
     t->inputs = sdp_alloc(&t->mem, SDP_MEM_DATA, N * sizeof(int));
     t->targets = sdp_alloc(&t->mem, SDP_MEM_DATA, N * sizeof(int));

@@ -1,0 +1,37 @@
+# Helpers for the shell tests that drive the real sdp binary. Sourced, not run.
+set -uo pipefail
+: "${SDP_BIN:?SDP_BIN must point at the sdp binary (ctest sets it)}"
+TMP_ROOT="${SDP_TEST_TMP:-/tmp}"
+mkdir -p "$TMP_ROOT"
+WORK=$(mktemp -d "$TMP_ROOT/sdp-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+PASSED=0
+FAILED=0
+
+pass() { PASSED=$((PASSED + 1)); echo "ok: $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
+
+# expect_error "description" "needle" command...: the command must exit non-zero within 60 s,
+# print exactly one line to stderr that contains needle, and not crash (no signal exit).
+expect_error() {
+  local what=$1 needle=$2; shift 2
+  local err="$WORK/stderr" rc
+  timeout 60 "$@" >"$WORK/stdout" 2>"$err"; rc=$?
+  local lines; lines=$(grep -c . "$err")
+  if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then fail "$what: exit status $rc"; cat "$err"; return; fi
+  if ! grep -qF -- "$needle" "$err"; then fail "$what: message lacks '$needle'"; cat "$err"; return; fi
+  if [ "$lines" -ne 1 ]; then fail "$what: expected one line on stderr, got $lines"; cat "$err"; return; fi
+  pass "$what ($(head -c 150 "$err"))"
+}
+
+# A small real text: the start of tinyshakespeare when available, else generated prose.
+make_text() {
+  local out=$1 bytes=${2:-60000}
+  if [ -f "${SDP_TEST_TEXT:-}" ]; then head -c "$bytes" "$SDP_TEST_TEXT" >"$out"
+  else for i in $(seq 1 $((bytes / 40))); do echo "the quick brown fox $i jumps over dogs"; done >"$out"; fi
+}
+
+finish() {
+  echo "$PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+}

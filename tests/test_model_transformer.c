@@ -1,0 +1,189 @@
+/* The transformer as a whole: its tensor description, and its gradient against finite
+ * differences for both styles on a tiny configuration. */
+#include "testutil.h"
+
+#include "sdp/transformer.h"
+
+#include <omp.h>
+
+static sdp_tf_config tiny(sdp_tf_style style) {
+    sdp_tf_config c = {.style = style, .n_layer = 2, .n_head = 2, .d_model = 8, .d_ff = 12,
+                       .seq_len = 6, .vocab = 11};
+    sdp_tf_config_finish(&c);
+    return c;
+}
+
+static void make_batch(int *in, int *tg, int n, int V, sdp_rng *r) {
+    for (int i = 0; i < n; i++) {
+        in[i] = (int)sdp_rng_below(r, (uint64_t)V);
+        tg[i] = (int)sdp_rng_below(r, (uint64_t)V);
+    }
+    tg[1] = -1; /* an ignored target must not contribute */
+}
+
+/* Every parameter's gradient against central differences of the summed loss. The model runs
+ * in float, so the differences use a step of 1e-2 and a tolerance that a wrong backward (an
+ * error of the order of the gradient itself) cannot meet. */
+static void gradient_check(sdp_tf_style style) {
+    sdp_mem mem = {0};
+    sdp_tf_config c = tiny(style);
+    sdp_tf m;
+    const int B = 2, T = 5, N = B * T;
+    sdp_tf_create(&m, &c, NULL, B, T, true, SDP_GEMM_DNNL, &mem);
+    sdp_layout_init_values(&m.layout, m.params, 7);
+    /* Larger-than-default weights make every path (norm gains, biases) matter. */
+    sdp_rng r = sdp_rng_make(3, 0);
+    for (size_t i = 0; i < m.layout.numel; i++) m.params[i] += 0.3f * sdp_rng_normal(&r);
+    int in[10], tg[10];
+    make_batch(in, tg, N, c.vocab, &r);
+
+    sdp_tf_forward(&m, in, tg, B, T);
+    sdp_tf_backward(&m, 1.0f);
+    double err2 = 0, ref2 = 0;
+    int bad = 0;
+    const float h = 1e-2f;
+    for (size_t i = 0; i < m.layout.numel; i++) {
+        float p0 = m.params[i];
+        m.params[i] = p0 + h;
+        double lp = sdp_tf_forward(&m, in, tg, B, T);
+        m.params[i] = p0 - h;
+        double lm = sdp_tf_forward(&m, in, tg, B, T);
+        m.params[i] = p0;
+        double fd = (lp - lm) / (2.0 * h), an = m.grads[i];
+        err2 += (fd - an) * (fd - an);
+        ref2 += fd * fd;
+        if (fabs(fd - an) > 5e-3 + 3e-2 * fabs(fd)) {
+            if (bad++ < 5) print_error("param %zu: analytic %g, numeric %g\n", i, an, fd);
+        }
+    }
+    double rel = sqrt(err2 / ref2);
+    print_message("%s: %zu params, relative gradient error %.2e, %d outside tolerance\n",
+                  sdp_tf_style_name(style), m.layout.numel, rel, bad);
+    assert_true(ref2 > 0);
+    assert_true(rel < 5e-3);
+    assert_int_equal(bad, 0);
+    sdp_tf_destroy(&m);
+    for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(mem.cur[k], 0);
+}
+
+static void test_gradcheck_gpt(void **state) {
+    (void)state;
+    gradient_check(SDP_STYLE_GPT);
+}
+
+static void test_gradcheck_llama(void **state) {
+    (void)state;
+    gradient_check(SDP_STYLE_LLAMA);
+}
+
+/* Parameter count from the architecture, computed independently of the layout code. */
+static size_t expected_params(const sdp_tf_config *c) {
+    size_t C = (size_t)c->d_model, F = (size_t)c->d_ff, V = (size_t)c->vocab_padded;
+    if (c->style == SDP_STYLE_GPT)
+        return V * C + (size_t)c->seq_len * C +
+               (size_t)c->n_layer * (4 * C + 3 * C * C + 3 * C + C * C + C + 2 * F * C + F + C) +
+               2 * C;
+    return V * C + (size_t)c->n_layer * (2 * C + 4 * C * C + 3 * F * C) + C + V * C;
+}
+
+static void test_layout(void **state) {
+    (void)state;
+    sdp_tf_config g = {.style = SDP_STYLE_GPT, .n_layer = 12, .n_head = 12, .d_model = 768,
+                       .seq_len = 1024, .vocab = 50257};
+    sdp_tf_config_finish(&g);
+    assert_int_equal(g.vocab_padded, 50304);
+    assert_int_equal(g.d_ff, 3072);
+    sdp_tf_shape s;
+    sdp_tf_shape_full(&s, &g);
+    sdp_layout L;
+    sdp_tf_describe(&L, &g, &s);
+    assert_int_equal(L.numel, expected_params(&g));
+    /* GPT-2 124M: 124,475,904 parameters with the padded vocabulary. */
+    assert_int_equal(L.numel, 124475904);
+    const sdp_param *p = sdp_layout_find(&L, "transformer.h.3.attn.c_attn.weight");
+    assert_non_null(p);
+    assert_int_equal(p->shape[0], 3 * 768);
+    assert_int_equal(p->shape[1], 768);
+    assert_int_equal(p->block, 3);
+    assert_int_equal(p->segments, 3);
+    assert_true(p->decay);
+    assert_false(sdp_layout_find(&L, "transformer.wte.weight")->decay);
+    assert_false(sdp_layout_find(&L, "transformer.h.0.ln_1.bias")->decay);
+    assert_int_equal(sdp_layout_find(&L, "transformer.ln_f.weight")->block, -1);
+    assert_int_equal(L.nblocks, 12);
+    assert_int_equal(L.blocks[5].groups[0].width, 12);
+    assert_int_equal(L.blocks[5].groups[1].width, 3072);
+    sdp_layout_free(&L);
+    sdp_tf_shape_free(&s);
+
+    sdp_tf_config l = {.style = SDP_STYLE_LLAMA, .n_layer = 3, .n_head = 4, .d_model = 64,
+                       .seq_len = 32, .vocab = 256};
+    sdp_tf_config_finish(&l);
+    sdp_tf_shape_full(&s, &l);
+    sdp_tf_describe(&L, &l, &s);
+    assert_int_equal(L.numel, expected_params(&l));
+    /* q, k, v are adjacent so the model can run them as one GEMM. */
+    const sdp_param *q = sdp_layout_find(&L, "model.layers.1.self_attn.q_proj.weight");
+    const sdp_param *v = sdp_layout_find(&L, "model.layers.1.self_attn.v_proj.weight");
+    assert_int_equal(v->offset, q->offset + 2 * q->numel);
+    assert_non_null(sdp_layout_find(&L, "lm_head.weight"));
+    sdp_layout_free(&L);
+    sdp_tf_shape_free(&s);
+}
+
+/* A subnetwork keeps global names for its layers and slices the inner widths. */
+static void test_subnetwork_shape(void **state) {
+    (void)state;
+    sdp_tf_config c = tiny(SDP_STYLE_GPT);
+    int ids[1] = {1}, heads[1] = {1}, ff[1] = {4};
+    float sc[1] = {2.0f};
+    sdp_tf_shape s = {1, ids, heads, ff, sc};
+    sdp_layout L;
+    sdp_tf_describe(&L, &c, &s);
+    assert_null(sdp_layout_find(&L, "transformer.h.0.ln_1.weight"));
+    const sdp_param *p = sdp_layout_find(&L, "transformer.h.1.mlp.c_fc.weight");
+    assert_non_null(p);
+    assert_int_equal(p->shape[0], 4);
+    p = sdp_layout_find(&L, "transformer.h.1.attn.c_proj.weight");
+    assert_int_equal(p->shape[1], 4); /* one head of size 4 */
+    assert_int_equal(L.blocks[0].global_index, 1);
+    sdp_layout_free(&L);
+}
+
+/* Initial values depend only on (seed, tensor, element): not on thread count or order. */
+static void test_init_is_counter_based(void **state) {
+    (void)state;
+    sdp_tf_config c = tiny(SDP_STYLE_LLAMA);
+    sdp_tf_shape s;
+    sdp_tf_shape_full(&s, &c);
+    sdp_layout L;
+    sdp_tf_describe(&L, &c, &s);
+    float *a = malloc(L.numel * sizeof(float)), *b = malloc(L.numel * sizeof(float));
+    omp_set_num_threads(1);
+    sdp_layout_init_values(&L, a, 99);
+    omp_set_num_threads(2);
+    sdp_layout_init_values(&L, b, 99);
+    assert_memory_equal(a, b, L.numel * sizeof(float));
+    const sdp_param *p = sdp_layout_find(&L, "model.layers.0.mlp.up_proj.weight");
+    for (size_t j = 0; j < p->numel; j += 7)
+        assert_true(a[p->offset + j] == sdp_param_init_value(p, 99, j));
+    double sum2 = 0;
+    for (size_t j = 0; j < p->numel; j++) sum2 += (double)a[p->offset + j] * a[p->offset + j];
+    double std = sqrt(sum2 / (double)p->numel);
+    assert_true(fabs(std - 0.02) < 0.004); /* 144 samples of N(0, 0.02) */
+    sdp_layout_init_values(&L, b, 100);
+    assert_true(memcmp(a, b, L.numel * sizeof(float)) != 0);
+    free(a);
+    free(b);
+    sdp_layout_free(&L);
+    sdp_tf_shape_free(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gradcheck_gpt),   cmocka_unit_test(test_gradcheck_llama),
+        cmocka_unit_test(test_layout),          cmocka_unit_test(test_subnetwork_shape),
+        cmocka_unit_test(test_init_is_counter_based),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
