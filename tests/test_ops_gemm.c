@@ -86,12 +86,14 @@ static void test_beta_zero_ignores_c(void **state) {
             check_one(PROVIDERS[p], ta, !ta, (shape){9, 11, 17}, 1.0f, 0.0f, true);
 }
 
-/* K = 0 is an empty sum: C = beta C. M = 0 or N = 0 must not touch anything. */
+/* K = 0 is an empty sum: C = beta C (just 0 when beta = 0, whatever C held). M = 0 or N = 0
+ * must not touch anything. */
 static void test_empty_dimensions(void **state) {
     (void)state;
     for (int p = 0; p < 2; p++) {
         check_one(PROVIDERS[p], false, false, (shape){5, 6, 0}, 1.0f, 0.5f, false);
         check_one(PROVIDERS[p], true, true, (shape){5, 6, 0}, 1.0f, 0.5f, false);
+        check_one(PROVIDERS[p], false, true, (shape){5, 6, 0}, 1.0f, 0.0f, true);
         float c = 3.0f;
         sdp_gemm(PROVIDERS[p], false, false, 0, 1, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, &c, 1);
         sdp_gemm(PROVIDERS[p], false, false, 1, 0, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, &c, 1);
