@@ -19,6 +19,14 @@ static size_t out_len(shape s) {
     return (size_t)s.B * s.T * s.H * s.hs;
 }
 
+/* Scratch full of NaN: any entry the kernels read before writing would poison the results. */
+static float *poisoned_scratch(shape s) {
+    size_t n = sdp_attention_scratch_floats(s.T, s.hs);
+    float *scratch = malloc(n * sizeof *scratch);
+    for (size_t i = 0; i < n; i++) scratch[i] = NAN;
+    return scratch;
+}
+
 /* out and lse of causal softmax attention, straight from the definition. */
 static void ref_attention(double *out, double *lse, const double *qkv, shape s) {
     int D = s.H * s.hs, T = s.T;
@@ -76,8 +84,8 @@ static void check_forward(shape s, int threads) {
     size_t n = qkv_len(s), m = out_len(s), nl = (size_t)s.B * s.H * s.T;
     float *qkv = malloc(n * sizeof *qkv), *out = malloc(m * sizeof *out);
     float *lse = malloc(nl * sizeof *lse);
-    float *scratch = malloc(sdp_attention_scratch_floats(s.T, s.hs) * sizeof *scratch);
-    double *qkv_d = malloc(n * sizeof *qkv_d), *out_d = malloc(m * sizeof *out_d);
+    float *scratch = poisoned_scratch(s);
+    double *qkv_d = calloc(n, sizeof *qkv_d), *out_d = malloc(m * sizeof *out_d);
     double *lse_d = malloc(nl * sizeof *lse_d);
     tu_fill(qkv, n, &rng, 1.5f);
     tu_to_double(qkv_d, qkv, n);
@@ -112,7 +120,7 @@ static void check_backward(shape s, int threads, size_t checked) {
     float *before = malloc(n * sizeof *before);
     float *out = malloc(m * sizeof *out), *dout = malloc(m * sizeof *dout);
     float *lse = malloc(nl * sizeof *lse);
-    float *scratch = malloc(sdp_attention_scratch_floats(s.T, s.hs) * sizeof *scratch);
+    float *scratch = poisoned_scratch(s);
     tu_fill(qkv, n, &rng, 1.5f);
     tu_fill(dout, m, &rng, 1.0f);
     tu_fill(before, n, &rng, 1.0f);
@@ -130,7 +138,7 @@ static void check_backward(shape s, int threads, size_t checked) {
         idx[i] = idx[j], idx[j] = t;
     }
     idx[checked] = SIZE_MAX;
-    double *qkv_d = malloc(n * sizeof *qkv_d), *out_d = malloc(m * sizeof *out_d);
+    double *qkv_d = calloc(n, sizeof *qkv_d), *out_d = malloc(m * sizeof *out_d);
     double *r = malloc(m * sizeof *r), *x = malloc(checked * sizeof *x);
     double *grad = malloc(checked * sizeof *grad);
     tu_to_double(qkv_d, qkv, n);
@@ -174,7 +182,7 @@ static void test_thread_count_does_not_change_results(void **state) {
     tu_fill(dout, m, &rng, 1.0f);
     for (int i = 0; i < 2; i++) {
         omp_set_num_threads(i == 0 ? 1 : 4);
-        float *scratch = malloc(sdp_attention_scratch_floats(s.T, s.hs) * sizeof *scratch);
+        float *scratch = poisoned_scratch(s);
         out[i] = malloc(m * sizeof *out[i]);
         lse[i] = malloc(nl * sizeof *lse[i]);
         dqkv[i] = calloc(n, sizeof *dqkv[i]);
@@ -199,8 +207,8 @@ static void test_large_scores_stay_finite(void **state) {
     size_t n = qkv_len(s), m = out_len(s), nl = (size_t)s.B * s.H * s.T;
     float *qkv = malloc(n * sizeof *qkv), *out = malloc(m * sizeof *out);
     float *lse = malloc(nl * sizeof *lse);
-    float *scratch = malloc(sdp_attention_scratch_floats(s.T, s.hs) * sizeof *scratch);
-    double *qkv_d = malloc(n * sizeof *qkv_d), *out_d = malloc(m * sizeof *out_d);
+    float *scratch = poisoned_scratch(s);
+    double *qkv_d = calloc(n, sizeof *qkv_d), *out_d = malloc(m * sizeof *out_d);
     double *lse_d = malloc(nl * sizeof *lse_d);
     tu_fill(qkv, n, &rng, 12.0f); /* scores of several hundred */
     tu_to_double(qkv_d, qkv, n);
