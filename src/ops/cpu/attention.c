@@ -1,0 +1,354 @@
+/* Causal multi-head self-attention, fp32, forward and backward.
+ *
+ * One OpenMP task per (batch, head). Inside it, query rows go in blocks of BLOCK_ROWS so that
+ * only a BLOCK_ROWS x T tile of scores exists at a time, in the thread's slice of the caller's
+ * scratch: the forward keeps just out and the log-sum-exp of each score row, and the backward
+ * recomputes the probabilities from them. Every product runs through one register-blocked
+ * micro-kernel (mm_rows) that the compiler vectorises; the masked upper triangle is skipped a
+ * micro-tile at a time and zeroed inside the tiles that straddle the diagonal.
+ */
+#include "sdp/check.h"
+#include "sdp/ops.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+enum {
+    BLOCK_ROWS = 64, /* query rows whose scores are held at once */
+    MR = 8,          /* rows of a micro-tile */
+    NR = 32,         /* columns of a micro-tile: a few vector registers per row */
+    FLOAT_ALIGN = 16 /* thread slices start on 64-byte boundaries */
+};
+
+static int min_int(int a, int b) {
+    return a < b ? a : b;
+}
+
+static int max_int(int a, int b) {
+    return a > b ? a : b;
+}
+
+/* ---- micro-kernel -------------------------------------------------------------------------- */
+
+/* A is read as A[i*ars + k*aks], so one kernel serves both A and A^T; B[k, j] is B[k*ldb + j]. */
+typedef struct {
+    const float *a;
+    ptrdiff_t ars, aks;
+    const float *b;
+    ptrdiff_t ldb;
+    float *c;
+    ptrdiff_t ldc;
+} mm_args;
+
+/* A full MR x NR tile: the accumulators stay in registers for the whole k loop. */
+static void tile_full(const mm_args *p, int k0, int k1, int j0, bool add) {
+    const float *restrict a = p->a;
+    float acc[MR][NR] = {{0}};
+    for (int k = k0; k < k1; k++) {
+        const float *restrict b = p->b + k * p->ldb + j0;
+        for (int i = 0; i < MR; i++) {
+            float aik = a[i * p->ars + k * p->aks];
+            for (int j = 0; j < NR; j++) acc[i][j] = fmaf(aik, b[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        float *restrict c = p->c + i * p->ldc + j0;
+        for (int j = 0; j < NR; j++) c[j] = add ? c[j] + acc[i][j] : acc[i][j];
+    }
+}
+
+/* Ragged edges (fewer than MR rows or NR columns) accumulate straight into C. */
+static void tile_edge(const mm_args *p, int m, int n, int k0, int k1, int j0, bool add) {
+    for (int i = 0; i < m; i++) {
+        float *restrict c = p->c + i * p->ldc + j0;
+        if (!add) memset(c, 0, (size_t)n * sizeof *c);
+        for (int k = k0; k < k1; k++) {
+            float aik = p->a[i * p->ars + k * p->aks];
+            const float *restrict b = p->b + k * p->ldb + j0;
+            for (int j = 0; j < n; j++) c[j] = fmaf(aik, b[j], c[j]);
+        }
+    }
+}
+
+/* C[i, j] (+)= sum over k0 <= k < k1 of A(i, k) B[k, j], for i < m <= MR and j < n. */
+static void mm_rows(const mm_args *p, int m, int n, int k0, int k1, bool add) {
+    int j0 = 0;
+    if (m == MR)
+        for (; j0 + NR <= n; j0 += NR) tile_full(p, k0, k1, j0, add);
+    if (j0 < n) tile_edge(p, m, n - j0, k0, k1, j0, add);
+}
+
+/* ---- softmax pieces ------------------------------------------------------------------------ */
+
+/* e^x to about 1 ulp for x in [-87, 88] (clamped outside, which for softmax arguments x <= 0
+ * only turns values below 1.6e-38 into 1.6e-38). Branch-free so the loops that call it vectorise,
+ * which libm's expf does not; it would otherwise cost more than the matrix products. */
+static inline float exp_clamped(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    /* Adding 1.5 * 2^23 rounds x / ln 2 to the nearest integer n. */
+    float n = fmaf(x, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+    float r = fmaf(-n, 0.693145751953125f, x); /* ln 2 split so that n * hi is exact */
+    r = fmaf(-n, 1.428606765330187e-06f, r);
+    float e = 1.0f / 5040; /* Taylor series of e^r, |r| <= ln2 / 2 */
+    e = fmaf(e, r, 1.0f / 720);
+    e = fmaf(e, r, 1.0f / 120);
+    e = fmaf(e, r, 1.0f / 24);
+    e = fmaf(e, r, 1.0f / 6);
+    e = fmaf(e, r, 0.5f);
+    e = fmaf(e, r, 1.0f);
+    e = fmaf(e, r, 1.0f);
+    union {
+        int32_t i;
+        float f;
+    } two_n = {.i = ((int32_t)n + 127) << 23};
+    return e * two_n.f;
+}
+
+/* Rows of the score tile hold raw q.k; the softmax works on scale * q.k. */
+static float row_max(const float *s, int n) {
+    float part[16];
+    for (int j = 0; j < 16; j++) part[j] = -INFINITY;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) part[j] = s[i + j] > part[j] ? s[i + j] : part[j];
+    float m = -INFINITY;
+    for (int j = 0; j < 16; j++) m = part[j] > m ? part[j] : m;
+    for (; i < n; i++) m = s[i] > m ? s[i] : m;
+    return m;
+}
+
+/* p[i] = exp(scale * p[i] - shift) for i < n; returns their sum (in partial sums, so that the
+ * loop vectorises without reassociation flags). */
+static float exp_shifted(float *p, int n, float scale, float shift) {
+    float part[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) {
+            float e = exp_clamped(scale * p[i + j] - shift);
+            p[i + j] = e;
+            part[j] += e;
+        }
+    float sum = 0;
+    for (int j = 0; j < 16; j++) sum += part[j];
+    for (; i < n; i++) {
+        p[i] = exp_clamped(scale * p[i] - shift);
+        sum += p[i];
+    }
+    return sum;
+}
+
+/* ---- per-thread scratch -------------------------------------------------------------------- */
+
+/* Rows over keys are padded to ldt, a whole number of micro-tiles, so that score tiles can always
+ * run full width: the columns computed past the diagonal are never read. */
+typedef struct {
+    int ldt;   /* row stride of all four: T rounded up to a multiple of NR */
+    float *kt; /* [hs, ldt]: k transposed, so that scores are products of contiguous rows */
+    float *vt; /* [hs, ldt]: v transposed (backward: dP = dO v^T) */
+    float *p;  /* [BLOCK_ROWS, ldt]: scores, then probabilities */
+    float *dp; /* [BLOCK_ROWS, ldt]: dP, then dS (backward) */
+} head_scratch;
+
+static int round_up(int n, int multiple) {
+    return (n + multiple - 1) / multiple * multiple;
+}
+
+static size_t slice_floats(int T, int hs) {
+    size_t ldt = (size_t)round_up(T, NR);
+    size_t n = 2 * (size_t)hs * ldt + 2 * (size_t)BLOCK_ROWS * ldt;
+    return (n + FLOAT_ALIGN - 1) / FLOAT_ALIGN * FLOAT_ALIGN;
+}
+
+size_t sdp_attention_scratch_floats(int T, int hs) {
+    return (size_t)omp_get_max_threads() * slice_floats(T, hs);
+}
+
+/* The slice of the calling thread. The scratch was sized with omp_get_max_threads(), so the
+ * thread count must not grow between sizing it and calling the kernels. */
+static head_scratch my_scratch(float *scratch, int T, int hs) {
+    float *s = scratch + (size_t)omp_get_thread_num() * slice_floats(T, hs);
+    head_scratch h;
+    h.ldt = round_up(T, NR);
+    h.kt = s;
+    h.vt = h.kt + (size_t)hs * h.ldt;
+    h.p = h.vt + (size_t)hs * h.ldt;
+    h.dp = h.p + (size_t)BLOCK_ROWS * h.ldt;
+    return h;
+}
+
+/* dst[d, t] = src[t * ld + d] for t < T, and zero in the padding up to ldt. */
+static void gather_transposed(float *dst, int ldt, const float *src, ptrdiff_t ld, int T, int hs) {
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < hs; d++) dst[(size_t)d * ldt + t] = src[t * ld + d];
+    for (int d = 0; d < hs; d++)
+        for (int t = T; t < ldt; t++) dst[(size_t)d * ldt + t] = 0;
+}
+
+/* One (batch, head): pointers at head h of batch b, with the row strides of their tensors. */
+typedef struct {
+    const float *q, *k, *v; /* row stride ld_qkv */
+    ptrdiff_t ld_qkv;
+    int T, hs;
+    float scale;
+} head_view;
+
+static head_view view_head(const float *qkv_b, int T, int H, int hs, int h) {
+    ptrdiff_t D = (ptrdiff_t)H * hs;
+    head_view v = {qkv_b + h * hs,         qkv_b + D + h * hs, qkv_b + 2 * D + h * hs, 3 * D, T, hs,
+                   1.0f / sqrtf((float)hs)};
+    return v;
+}
+
+/* dst rows r < nr (stride ldt) = x rows r (stride ld_x) times yt [hs, ldt], over the keys that
+ * the causal mask lets block rows [t0, t0 + nr) see: each group of MR rows goes up to its last
+ * row, rounded up to whole micro-tiles. Used for the scores q k^T and for dP = dO v^T. */
+static void block_times_keys(float *dst, int ldt, const float *x, ptrdiff_t ld_x, const float *yt,
+                             int hs, int t0, int nr) {
+    for (int r0 = 0; r0 < nr; r0 += MR) {
+        int m = min_int(MR, nr - r0);
+        mm_args a = {x + r0 * ld_x, ld_x, 1, yt, ldt, dst + r0 * ldt, ldt};
+        mm_rows(&a, m, round_up(t0 + r0 + m, NR), 0, hs, false);
+    }
+}
+
+/* Zeroes row r's entries past the diagonal up to the end of its MR group, so that products over
+ * keys can run to the group's end. */
+static void mask_row(float *row, int t, int t0, int r, int nr) {
+    int group_end = t0 + min_int((r / MR + 1) * MR, nr);
+    for (int s = t + 1; s < group_end; s++) row[s] = 0;
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+static void attention_fwd_head(float *out, ptrdiff_t ld_out, float *lse, const head_view *hv,
+                               head_scratch *sc) {
+    int T = hv->T, ldt = sc->ldt;
+    gather_transposed(sc->kt, ldt, hv->k, hv->ld_qkv, T, hv->hs);
+    for (int t0 = 0; t0 < T; t0 += BLOCK_ROWS) {
+        int nr = min_int(BLOCK_ROWS, T - t0);
+        block_times_keys(sc->p, ldt, hv->q + t0 * hv->ld_qkv, hv->ld_qkv, sc->kt, hv->hs, t0, nr);
+        for (int r = 0; r < nr; r++) {
+            int t = t0 + r;
+            float *row = sc->p + r * ldt;
+            float shift = hv->scale * row_max(row, t + 1);
+            float sum = exp_shifted(row, t + 1, hv->scale, shift);
+            float inv = 1.0f / sum;
+            for (int s = 0; s <= t; s++) row[s] *= inv;
+            mask_row(row, t, t0, r, nr);
+            lse[t] = shift + logf(sum);
+        }
+        for (int r0 = 0; r0 < nr; r0 += MR) {
+            int m = min_int(MR, nr - r0);
+            mm_args a = {sc->p + r0 * ldt,         ldt,   1, hv->v, hv->ld_qkv,
+                         out + (t0 + r0) * ld_out, ld_out};
+            mm_rows(&a, m, hv->hs, 0, t0 + r0 + m, false);
+        }
+    }
+}
+
+static void check_dims(int B, int T, int H, int hs, const void *scratch) {
+    SDP_CHECK(B > 0 && T > 0 && H > 0 && hs > 0,
+              "attention needs positive sizes, got B=%d T=%d H=%d hs=%d: check the model config", B,
+              T, H, hs);
+    SDP_CHECK(scratch, "attention scratch is NULL: pass a buffer of "
+                       "sdp_attention_scratch_floats(T, hs) floats");
+}
+
+void sdp_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int H, int hs,
+                       float *scratch) {
+    check_dims(B, T, H, hs, scratch);
+    SDP_ASSERT(out && lse && qkv);
+    ptrdiff_t D = (ptrdiff_t)H * hs;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        head_scratch s = my_scratch(scratch, T, hs);
+        head_view hv = view_head(qkv + (size_t)b * T * 3 * D, T, H, hs, h);
+        attention_fwd_head(out + (size_t)b * T * D + h * hs, D, lse + (size_t)bh * T, &hv, &s);
+    }
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+/* Gradient pointers at head h of batch b, rows of stride ld_qkv like the head_view. */
+typedef struct {
+    float *dq, *dk, *dv;
+} head_grads;
+
+/* g[s, :] += sum over block rows r of w[r, s] x[r, :], for keys s < t0 + nr. w (row stride ldt)
+ * is zero past the diagonal, so for a group of keys only rows from its first key on count. */
+static void accumulate_keys(float *g, ptrdiff_t ld_g, const float *w, int ldt, const float *x,
+                            ptrdiff_t ld_x, int hs, int t0, int nr) {
+    for (int s0 = 0; s0 < t0 + nr; s0 += MR) {
+        int m = min_int(MR, t0 + nr - s0);
+        mm_args a = {w + s0, 1, ldt, x, ld_x, g + s0 * ld_g, ld_g};
+        mm_rows(&a, m, hs, max_int(0, s0 - t0), nr, true);
+    }
+}
+
+static void attention_bwd_block(const head_grads *g, const float *dout, const float *out,
+                                ptrdiff_t ld_out, const float *lse, const head_view *hv,
+                                head_scratch *sc, int t0, int nr) {
+    int hs = hv->hs, ldt = sc->ldt;
+    ptrdiff_t ld = hv->ld_qkv;
+    const float *dout0 = dout + t0 * ld_out;
+
+    /* Recompute the probabilities of this block from the saved log-sum-exp. */
+    block_times_keys(sc->p, ldt, hv->q + t0 * ld, ld, sc->kt, hs, t0, nr);
+    for (int r = 0; r < nr; r++) {
+        float *row = sc->p + r * ldt;
+        exp_shifted(row, t0 + r + 1, hv->scale, lse[t0 + r]);
+        mask_row(row, t0 + r, t0, r, nr);
+    }
+    accumulate_keys(g->dv, ld, sc->p, ldt, dout0, ld_out, hs, t0, nr);
+
+    /* dP = dO v^T, then dS = P * (dP - rowsum(dO * O)), times scale for the raw q.k. */
+    block_times_keys(sc->dp, ldt, dout0, ld_out, sc->vt, hs, t0, nr);
+    for (int r = 0; r < nr; r++) {
+        const float *o = out + (t0 + r) * ld_out, *d_o = dout0 + r * ld_out;
+        float dodo = 0;
+        for (int d = 0; d < hs; d++) dodo += o[d] * d_o[d];
+        const float *p = sc->p + r * ldt;
+        float *ds = sc->dp + r * ldt;
+        for (int s = 0; s <= t0 + r; s++) ds[s] = hv->scale * p[s] * (ds[s] - dodo);
+        mask_row(ds, t0 + r, t0, r, nr);
+    }
+    for (int r0 = 0; r0 < nr; r0 += MR) {
+        int m = min_int(MR, nr - r0);
+        mm_args a = {sc->dp + r0 * ldt, ldt, 1, hv->k, ld, g->dq + (t0 + r0) * ld, ld};
+        mm_rows(&a, m, hs, 0, t0 + r0 + m, true);
+    }
+    accumulate_keys(g->dk, ld, sc->dp, ldt, hv->q + t0 * ld, ld, hs, t0, nr);
+}
+
+static void attention_bwd_head(const head_grads *g, const float *dout, const float *out,
+                               ptrdiff_t ld_out, const float *lse, const head_view *hv,
+                               head_scratch *sc) {
+    gather_transposed(sc->kt, sc->ldt, hv->k, hv->ld_qkv, hv->T, hv->hs);
+    gather_transposed(sc->vt, sc->ldt, hv->v, hv->ld_qkv, hv->T, hv->hs);
+    for (int t0 = 0; t0 < hv->T; t0 += BLOCK_ROWS)
+        attention_bwd_block(g, dout, out, ld_out, lse, hv, sc, t0, min_int(BLOCK_ROWS, hv->T - t0));
+}
+
+void sdp_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                       const float *lse, int B, int T, int H, int hs, float *scratch) {
+    if (!dqkv) return;
+    check_dims(B, T, H, hs, scratch);
+    SDP_ASSERT(dout && qkv && out && lse);
+    ptrdiff_t D = (ptrdiff_t)H * hs;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        head_scratch s = my_scratch(scratch, T, hs);
+        size_t row0 = (size_t)b * T;
+        head_view hv = view_head(qkv + row0 * 3 * D, T, H, hs, h);
+        float *dqkv_bh = dqkv + row0 * 3 * D + h * hs;
+        head_grads g = {dqkv_bh, dqkv_bh + D, dqkv_bh + 2 * D};
+        attention_bwd_head(&g, dout + row0 * D + h * hs, out + row0 * D + h * hs, D,
+                           lse + (size_t)bh * T, &hv, &s);
+    }
+}

@@ -1,0 +1,47 @@
+/* Timing of sgemm for a given shape, used as the practical peak of the machine. */
+#include "sdp/bench.h"
+#include "sdp/check.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *alloc_filled(size_t count, float value) {
+    float *p = malloc(count * sizeof(float));
+    SDP_CHECK(p, "out of memory allocating %zu floats for the sgemm benchmark: use a smaller size",
+              count);
+    for (size_t i = 0; i < count; i++) p[i] = value;
+    return p;
+}
+
+double sdp_measure_sgemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N, int K,
+                         int repeats) {
+    SDP_CHECK(M > 0 && N > 0 && K > 0 && repeats > 0,
+              "sgemm benchmark: sizes (%d, %d, %d) and repeats %d must be positive", M, N, K,
+              repeats);
+    /* Stored shapes: A is [M, K] ([K, M] if ta), B is [K, N] ([N, K] if tb), C is [M, N]. */
+    float *A = alloc_filled((size_t)M * K, 0.01f);
+    float *B = alloc_filled((size_t)K * N, 0.02f);
+    float *C = alloc_filled((size_t)M * N, 0.0f);
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    double best = 1e300;
+    for (int r = -1; r < repeats; r++) { /* r = -1 is the warm-up */
+        double t0 = now_seconds();
+        sdp_gemm(prov, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+        double dt = now_seconds() - t0;
+        if (r >= 0 && dt < best) best = dt;
+    }
+    free(A);
+    free(B);
+    free(C);
+    return 2.0 * M * N * K / best * 1e-9;
+}
+
+double sdp_measure_sgemm_peak(sdp_gemm_provider prov, int size, int repeats) {
+    return sdp_measure_sgemm(prov, false, false, size, size, size, repeats);
+}
