@@ -43,7 +43,7 @@ with open(f"{d}/good_train.bin", "wb") as f:
     f.write(struct.pack("<5000H", *[(i * 7) % 300 for i in range(5000)]))
 PY
 expect_error "wrong magic" "expected 20240520" "$SDP_BIN" train "${T[@]}" --data "$WORK/good_train.bin" --val-data "$WORK/magic.bin"
-expect_error "no shard matches" "no file matches" "$SDP_BIN" train "${T[@]}" --data "$WORK/good_train.bin" --val-data "$WORK/none_*.bin"
+expect_error "no shard matches" "no files match" "$SDP_BIN" train "${T[@]}" --data "$WORK/good_train.bin" --val-data "$WORK/none_*.bin"
 
 # A corrupted checkpoint is detected on resume and on eval.
 "$SDP_BIN" train "${T[@]}" >/dev/null 2>&1 || fail "small training run failed"
@@ -59,4 +59,5 @@ expect_error "corrupted checkpoint (eval)" "checksum mismatch" "$SDP_BIN" eval -
 expect_error "resume from a non-run" "not a run directory" "$SDP_BIN" train --resume "$WORK"
 expect_error "changing the model on resume" "cannot change when resuming" "$SDP_BIN" train --resume "$WORK/run" --width 32
 expect_error "eval without a run" "needs --run" "$SDP_BIN" eval
+expect_error "val-data with text" "--val-data is for llm.c shards" "$SDP_BIN" train "${T[@]}" --val-data "$WORK/x_*.bin"
 finish

@@ -7,8 +7,13 @@
 #include <omp.h>
 
 static sdp_tf_config tiny(sdp_tf_style style) {
-    sdp_tf_config c = {.style = style, .n_layer = 2, .n_head = 2, .d_model = 8, .d_ff = 12,
-                       .seq_len = 6, .vocab = 11};
+    sdp_tf_config c = {.style = style,
+                       .n_layer = 2,
+                       .n_head = 2,
+                       .d_model = 8,
+                       .d_ff = 12,
+                       .seq_len = 6,
+                       .vocab = 11};
     sdp_tf_config_finish(&c);
     return c;
 }
@@ -88,8 +93,12 @@ static size_t expected_params(const sdp_tf_config *c) {
 
 static void test_layout(void **state) {
     (void)state;
-    sdp_tf_config g = {.style = SDP_STYLE_GPT, .n_layer = 12, .n_head = 12, .d_model = 768,
-                       .seq_len = 1024, .vocab = 50257};
+    sdp_tf_config g = {.style = SDP_STYLE_GPT,
+                       .n_layer = 12,
+                       .n_head = 12,
+                       .d_model = 768,
+                       .seq_len = 1024,
+                       .vocab = 50257};
     sdp_tf_config_finish(&g);
     assert_int_equal(g.vocab_padded, 50304);
     assert_int_equal(g.d_ff, 3072);
@@ -116,8 +125,12 @@ static void test_layout(void **state) {
     sdp_layout_free(&L);
     sdp_tf_shape_free(&s);
 
-    sdp_tf_config l = {.style = SDP_STYLE_LLAMA, .n_layer = 3, .n_head = 4, .d_model = 64,
-                       .seq_len = 32, .vocab = 256};
+    sdp_tf_config l = {.style = SDP_STYLE_LLAMA,
+                       .n_layer = 3,
+                       .n_head = 4,
+                       .d_model = 64,
+                       .seq_len = 32,
+                       .vocab = 256};
     sdp_tf_config_finish(&l);
     sdp_tf_shape_full(&s, &l);
     sdp_tf_describe(&L, &l, &s);
@@ -181,8 +194,10 @@ static void test_init_is_counter_based(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gradcheck_gpt),   cmocka_unit_test(test_gradcheck_llama),
-        cmocka_unit_test(test_layout),          cmocka_unit_test(test_subnetwork_shape),
+        cmocka_unit_test(test_gradcheck_gpt),
+        cmocka_unit_test(test_gradcheck_llama),
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_subnetwork_shape),
         cmocka_unit_test(test_init_is_counter_based),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

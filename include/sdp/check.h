@@ -16,7 +16,7 @@ _Noreturn void sdp_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 
 /* Use for internal invariants: a failure here is a bug in sdp, reported with its location. */
 #define SDP_ASSERT(cond)                                                                           \
     do {                                                                                           \
-        if (!(cond)) sdp_fatal("internal error at %s:%d: %s", __FILE__, __LINE__, #cond);        \
+        if (!(cond)) sdp_fatal("internal error at %s:%d: %s", __FILE__, __LINE__, #cond);          \
     } while (0)
 
 /* fopen that fails with a clear message. */

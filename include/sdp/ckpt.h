@@ -50,7 +50,6 @@ void sdp_st_close(sdp_st_file *f, sdp_mem *mem);
 /* Atomically replaces `path` with `len` bytes of `data` (temp file, fsync, rename). */
 void sdp_write_file_atomic(const char *path, const void *data, size_t len);
 
-
 /* ---- model checkpoints: every tensor of a layout, from one or more flat buffers -------------- */
 
 /* One flat buffer laid out like the model, saved as "<tensor name><suffix>" per tensor

@@ -18,10 +18,10 @@ typedef struct {
 typedef struct {
     sdp_token_span *spans;
     int nspans;
-    int vocab;         /* 256 for text; 1 + largest token id seen for shards */
-    size_t ntokens;    /* total over spans */
-    uint16_t *owned;   /* text: the bytes as tokens (SDP_MEM_DATA) */
-    void **maps;       /* shards: mmapped files */
+    int vocab;       /* 256 for text; 1 + largest token id seen for shards */
+    size_t ntokens;  /* total over spans */
+    uint16_t *owned; /* text: the bytes as tokens (SDP_MEM_DATA) */
+    void **maps;     /* shards: mmapped files */
     size_t *map_bytes;
 } sdp_tokens;
 

@@ -35,8 +35,8 @@ void sdp_set_threads(int n);
 void sdp_linear_fwd(sdp_gemm_provider prov, float *out, const float *inp, const float *w,
                     const float *bias, int n, int ic, int oc);
 /* dinp += dout w ; dw += dout^T inp ; dbias += column sums of dout */
-void sdp_linear_bwd(sdp_gemm_provider prov, float *dinp, float *dw, float *dbias,
-                    const float *dout, const float *inp, const float *w, int n, int ic, int oc);
+void sdp_linear_bwd(sdp_gemm_provider prov, float *dinp, float *dw, float *dbias, const float *dout,
+                    const float *inp, const float *w, int n, int ic, int oc);
 
 /* ---- embeddings ---------------------------------------------------------------------------- */
 

@@ -67,11 +67,11 @@ typedef struct {
     float *params, *grads;
     /* activations */
     int *inputs, *targets;
-    float *embed;                /* [N, C] residual stream entering layer 0 */
+    float *embed; /* [N, C] residual stream entering layer 0 */
     sdp_tf_layer_acts *layers;
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *probs;                /* [N, Vp]: logits, then probabilities, then dlogits */
-    float *losses;               /* [N] */
+    float *probs;  /* [N, Vp]: logits, then probabilities, then dlogits */
+    float *losses; /* [N] */
     /* gradient work buffers, reused across layers */
     float *d_res, *d_branch, *d_norm, *d_att, *d_qkv, *d_fc, *d_act;
     float *attn_scratch;

@@ -31,8 +31,7 @@ bool opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_
     case OPT_FLOAT: {
         double v = strtod(value, &end);
         if (!*value || *end || errno || !isfinite(v) || v < s->min) {
-            snprintf(err, errlen, "--%s expects a number >= %g, got '%s'", s->name, s->min,
-                     value);
+            snprintf(err, errlen, "--%s expects a number >= %g, got '%s'", s->name, s->min, value);
             return false;
         }
         *(double *)field(opts, s) = v;
@@ -126,10 +125,18 @@ char *opts_to_json(const opt_spec *specs, const void *opts) {
     for (const opt_spec *s = specs; s->name; s++) {
         const void *f = (const char *)opts + s->offset;
         switch (s->type) {
-        case OPT_INT: cJSON_AddNumberToObject(o, s->name, *(const int *)f); break;
-        case OPT_FLOAT: cJSON_AddNumberToObject(o, s->name, *(const double *)f); break;
-        case OPT_STR: cJSON_AddStringToObject(o, s->name, (const char *)f); break;
-        case OPT_FLAG: cJSON_AddBoolToObject(o, s->name, *(const bool *)f); break;
+        case OPT_INT:
+            cJSON_AddNumberToObject(o, s->name, *(const int *)f);
+            break;
+        case OPT_FLOAT:
+            cJSON_AddNumberToObject(o, s->name, *(const double *)f);
+            break;
+        case OPT_STR:
+            cJSON_AddStringToObject(o, s->name, (const char *)f);
+            break;
+        case OPT_FLAG:
+            cJSON_AddBoolToObject(o, s->name, *(const bool *)f);
+            break;
         }
     }
     char *txt = cJSON_Print(o);

@@ -33,7 +33,8 @@ void run_load_config(train_opts *o, const char *dir) {
     char path[1024];
     run_path(path, sizeof path, dir, "config.json");
     FILE *f = fopen(path, "rb");
-    SDP_CHECK(f, "'%s' is not a run directory (no config.json): pass the directory that "
+    SDP_CHECK(f,
+              "'%s' is not a run directory (no config.json): pass the directory that "
               "sdp train wrote",
               dir);
     fclose(f);
@@ -60,7 +61,8 @@ static bool looks_like_shards(const char *pattern) {
 }
 
 void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem) {
-    SDP_CHECK(o->data[0], "no training data: pass --data FILE (a text file such as "
+    SDP_CHECK(o->data[0],
+              "no training data: pass --data FILE (a text file such as "
               "tinyshakespeare.txt, see the README) or --data 'DIR/*train*.bin' (llm.c shards)");
     memset(train, 0, sizeof *train);
     if (val) memset(val, 0, sizeof *val);
@@ -68,6 +70,10 @@ void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_
         sdp_tokens_load_shards(train, o->data, mem);
         if (val && o->val_data[0]) sdp_tokens_load_shards(val, o->val_data, mem);
     } else {
+        SDP_CHECK(!o->val_data[0],
+                  "--val-data is for llm.c shards; '%s' is text, whose "
+                  "validation split is set by --val-frac",
+                  o->data);
         SDP_CHECK(o->val_frac < 1.0, "--val-frac must be below 1 (got %g)", o->val_frac);
         sdp_tokens_load_text(train, val && o->val_frac > 0 ? val : NULL, o->data,
                              val ? o->val_frac : 0.0, mem);
@@ -76,8 +82,8 @@ void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_
 
 sdp_tf_config run_model_config(const train_opts *o, int data_vocab) {
     sdp_tf_config c = {0};
-    SDP_CHECK(sdp_tf_style_parse(o->model, &c.style),
-              "unknown --model '%s': use gpt or llama", o->model);
+    SDP_CHECK(sdp_tf_style_parse(o->model, &c.style), "unknown --model '%s': use gpt or llama",
+              o->model);
     c.n_layer = o->layers;
     c.n_head = o->heads;
     c.d_model = o->width;

@@ -75,8 +75,10 @@ int cmd_sample(int argc, char **argv) {
     train_opts o;
     sdp_tf m;
     load_run_model(&m, &o, s.run, 1, 0, &mem);
-    SDP_CHECK(m.cfg.vocab <= 256, "this run has a %d-token vocabulary; sdp sample decodes only "
-              "byte-level (text) runs", m.cfg.vocab);
+    SDP_CHECK(m.cfg.vocab <= 256,
+              "this run has a %d-token vocabulary; sdp sample decodes only "
+              "byte-level (text) runs",
+              m.cfg.vocab);
     const int T = m.cfg.seq_len;
     int *ctx = calloc((size_t)T, sizeof(int));
     SDP_CHECK(ctx, "out of memory");

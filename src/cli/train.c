@@ -97,13 +97,18 @@ static void apply_resume_config(trainer *t, int argc, char **argv) {
                                      : sizeof(double));
     }
     strcpy(t->o.resume, cli.resume);
+    /* Stopping early is about one invocation, not the run: it never carries over. */
+    if (!opts_given(argc, argv, "stop-after")) t->o.stop_after = 0;
 }
 
 static sdp_opt_cfg optimizer_config(const train_opts *o) {
     sdp_opt_kind kind;
-    if (strcmp(o->optimizer, "adamw") == 0) kind = SDP_OPT_ADAMW;
-    else if (strcmp(o->optimizer, "sgd") == 0) kind = SDP_OPT_SGD;
-    else sdp_fatal("unknown --optimizer '%s': use adamw or sgd", o->optimizer);
+    if (strcmp(o->optimizer, "adamw") == 0)
+        kind = SDP_OPT_ADAMW;
+    else if (strcmp(o->optimizer, "sgd") == 0)
+        kind = SDP_OPT_SGD;
+    else
+        sdp_fatal("unknown --optimizer '%s': use adamw or sgd", o->optimizer);
     sdp_opt_cfg c = sdp_opt_defaults(kind);
     c.beta1 = (float)o->beta1;
     c.beta2 = (float)o->beta2;
@@ -146,8 +151,7 @@ static void setup(trainer *t, int argc, char **argv) {
         sdp_loader_init(&t->val_loader, &t->val_data, t->o.batch, t->o.seq_len, t->world.rank,
                         t->world.size, (uint64_t)t->o.seed, false, &t->mem);
     sdp_tf_config cfg = run_model_config(&t->o, t->train_data.vocab);
-    sdp_tf_create(&t->model, &cfg, NULL, t->o.batch, t->o.seq_len, true, run_gemm(&t->o),
-                  &t->mem);
+    sdp_tf_create(&t->model, &cfg, NULL, t->o.batch, t->o.seq_len, true, run_gemm(&t->o), &t->mem);
     sdp_layout_init_values(&t->model.layout, t->model.params, (uint64_t)t->o.seed);
     sdp_opt_cfg oc = optimizer_config(&t->o);
     sdp_optim_init(&t->opt, &oc, t->model.layout.numel, &t->mem);
@@ -183,10 +187,9 @@ static void save_checkpoint(trainer *t) {
     snprintf(es, sizeof es, "%llu", (unsigned long long)t->train_loader.pos.step);
     snprintf(tok, sizeof tok, "%.17g", t->tokens_seen);
     snprintf(fl, sizeof fl, "%.17g", t->flops_done);
-    const char *meta[] = {"format",      "pt",  "sdp.step",         step,
-                          "sdp.opt_t",   opt_t, "sdp.loader_epoch", ep,
-                          "sdp.loader_step", es, "sdp.tokens",      tok,
-                          "sdp.flops",   fl,    "sdp.vocab", vocab, NULL};
+    const char *meta[] = {"format",           "pt", "sdp.step",        step,  "sdp.opt_t",  opt_t,
+                          "sdp.loader_epoch", ep,   "sdp.loader_step", es,    "sdp.tokens", tok,
+                          "sdp.flops",        fl,   "sdp.vocab",       vocab, NULL};
     sdp_ckpt_buffer ob[2];
     int nob = optimizer_buffers(t, ob);
     run_path(path, sizeof path, t->o.out, "optim.safetensors");
@@ -303,13 +306,16 @@ static step_result train_step(trainer *t) {
 /* ---- output --------------------------------------------------------------------------------- */
 
 static void fmt_duration(char *buf, size_t n, double s) {
-    if (s < 60) snprintf(buf, n, "%.0fs", s);
-    else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+    if (s < 60)
+        snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
-static void log_progress(trainer *t, const step_result *r, double loss_avg, double dt,
-                         int nsteps, double elapsed) {
+static void log_progress(trainer *t, const step_result *r, double loss_avg, double dt, int nsteps,
+                         double elapsed) {
     if (!is_rank0(t)) return;
     const double tokens = (double)t->o.batch * t->o.seq_len * t->o.grad_accum * nsteps;
     const double tok_s = tokens / dt, ms = 1000.0 * dt / nsteps;
@@ -331,13 +337,13 @@ static void log_progress(trainer *t, const step_result *r, double loss_avg, doub
 
 static double validate(trainer *t, double elapsed) {
     if (!t->has_val) return NAN;
-    double v = run_eval_loss(&t->model, &t->val_loader, t->o.val_batches, t->inputs,
-                             t->targets);
+    double v = run_eval_loss(&t->model, &t->val_loader, t->o.val_batches, t->inputs, t->targets);
     if (is_rank0(t)) {
         printf("step %5ld/%d | val loss %.4f (%.4f bits/token)\n", t->step, t->o.steps, v,
                v / log(2.0));
-        fprintf(t->metrics, "{\"step\":%ld,\"val_loss\":%.9g,\"tokens\":%.17g,\"flops\":%.17g,"
-                            "\"elapsed_s\":%.3f}\n",
+        fprintf(t->metrics,
+                "{\"step\":%ld,\"val_loss\":%.9g,\"tokens\":%.17g,\"flops\":%.17g,"
+                "\"elapsed_s\":%.3f}\n",
                 t->step, v, t->tokens_seen, t->flops_done, elapsed);
         fflush(t->metrics);
     }
@@ -353,9 +359,8 @@ static void print_start(const trainer *t) {
            sdp_tf_style_name(m->cfg.style), m->cfg.n_layer, m->cfg.n_head, m->cfg.d_model,
            m->cfg.d_ff, m->cfg.vocab, m->cfg.vocab_padded, m->cfg.seq_len);
     printf("  parameters %.2fM (%s) | workers %d | threads/worker %d (cores %d) | gemm %s\n",
-           (double)m->layout.numel / 1e6,
-           sdp_fmt_bytes(p, sizeof p, (double)m->layout.numel * 4), t->world.size,
-           t->world.threads, t->world.cores, sdp_gemm_provider_name(m->gemm));
+           (double)m->layout.numel / 1e6, sdp_fmt_bytes(p, sizeof p, (double)m->layout.numel * 4),
+           t->world.size, t->world.threads, t->world.cores, sdp_gemm_provider_name(m->gemm));
     printf("  data %s: %zu train tokens, %zu val tokens | batch %d x %d x %d accum | run dir %s\n",
            t->o.data, t->train_data.ntokens, t->val_data.ntokens, t->o.batch, t->o.seq_len,
            t->o.grad_accum, t->o.out);

@@ -9,13 +9,11 @@ const opt_spec TRAIN_OPTS[] = {
     {"layers", OPT_INT, F(layers), "6", "transformer layers", 1},
     {"heads", OPT_INT, F(heads), "6", "attention heads per layer", 1},
     {"width", OPT_INT, F(width), "384", "model width (residual stream)", 1},
-    {"d-ff", OPT_INT, F(d_ff), "0", "MLP hidden width; 0 = 4*width (gpt) or ~8/3*width (llama)",
-     0},
+    {"d-ff", OPT_INT, F(d_ff), "0", "MLP hidden width; 0 = 4*width (gpt) or ~8/3*width (llama)", 0},
     {"seq-len", OPT_INT, F(seq_len), "256", "tokens per sequence", 1},
     {"vocab", OPT_INT, F(vocab), "0", "vocabulary size; 0 = from the data", 0},
     {"rope-theta", OPT_FLOAT, F(rope_theta), "10000", "RoPE base (llama)", 1},
-    {"data", OPT_STR, F(data), "", "training data: a text file, or a glob of llm.c .bin shards",
-     0},
+    {"data", OPT_STR, F(data), "", "training data: a text file, or a glob of llm.c .bin shards", 0},
     {"val-data", OPT_STR, F(val_data), "", "validation shards (glob); text uses --val-frac", 0},
     {"val-frac", OPT_FLOAT, F(val_frac), "0.1", "fraction of a text file held out for validation",
      0},
@@ -29,8 +27,7 @@ const opt_spec TRAIN_OPTS[] = {
     {"optimizer", OPT_STR, F(optimizer), "adamw", "adamw or sgd", 0},
     {"weight-decay", OPT_FLOAT, F(weight_decay), "0.1", "decoupled weight decay (matrices only)",
      0},
-    {"decay-all", OPT_FLAG, F(decay_all), "false",
-     "also decay norms, biases and embeddings", 0},
+    {"decay-all", OPT_FLAG, F(decay_all), "false", "also decay norms, biases and embeddings", 0},
     {"beta1", OPT_FLOAT, F(beta1), "0.9", "AdamW beta1", 0},
     {"beta2", OPT_FLOAT, F(beta2), "0.95", "AdamW beta2", 0},
     {"eps", OPT_FLOAT, F(eps), "1e-8", "AdamW epsilon", 0},
@@ -46,8 +43,7 @@ const opt_spec TRAIN_OPTS[] = {
     {"stop-after", OPT_INT, F(stop_after), "0",
      "stop (with a checkpoint) after this many steps of this invocation; resume later", 0},
     {"seed", OPT_INT, F(seed), "1337", "seed for initialisation and data order", 0},
-    {"threads", OPT_INT, F(threads), "0", "threads per worker; 0 = cores / workers on the node",
-     0},
+    {"threads", OPT_INT, F(threads), "0", "threads per worker; 0 = cores / workers on the node", 0},
     {"gemm", OPT_STR, F(gemm), "dnnl", "GEMM provider: dnnl or openblas", 0},
     {"out", OPT_STR, F(out), "", "run directory; default runs/<model>-<date>-<time>", 0},
     {"resume", OPT_STR, F(resume), "", "continue the run in this directory", 0},
@@ -55,7 +51,7 @@ const opt_spec TRAIN_OPTS[] = {
 };
 
 bool train_opt_may_change_on_resume(const char *name) {
-    static const char *ok[] = {"steps",     "stop-after", "log-every", "val-every", "val-batches",
+    static const char *ok[] = {"steps",      "stop-after", "log-every", "val-every", "val-batches",
                                "ckpt-every", "threads",    "gemm",      "resume"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;

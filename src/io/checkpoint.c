@@ -41,13 +41,16 @@ void sdp_ckpt_load(sdp_st_file *f, const char *path, const sdp_layout *L,
             const sdp_param *p = &L->params[i];
             char *name = suffixed(p->name, bufs[b].suffix);
             const sdp_st_entry *e = sdp_st_find(f, name);
-            SDP_CHECK(e, "checkpoint %s has no tensor '%s': it was written for a different "
-                      "model; check the run's configuration", path, name);
+            SDP_CHECK(e,
+                      "checkpoint %s has no tensor '%s': it was written for a different "
+                      "model; check the run's configuration",
+                      path, name);
             bool same = strcmp(e->dtype, "F32") == 0 && e->ndim == p->ndim;
             for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
-            SDP_CHECK(same, "checkpoint %s: tensor '%s' has dtype %s or a shape that differs "
-                      "from the model's: it was written for a different model", path, name,
-                      e->dtype);
+            SDP_CHECK(same,
+                      "checkpoint %s: tensor '%s' has dtype %s or a shape that differs "
+                      "from the model's: it was written for a different model",
+                      path, name, e->dtype);
             memcpy(bufs[b].data + p->offset, e->data, p->numel * sizeof(float));
             free(name);
         }

@@ -74,9 +74,12 @@ static uint64_t mix64(uint64_t z) {
  * can be produced alone, in any order, on any rank. */
 float sdp_param_init_value(const sdp_param *p, uint64_t seed, uint64_t index) {
     switch (p->init) {
-    case SDP_INIT_ONES: return 1.0f;
-    case SDP_INIT_ZEROS: return 0.0f;
-    case SDP_INIT_NORMAL: break;
+    case SDP_INIT_ONES:
+        return 1.0f;
+    case SDP_INIT_ZEROS:
+        return 0.0f;
+    case SDP_INIT_NORMAL:
+        break;
     }
     uint64_t key = mix64(seed ^ mix64(fnv1a(p->name) + index * 0x9e3779b97f4a7c15ull));
     uint64_t key2 = mix64(key + 0x632be59bd9b4e019ull);

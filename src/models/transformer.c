@@ -12,9 +12,12 @@ const char *sdp_tf_style_name(sdp_tf_style s) {
 }
 
 bool sdp_tf_style_parse(const char *s, sdp_tf_style *out) {
-    if (strcmp(s, "gpt") == 0) *out = SDP_STYLE_GPT;
-    else if (strcmp(s, "llama") == 0) *out = SDP_STYLE_LLAMA;
-    else return false;
+    if (strcmp(s, "gpt") == 0)
+        *out = SDP_STYLE_GPT;
+    else if (strcmp(s, "llama") == 0)
+        *out = SDP_STYLE_LLAMA;
+    else
+        return false;
     return true;
 }
 
@@ -28,14 +31,16 @@ void sdp_tf_config_finish(sdp_tf_config *c) {
               c->n_head, c->d_model);
     int hs = c->d_model / c->n_head;
     SDP_CHECK(c->style != SDP_STYLE_LLAMA || hs % 2 == 0,
-              "llama style needs an even head size for RoPE (width %d / heads %d = %d)",
-              c->d_model, c->n_head, hs);
+              "llama style needs an even head size for RoPE (width %d / heads %d = %d)", c->d_model,
+              c->n_head, hs);
     SDP_CHECK(c->seq_len >= 1, "--seq-len must be at least 1 (got %d)", c->seq_len);
     SDP_CHECK(c->vocab >= 2, "vocabulary size must be at least 2 (got %d)", c->vocab);
     SDP_CHECK(c->d_ff >= 0, "--d-ff must be positive (got %d)", c->d_ff);
     if (c->d_ff == 0) {
-        if (c->style == SDP_STYLE_GPT) c->d_ff = 4 * c->d_model;
-        else c->d_ff = ((8 * c->d_model / 3 + 31) / 32) * 32; /* SwiGLU keeps ~4C x C params */
+        if (c->style == SDP_STYLE_GPT)
+            c->d_ff = 4 * c->d_model;
+        else
+            c->d_ff = ((8 * c->d_model / 3 + 31) / 32) * 32; /* SwiGLU keeps ~4C x C params */
     }
     if (c->vocab_padded == 0) c->vocab_padded = ((c->vocab + 63) / 64) * 64;
     SDP_CHECK(c->vocab_padded >= c->vocab, "padded vocabulary %d is smaller than vocabulary %d",
@@ -88,8 +93,8 @@ typedef struct {
 static long add(adder *a, const char *name, int ndim, int64_t d0, int64_t d1, int group, int axis,
                 int segments, bool decay, sdp_init_kind init, float std) {
     int64_t shape[2] = {d0, d1};
-    int i = sdp_layout_add(a->L, name, ndim, shape, a->block, group, axis, segments, decay, init,
-                           std);
+    int i =
+        sdp_layout_add(a->L, name, ndim, shape, a->block, group, axis, segments, decay, init, std);
     return (long)a->L->params[i].offset;
 }
 
@@ -116,16 +121,15 @@ static void describe_layer(adder *a, const sdp_tf_config *c, int gl, int H, int 
         o->b_o = add(a, NAME("attn.c_proj.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
         o->ln2_w = add(a, NAME("ln_2.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
         o->ln2_b = add(a, NAME("ln_2.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
-        o->w_fc = add(a, NAME("mlp.c_fc.weight"), 2, F, C, GROUP_MLP, 0, 1, true,
-                      SDP_INIT_NORMAL, std);
-        o->b_fc = add(a, NAME("mlp.c_fc.bias"), 1, F, 0, GROUP_MLP, 0, 1, false, SDP_INIT_ZEROS,
-                      0);
+        o->w_fc =
+            add(a, NAME("mlp.c_fc.weight"), 2, F, C, GROUP_MLP, 0, 1, true, SDP_INIT_NORMAL, std);
+        o->b_fc = add(a, NAME("mlp.c_fc.bias"), 1, F, 0, GROUP_MLP, 0, 1, false, SDP_INIT_ZEROS, 0);
         o->w_proj = add(a, NAME("mlp.c_proj.weight"), 2, C, F, GROUP_MLP, 1, 1, true,
                         SDP_INIT_NORMAL, proj_std);
         o->b_proj = add(a, NAME("mlp.c_proj.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
     } else {
-        o->ln1_w = add(a, NAME("input_layernorm.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES,
-                       0);
+        o->ln1_w =
+            add(a, NAME("input_layernorm.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
         o->w_qkv = add(a, NAME("self_attn.q_proj.weight"), 2, D, C, GROUP_ATTN, 0, 1, true,
                        SDP_INIT_NORMAL, std);
         add(a, NAME("self_attn.k_proj.weight"), 2, D, C, GROUP_ATTN, 0, 1, true, SDP_INIT_NORMAL,
@@ -155,13 +159,13 @@ static void describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *
     if (!o) o = &tmp;
     o->wpe = o->lnf_b = -1;
     if (gpt) {
-        o->wte = add(&a, "transformer.wte.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL,
-                     0.02f);
+        o->wte =
+            add(&a, "transformer.wte.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL, 0.02f);
         o->wpe = add(&a, "transformer.wpe.weight", 2, c->seq_len, C, -1, 0, 1, false,
                      SDP_INIT_NORMAL, 0.01f);
     } else {
-        o->wte = add(&a, "model.embed_tokens.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL,
-                     0.02f);
+        o->wte =
+            add(&a, "model.embed_tokens.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL, 0.02f);
     }
     for (int i = 0; i < s->n_layer; i++) {
         sdp_block *b = &L->blocks[i];
@@ -243,12 +247,14 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     sdp_tf_config_finish(&m->cfg);
-    SDP_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive (got %d, %d)",
-              B, T);
+    SDP_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive (got %d, %d)", B,
+              T);
     SDP_CHECK(T <= m->cfg.seq_len, "sequence length %d exceeds the model's maximum %d", T,
               m->cfg.seq_len);
-    if (shape) shape_copy(&m->shape, shape);
-    else sdp_tf_shape_full(&m->shape, &m->cfg);
+    if (shape)
+        shape_copy(&m->shape, shape);
+    else
+        sdp_tf_shape_full(&m->shape, &m->cfg);
     m->head_size = m->cfg.d_model / m->cfg.n_head;
     m->gemm = gemm;
     m->mem = mem;
@@ -286,10 +292,9 @@ void sdp_tf_destroy(sdp_tf *m) {
                          a->ln2, a->ln2_mean, a->ln2_rstd, a->fc,  a->act, a->out};
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) sdp_free(mem, bufs[j]);
     }
-    float *bufs[] = {m->params,   m->grads,    m->embed,  m->lnf,   m->lnf_mean,
-                     m->lnf_rstd, m->probs,    m->losses, m->d_res, m->d_branch,
-                     m->d_norm,   m->d_att,    m->d_qkv,  m->d_fc,  m->d_act,
-                     m->attn_scratch};
+    float *bufs[] = {m->params, m->grads,  m->embed, m->lnf,         m->lnf_mean, m->lnf_rstd,
+                     m->probs,  m->losses, m->d_res, m->d_branch,    m->d_norm,   m->d_att,
+                     m->d_qkv,  m->d_fc,   m->d_act, m->attn_scratch};
     for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) sdp_free(mem, bufs[j]);
     sdp_free(mem, m->inputs);
     sdp_free(mem, m->targets);
@@ -310,18 +315,20 @@ static float *G(const sdp_tf *m, long off) {
     return off < 0 ? NULL : m->grads + off;
 }
 
-static void norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, const float *x,
-                     long w, long b, int N) {
+static void norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, const float *x, long w,
+                     long b, int N) {
     if (m->cfg.style == SDP_STYLE_GPT)
         sdp_layernorm_fwd(out, mean, rstd, x, P(m, w), P(m, b), N, m->cfg.d_model);
-    else sdp_rmsnorm_fwd(out, rstd, x, P(m, w), N, m->cfg.d_model);
+    else
+        sdp_rmsnorm_fwd(out, rstd, x, P(m, w), N, m->cfg.d_model);
 }
 
 static void norm_bwd(const sdp_tf *m, float *dx, const float *dout, const float *x,
                      const float *mean, const float *rstd, long w, long b, int N) {
     if (m->cfg.style == SDP_STYLE_GPT)
         sdp_layernorm_bwd(dx, G(m, w), G(m, b), dout, x, P(m, w), mean, rstd, N, m->cfg.d_model);
-    else sdp_rmsnorm_bwd(dx, G(m, w), dout, x, P(m, w), rstd, N, m->cfg.d_model);
+    else
+        sdp_rmsnorm_bwd(dx, G(m, w), dout, x, P(m, w), rstd, N, m->cfg.d_model);
 }
 
 /* Each branch's projection is written into `out` first and then folded into the residual, so no
@@ -347,10 +354,11 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
     }
     if (F > 0) {
         norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, o->ln2_w, o->ln2_b, N);
-        sdp_linear_fwd(m->gemm, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C,
-                       gpt ? F : 2 * F);
-        if (gpt) sdp_gelu_fwd(a->act, a->fc, (size_t)N * F);
-        else sdp_swiglu_fwd(a->act, a->fc, N, F);
+        sdp_linear_fwd(m->gemm, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C, gpt ? F : 2 * F);
+        if (gpt)
+            sdp_gelu_fwd(a->act, a->fc, (size_t)N * F);
+        else
+            sdp_swiglu_fwd(a->act, a->fc, N, F);
         sdp_linear_fwd(m->gemm, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), N, F, C);
         sdp_residual_fwd(a->out, a->mid, a->out, s, NC);
     } else {
@@ -418,8 +426,10 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
         sdp_linear_bwd(m->gemm, m->d_act, G(m, o->w_proj), G(m, o->b_proj), m->d_branch, a->act,
                        P(m, o->w_proj), N, F, C);
         zero(m->d_fc, (size_t)N * fc_width);
-        if (gpt) sdp_gelu_bwd(m->d_fc, m->d_act, a->fc, (size_t)N * F);
-        else sdp_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, F);
+        if (gpt)
+            sdp_gelu_bwd(m->d_fc, m->d_act, a->fc, (size_t)N * F);
+        else
+            sdp_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, F);
         zero(m->d_norm, NC);
         sdp_linear_bwd(m->gemm, m->d_norm, G(m, o->w_fc), G(m, o->b_fc), m->d_fc, a->ln2,
                        P(m, o->w_fc), N, C, fc_width);
@@ -432,8 +442,7 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
         sdp_linear_bwd(m->gemm, m->d_att, G(m, o->w_o), G(m, o->b_o), m->d_branch, a->att,
                        P(m, o->w_o), N, D, C);
         zero(m->d_qkv, (size_t)N * 3 * D);
-        sdp_attention_bwd(m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs,
-                          m->attn_scratch);
+        sdp_attention_bwd(m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, m->attn_scratch);
         if (!gpt) sdp_rope_bwd(m->d_qkv, B, T, H, hs, m->cfg.rope_theta);
         zero(m->d_norm, NC);
         sdp_linear_bwd(m->gemm, m->d_norm, G(m, o->w_qkv), G(m, o->b_qkv), m->d_qkv, a->ln1,
@@ -454,8 +463,7 @@ void sdp_tf_backward(sdp_tf *m, float dloss) {
     const int L = m->shape.n_layer;
     const float *top = L > 0 ? m->layers[L - 1].out : m->embed;
     zero(m->d_res, NC);
-    norm_bwd(m, m->d_res, m->d_norm, top, m->lnf_mean, m->lnf_rstd, m->off.lnf_w, m->off.lnf_b,
-             N);
+    norm_bwd(m, m->d_res, m->d_norm, top, m->lnf_mean, m->lnf_rstd, m->off.lnf_w, m->off.lnf_b, N);
     for (int i = L - 1; i >= 0; i--)
         layer_backward(m, i, i > 0 ? m->layers[i - 1].out : m->embed, B, T);
     sdp_embed_bwd(G(m, m->off.wte), G(m, m->off.wpe), m->d_res, m->inputs, B, T, C);
