@@ -11,9 +11,9 @@
  * and after them; the first two are long enough to take the multithreaded path. */
 enum { N = 70000, NSEG = 3, NSTEPS = 6 };
 static const sdp_opt_segment SEGS[NSEG] = {
-    {.offset = 0, .count = 30000, .decay = true},
-    {.offset = 30500, .count = 20000, .decay = false},
-    {.offset = 50500, .count = 18500, .decay = true},
+    {.offset = 0, .count = 30000, .decay = true, .grad_offset = 0, .state_offset = 0},
+    {.offset = 30500, .count = 20000, .decay = false, .grad_offset = 30500, .state_offset = 30500},
+    {.offset = 50500, .count = 18500, .decay = true, .grad_offset = 50500, .state_offset = 50500},
 };
 /* Gaps: [30000, 30500) and [69000, 70000). */
 static const size_t GAP_LO[2] = {30000, 69000}, GAP_HI[2] = {30500, 70000};
@@ -162,7 +162,7 @@ static void test_adamw_first_step_moves_by_lr(void **state) {
     for (size_t i = 0; i < n; i++)
         g[i] = (sdp_rng_uniform(&r) < 0.5f ? -1.0f : 1.0f) * (0.01f + sdp_rng_uniform(&r));
     const float lr = 1e-3f;
-    sdp_opt_segment all = {.offset = 0, .count = n, .decay = true};
+    sdp_opt_segment all = {.offset = 0, .count = n, .decay = true, .grad_offset = 0, .state_offset = 0};
     sdp_optim_step(&o, p, g, &all, 1, lr);
     for (size_t i = 0; i < n; i++) {
         double expected = g[i] > 0 ? -lr : lr;

@@ -19,9 +19,13 @@ typedef struct {
     float weight_decay;      /* decoupled (AdamW) or L2-into-gradient (SGD) */
 } sdp_opt_cfg;
 
+/* A run of parameters updated together. Gradients and optimizer state may live in compact
+ * buffers (SDP keeps them only for owned units), so each has its own offset. */
 typedef struct {
-    size_t offset, count; /* in elements of the flat buffers */
+    size_t offset, count; /* in the parameter buffer */
     bool decay;
+    size_t grad_offset;  /* in the gradient buffer */
+    size_t state_offset; /* in the optimizer state buffers (m, v) */
 } sdp_opt_segment;
 
 typedef struct {
@@ -33,7 +37,7 @@ typedef struct {
 } sdp_optim;
 
 sdp_opt_cfg sdp_opt_defaults(sdp_opt_kind kind);
-/* Allocates the state for n elements in category SDP_MEM_OPTIM. */
+/* Allocates the state for n elements (the sum of all segments' counts) in SDP_MEM_OPTIM. */
 void sdp_optim_init(sdp_optim *o, const sdp_opt_cfg *cfg, size_t n, sdp_mem *mem);
 void sdp_optim_free(sdp_optim *o, sdp_mem *mem);
 /* Bytes of optimizer state per parameter element (8 for AdamW, 4 for SGD with momentum). */

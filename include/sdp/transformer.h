@@ -57,7 +57,9 @@ typedef struct {
 
 typedef struct {
     sdp_tf_config cfg; /* of the full model */
-    sdp_tf_offsets off;
+    sdp_tf_offsets off;  /* of parameters */
+    sdp_tf_offsets goff; /* of gradients (-1: this worker computes no gradient there) */
+    bool own_grads;      /* grads was allocated by the model */
     sdp_tf_shape shape;
     int head_size;
     sdp_layout layout;
@@ -89,6 +91,12 @@ bool sdp_tf_style_parse(const char *s, sdp_tf_style *out);
 void sdp_tf_shape_full(sdp_tf_shape *s, const sdp_tf_config *cfg);
 void sdp_tf_shape_free(sdp_tf_shape *s);
 
+/* The shape of a subnetwork chosen by SDP (src/sdp/subnet.h): kept blocks become layers (with
+ * their global index), kept atoms become heads and MLP neurons. */
+void sdp_tf_shape_from_keep(sdp_tf_shape *s, const sdp_tf_config *cfg, int nblocks,
+                            const bool *keep, const int (*kept)[SDP_MAX_GROUPS],
+                            const float *scale);
+
 /* Describes the parameter tensors of the (sub)network without allocating anything. */
 void sdp_tf_describe(sdp_layout *L, const sdp_tf_config *cfg, const sdp_tf_shape *shape);
 
@@ -97,6 +105,10 @@ void sdp_tf_describe(sdp_layout *L, const sdp_tf_config *cfg, const sdp_tf_shape
 void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
                    bool with_grads, sdp_gemm_provider gemm, sdp_mem *mem);
 void sdp_tf_destroy(sdp_tf *m);
+/* Replaces the model's gradient buffer with a caller-owned one, where tensor i of the layout
+ * keeps its gradient at grad_offset[i], or nowhere when grad_offset[i] < 0 (backward masking:
+ * no weight-gradient work is done for it). */
+void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset);
 
 /* Forward over inputs [B*T]; with targets (may be NULL) returns the summed loss over
  * non-ignored targets (in double) and leaves probabilities for backward. B <= capacity. */

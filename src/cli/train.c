@@ -127,7 +127,8 @@ static void build_segments(trainer *t) {
     SDP_CHECK(t->segs, "out of memory");
     for (int i = 0; i < L->nparams; i++)
         t->segs[i] = (sdp_opt_segment){L->params[i].offset, L->params[i].numel,
-                                       t->o.decay_all || L->params[i].decay};
+                                       t->o.decay_all || L->params[i].decay, L->params[i].offset,
+                                       L->params[i].offset};
     t->nsegs = L->nparams;
 }
 

@@ -72,6 +72,23 @@ void sdp_tf_shape_free(sdp_tf_shape *s) {
     memset(s, 0, sizeof *s);
 }
 
+void sdp_tf_shape_from_keep(sdp_tf_shape *s, const sdp_tf_config *cfg, int nblocks,
+                            const bool *keep, const int (*kept)[SDP_MAX_GROUPS],
+                            const float *scale) {
+    SDP_ASSERT(nblocks == cfg->n_layer);
+    sdp_tf_shape_full(s, cfg);
+    int n = 0;
+    for (int b = 0; b < nblocks; b++) {
+        if (!keep[b]) continue;
+        s->layer_id[n] = b;
+        s->n_head[n] = kept[b][0];
+        s->d_ff[n] = kept[b][1];
+        s->branch_scale[n] = scale[b];
+        n++;
+    }
+    s->n_layer = n;
+}
+
 static void shape_copy(sdp_tf_shape *dst, const sdp_tf_shape *src) {
     sdp_tf_config tmp = {.n_layer = src->n_layer};
     sdp_tf_shape_full(dst, &tmp);
@@ -266,6 +283,11 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
 
     m->params = sdp_alloc(mem, SDP_MEM_PARAMS, m->layout.numel * sizeof(float));
     if (with_grads) m->grads = sdp_alloc(mem, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
+    m->own_grads = with_grads;
+    m->goff = m->off;
+    m->goff.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->goff.layers);
+    SDP_CHECK(m->goff.layers, "out of memory");
+    memcpy(m->goff.layers, m->off.layers, (size_t)m->shape.n_layer * sizeof *m->goff.layers);
 
     const size_t N = (size_t)B * T, C = (size_t)m->cfg.d_model, Vp = (size_t)m->cfg.vocab_padded;
     m->inputs = sdp_alloc(mem, SDP_MEM_ACTS, N * sizeof(int));
@@ -315,6 +337,33 @@ static float *G(const sdp_tf *m, long off) {
     return off < 0 ? NULL : m->grads + off;
 }
 
+/* The gradient offsets that mirror a parameter offset: look the tensor up by its offset. */
+static long grad_offset_of(const sdp_layout *L, long param_off, const long *grad_offset) {
+    if (param_off < 0) return -1;
+    for (int i = 0; i < L->nparams; i++)
+        if ((long)L->params[i].offset == param_off) return grad_offset[i];
+    SDP_ASSERT(0);
+    return -1;
+}
+
+void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset) {
+    if (m->own_grads) sdp_free(m->mem, m->grads);
+    m->own_grads = false;
+    m->grads = grads;
+    const sdp_layout *L = &m->layout;
+    m->goff.wte = grad_offset_of(L, m->off.wte, grad_offset);
+    m->goff.wpe = grad_offset_of(L, m->off.wpe, grad_offset);
+    m->goff.lnf_w = grad_offset_of(L, m->off.lnf_w, grad_offset);
+    m->goff.lnf_b = grad_offset_of(L, m->off.lnf_b, grad_offset);
+    m->goff.lm_head = grad_offset_of(L, m->off.lm_head, grad_offset);
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        const long *src = &m->off.layers[i].ln1_w;
+        long *dst = &m->goff.layers[i].ln1_w;
+        for (size_t k = 0; k < sizeof(sdp_tf_layer_offsets) / sizeof(long); k++)
+            dst[k] = grad_offset_of(L, src[k], grad_offset);
+    }
+}
+
 static void norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, const float *x, long w,
                      long b, int N) {
     if (m->cfg.style == SDP_STYLE_GPT)
@@ -324,11 +373,12 @@ static void norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, cons
 }
 
 static void norm_bwd(const sdp_tf *m, float *dx, const float *dout, const float *x,
-                     const float *mean, const float *rstd, long w, long b, int N) {
+                     const float *mean, const float *rstd, long w, long gw, long gb, int N) {
     if (m->cfg.style == SDP_STYLE_GPT)
-        sdp_layernorm_bwd(dx, G(m, w), G(m, b), dout, x, P(m, w), mean, rstd, N, m->cfg.d_model);
+        sdp_layernorm_bwd(dx, G(m, gw), G(m, gb), dout, x, P(m, w), mean, rstd, N,
+                          m->cfg.d_model);
     else
-        sdp_rmsnorm_bwd(dx, G(m, w), dout, x, P(m, w), rstd, N, m->cfg.d_model);
+        sdp_rmsnorm_bwd(dx, G(m, gw), dout, x, P(m, w), rstd, N, m->cfg.d_model);
 }
 
 /* Each branch's projection is written into `out` first and then folded into the residual, so no
@@ -410,7 +460,7 @@ static void zero(float *x, size_t n) {
 
 /* On entry d_res holds dL/d(layer output); on exit dL/d(layer input). */
 static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
-    const sdp_tf_layer_offsets *o = &m->off.layers[i];
+    const sdp_tf_layer_offsets *o = &m->off.layers[i], *go = &m->goff.layers[i];
     const sdp_tf_layer_acts *a = &m->layers[i];
     const int N = B * T, C = m->cfg.d_model, H = m->shape.n_head[i], hs = m->head_size;
     const int D = H * hs, F = m->shape.d_ff[i];
@@ -423,7 +473,7 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
         zero(m->d_branch, NC);
         sdp_residual_bwd(NULL, m->d_branch, m->d_res, s, NC);
         zero(m->d_act, (size_t)N * F);
-        sdp_linear_bwd(m->gemm, m->d_act, G(m, o->w_proj), G(m, o->b_proj), m->d_branch, a->act,
+        sdp_linear_bwd(m->gemm, m->d_act, G(m, go->w_proj), G(m, go->b_proj), m->d_branch, a->act,
                        P(m, o->w_proj), N, F, C);
         zero(m->d_fc, (size_t)N * fc_width);
         if (gpt)
@@ -431,23 +481,25 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
         else
             sdp_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, F);
         zero(m->d_norm, NC);
-        sdp_linear_bwd(m->gemm, m->d_norm, G(m, o->w_fc), G(m, o->b_fc), m->d_fc, a->ln2,
+        sdp_linear_bwd(m->gemm, m->d_norm, G(m, go->w_fc), G(m, go->b_fc), m->d_fc, a->ln2,
                        P(m, o->w_fc), N, C, fc_width);
-        norm_bwd(m, m->d_res, m->d_norm, a->mid, a->ln2_mean, a->ln2_rstd, o->ln2_w, o->ln2_b, N);
+        norm_bwd(m, m->d_res, m->d_norm, a->mid, a->ln2_mean, a->ln2_rstd, o->ln2_w, go->ln2_w,
+                 go->ln2_b, N);
     }
     if (H > 0) { /* mid = x + s * o_proj(attention(qkv(norm1(x)))) */
         zero(m->d_branch, NC);
         sdp_residual_bwd(NULL, m->d_branch, m->d_res, s, NC);
         zero(m->d_att, (size_t)N * D);
-        sdp_linear_bwd(m->gemm, m->d_att, G(m, o->w_o), G(m, o->b_o), m->d_branch, a->att,
+        sdp_linear_bwd(m->gemm, m->d_att, G(m, go->w_o), G(m, go->b_o), m->d_branch, a->att,
                        P(m, o->w_o), N, D, C);
         zero(m->d_qkv, (size_t)N * 3 * D);
         sdp_attention_bwd(m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, m->attn_scratch);
         if (!gpt) sdp_rope_bwd(m->d_qkv, B, T, H, hs, m->cfg.rope_theta);
         zero(m->d_norm, NC);
-        sdp_linear_bwd(m->gemm, m->d_norm, G(m, o->w_qkv), G(m, o->b_qkv), m->d_qkv, a->ln1,
+        sdp_linear_bwd(m->gemm, m->d_norm, G(m, go->w_qkv), G(m, go->b_qkv), m->d_qkv, a->ln1,
                        P(m, o->w_qkv), N, C, 3 * D);
-        norm_bwd(m, m->d_res, m->d_norm, x, a->ln1_mean, a->ln1_rstd, o->ln1_w, o->ln1_b, N);
+        norm_bwd(m, m->d_res, m->d_norm, x, a->ln1_mean, a->ln1_rstd, o->ln1_w, go->ln1_w,
+                 go->ln1_b, N);
     }
 }
 
@@ -458,15 +510,16 @@ void sdp_tf_backward(sdp_tf *m, float dloss) {
     const size_t NC = (size_t)N * C;
     sdp_softmax_xent_bwd(m->probs, m->probs, m->targets, dloss, N, V, Vp);
     zero(m->d_norm, NC);
-    sdp_linear_bwd(m->gemm, m->d_norm, G(m, m->off.lm_head), NULL, m->probs, m->lnf,
+    sdp_linear_bwd(m->gemm, m->d_norm, G(m, m->goff.lm_head), NULL, m->probs, m->lnf,
                    P(m, m->off.lm_head), N, C, Vp);
     const int L = m->shape.n_layer;
     const float *top = L > 0 ? m->layers[L - 1].out : m->embed;
     zero(m->d_res, NC);
-    norm_bwd(m, m->d_res, m->d_norm, top, m->lnf_mean, m->lnf_rstd, m->off.lnf_w, m->off.lnf_b, N);
+    norm_bwd(m, m->d_res, m->d_norm, top, m->lnf_mean, m->lnf_rstd, m->off.lnf_w, m->goff.lnf_w,
+             m->goff.lnf_b, N);
     for (int i = L - 1; i >= 0; i--)
         layer_backward(m, i, i > 0 ? m->layers[i - 1].out : m->embed, B, T);
-    sdp_embed_bwd(G(m, m->off.wte), G(m, m->off.wpe), m->d_res, m->inputs, B, T, C);
+    sdp_embed_bwd(G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T, C);
     m->has_targets = false; /* probs now hold gradients */
 }
 

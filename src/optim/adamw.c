@@ -54,7 +54,7 @@ void sdp_adamw_update(sdp_optim *o, float *params, const float *grads, const sdp
     for (int s = 0; s < nseg; s++) {
         size_t off = segs[s].offset;
         float decay_multiplier = segs[s].decay ? c.decay_multiplier : 1.0f;
-        adamw_segment(params + off, grads + off, o->m + off, o->v + off, segs[s].count,
-                      decay_multiplier, &c);
+        adamw_segment(params + off, grads + segs[s].grad_offset, o->m + segs[s].state_offset,
+                      o->v + segs[s].state_offset, segs[s].count, decay_multiplier, &c);
     }
 }

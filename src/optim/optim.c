@@ -76,7 +76,7 @@ void sdp_optim_step(sdp_optim *o, float *params, const float *grads, const sdp_o
                     int nseg, float lr) {
     SDP_ASSERT(nseg >= 0 && (nseg == 0 || segs));
     for (int s = 0; s < nseg; s++)
-        SDP_ASSERT(segs[s].offset <= o->n && segs[s].count <= o->n - segs[s].offset);
+        SDP_ASSERT(segs[s].state_offset <= o->n && segs[s].count <= o->n - segs[s].state_offset);
     SDP_CHECK(isfinite(lr) && lr >= 0.0f, "learning rate %g is invalid: use a finite value >= 0",
               (double)lr);
     o->t++;

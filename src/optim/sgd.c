@@ -33,9 +33,10 @@ void sdp_sgd_update(sdp_optim *o, float *params, const float *grads, const sdp_o
         /* Adding 0 * p leaves the gradient unchanged (up to the sign of a zero gradient). */
         float wd = segs[s].decay ? cfg->weight_decay : 0.0f;
         if (o->m)
-            sgd_momentum_segment(params + off, grads + off, o->m + off, segs[s].count, lr, wd,
-                                 cfg->momentum, cfg->nesterov, o->t == 1);
+            sgd_momentum_segment(params + off, grads + segs[s].grad_offset,
+                                 o->m + segs[s].state_offset, segs[s].count, lr, wd, cfg->momentum,
+                                 cfg->nesterov, o->t == 1);
         else
-            sgd_plain_segment(params + off, grads + off, segs[s].count, lr, wd);
+            sgd_plain_segment(params + off, grads + segs[s].grad_offset, segs[s].count, lr, wd);
     }
 }

@@ -1,0 +1,191 @@
+#include "sdp/subnet.h"
+
+#include "sdp/check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void spec_alloc(sdp_subnet_spec *s, int nblocks) {
+    s->nblocks = nblocks;
+    s->keep = calloc((size_t)nblocks + 1, sizeof *s->keep);
+    s->kept = calloc((size_t)nblocks + 1, sizeof *s->kept);
+    s->scale = calloc((size_t)nblocks + 1, sizeof *s->scale);
+    SDP_CHECK(s->keep && s->kept && s->scale, "out of memory");
+}
+
+void sdp_subnet_spec_full(sdp_subnet_spec *s, const sdp_layout *full) {
+    spec_alloc(s, full->nblocks);
+    for (int b = 0; b < full->nblocks; b++) {
+        s->keep[b] = true;
+        s->scale[b] = 1.0f;
+        for (int g = 0; g < full->blocks[b].ngroups; g++)
+            s->kept[b][g] = full->blocks[b].groups[g].width;
+    }
+}
+
+void sdp_subnet_spec_make(sdp_subnet_spec *s, const sdp_plan *p, const sdp_layout *full, int rank) {
+    sdp_subnet_spec_full(s, full);
+    if (p->cfg.mask != SDP_MASK_FORWARD) return;
+    const float scale =
+        p->cfg.scale == SDP_SCALE_INVERSE ? (float)(1.0 / sdp_plan_coverage(p)) : 1.0f;
+    for (int b = 0; b < full->nblocks; b++) {
+        const sdp_block *blk = &full->blocks[b];
+        if (p->cfg.unit == SDP_UNIT_BLOCK) {
+            int u = sdp_plan_unit_of(p, b, -1, 0);
+            if (u < 0) continue; /* shared block: kept whole, unscaled */
+            s->keep[b] = sdp_plan_owns(p, u, rank);
+            s->scale[b] = scale;
+            continue;
+        }
+        for (int g = 0; g < blk->ngroups; g++) {
+            int kept = 0;
+            for (int a = 0; a < blk->groups[g].width; a++) {
+                int u = sdp_plan_unit_of(p, b, g, a);
+                kept += u < 0 || sdp_plan_owns(p, u, rank);
+            }
+            s->kept[b][g] = kept;
+        }
+        s->scale[b] = scale;
+    }
+}
+
+void sdp_subnet_spec_free(sdp_subnet_spec *s) {
+    free(s->keep);
+    free(s->kept);
+    free(s->scale);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- run map -------------------------------------------------------------------------------- */
+
+typedef struct {
+    sdp_run *runs;
+    int n, cap;
+} run_list;
+
+static void push(run_list *l, size_t local, size_t global, size_t len, int unit, int param) {
+    if (len == 0) return;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        l->runs = realloc(l->runs, (size_t)l->cap * sizeof *l->runs);
+        SDP_CHECK(l->runs, "out of memory");
+    }
+    l->runs[l->n++] = (sdp_run){local, global, len, unit, param};
+}
+
+static int full_block_index(const sdp_layout *full, int global_index) {
+    for (int b = 0; b < full->nblocks; b++)
+        if (full->blocks[b].global_index == global_index) return b;
+    return -1;
+}
+
+/* The group atoms this worker keeps, as a list of chunk starts (units in ascending atom order). */
+typedef struct {
+    int n;
+    int *atom; /* first atom of each kept chunk */
+    int *len;  /* atoms in it */
+    int *unit;
+} kept_chunks;
+
+static kept_chunks kept_of(const sdp_plan *p, int block, int group, int width, int rank,
+                           bool compact) {
+    kept_chunks k = {0, malloc(sizeof(int) * (size_t)(width + 1)),
+                     malloc(sizeof(int) * (size_t)(width + 1)),
+                     malloc(sizeof(int) * (size_t)(width + 1))};
+    SDP_CHECK(k.atom && k.len && k.unit, "out of memory");
+    for (int a = 0; a < width; a++) {
+        int u = sdp_plan_unit_of(p, block, group, a);
+        if (compact && u >= 0 && !sdp_plan_owns(p, u, rank)) continue;
+        if (k.n > 0 && k.unit[k.n - 1] == u && k.atom[k.n - 1] + k.len[k.n - 1] == a) {
+            k.len[k.n - 1]++;
+        } else {
+            k.atom[k.n] = a;
+            k.len[k.n] = 1;
+            k.unit[k.n] = u;
+            k.n++;
+        }
+    }
+    return k;
+}
+
+static void kept_free(kept_chunks *k) {
+    free(k->atom);
+    free(k->len);
+    free(k->unit);
+}
+
+/* A tensor split along `axis` into `segments` copies of the group width: walk the kept chunks in
+ * local order and emit one run per contiguous piece. */
+static void map_group_tensor(run_list *l, const sdp_param *lp, const sdp_param *fp, int pi,
+                             const sdp_group *fg, const kept_chunks *k) {
+    const size_t atom = (size_t)fg->atom, W = (size_t)fg->width;
+    const size_t seg_full = W * atom;
+    size_t seg_local = 0;
+    for (int c = 0; c < k->n; c++) seg_local += (size_t)k->len[c] * atom;
+    SDP_ASSERT((size_t)lp->shape[lp->axis] == seg_local * (size_t)lp->segments);
+    if (lp->axis == 0) {
+        const size_t inner = lp->numel / (size_t)lp->shape[0]; /* elements per row */
+        size_t local_row = 0;
+        for (int s = 0; s < lp->segments; s++)
+            for (int c = 0; c < k->n; c++) {
+                size_t rows = (size_t)k->len[c] * atom;
+                size_t grow = (size_t)s * seg_full + (size_t)k->atom[c] * atom;
+                push(l, lp->offset + local_row * inner, fp->offset + grow * inner, rows * inner,
+                     k->unit[c], pi);
+                local_row += rows;
+            }
+    } else {
+        SDP_ASSERT(lp->axis == 1 && lp->ndim == 2);
+        const size_t rows = (size_t)lp->shape[0], lcols = (size_t)lp->shape[1],
+                     gcols = (size_t)fp->shape[1];
+        for (size_t r = 0; r < rows; r++) {
+            size_t lc = 0;
+            for (int s = 0; s < lp->segments; s++)
+                for (int c = 0; c < k->n; c++) {
+                    size_t cols = (size_t)k->len[c] * atom;
+                    size_t gc = (size_t)s * seg_full + (size_t)k->atom[c] * atom;
+                    push(l, lp->offset + r * lcols + lc, fp->offset + r * gcols + gc, cols,
+                         k->unit[c], pi);
+                    lc += cols;
+                }
+        }
+    }
+}
+
+void sdp_subnet_map_build(sdp_subnet_map *m, const sdp_layout *full, const sdp_layout *local,
+                          const sdp_plan *p, int rank, bool compact) {
+    run_list l = {0};
+    for (int pi = 0; pi < local->nparams; pi++) {
+        const sdp_param *lp = &local->params[pi];
+        const sdp_param *fp = sdp_layout_find(full, lp->name);
+        SDP_ASSERT(fp && fp->ndim == lp->ndim);
+        if (lp->block < 0) { /* stem or head: shared */
+            push(&l, lp->offset, fp->offset, lp->numel, -1, pi);
+            continue;
+        }
+        const int fb = full_block_index(full, local->blocks[lp->block].global_index);
+        SDP_ASSERT(fb >= 0);
+        if (lp->group < 0 || p->cfg.unit == SDP_UNIT_BLOCK) {
+            /* Whole-block tensors belong to the block unit, or are shared in neuron mode. */
+            int u = p->cfg.unit == SDP_UNIT_BLOCK ? sdp_plan_unit_of(p, fb, -1, 0) : -1;
+            SDP_ASSERT(lp->numel == fp->numel);
+            push(&l, lp->offset, fp->offset, lp->numel, u, pi);
+            continue;
+        }
+        const sdp_group *fg = &full->blocks[fb].groups[lp->group];
+        kept_chunks k = kept_of(p, fb, lp->group, fg->width, rank, compact);
+        map_group_tensor(&l, lp, fp, pi, fg, &k);
+        kept_free(&k);
+    }
+    m->nruns = l.n;
+    m->runs = l.runs;
+}
+
+void sdp_subnet_map_free(sdp_subnet_map *m) {
+    free(m->runs);
+    memset(m, 0, sizeof *m);
+}
+
+bool sdp_run_owned(const sdp_run *r, const sdp_plan *p, int rank) {
+    return r->unit < 0 || sdp_plan_owns(p, r->unit, rank);
+}
