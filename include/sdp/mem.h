@@ -3,6 +3,7 @@
 #ifndef SDP_MEM_H
 #define SDP_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef enum {
@@ -21,6 +22,7 @@ typedef struct {
     size_t peak[SDP_MEM_NCAT];
     size_t total_cur, total_peak;
     size_t nallocs;
+    bool dry; /* count only: sdp_alloc returns NULL (used to predict memory without using it) */
 } sdp_mem;
 
 /* 64-byte aligned, zero-filled. Fails with a clear message when the system is out of memory. */

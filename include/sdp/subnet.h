@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "sdp/model.h"
 #include "sdp/plan.h"
@@ -45,5 +46,17 @@ void sdp_subnet_map_free(sdp_subnet_map *m);
 
 /* Whether `rank` owns a run (shared runs are owned by everyone). */
 bool sdp_run_owned(const sdp_run *r, const sdp_plan *p, int rank);
+
+/* Initial values of a local buffer: each element takes the value its full-model element would
+ * have (sdp_param_init_value), so every subnetwork starts as a slice of the same model. */
+void sdp_subnet_init_values(const sdp_subnet_map *m, const sdp_layout *full,
+                            const sdp_layout *local, float *params, uint64_t seed);
+
+/* Per local tensor: the offset of its gradient in a compact gradient buffer that holds owned
+ * runs only (grad_index as sdp_sync computes it), or -1 when the worker owns none of it.
+ * Returns false (and leaves it unusable) when some tensor is only partly owned, in which case
+ * the gradient buffer cannot be compact. malloc'd array of local->nparams entries. */
+bool sdp_subnet_grad_offsets(const sdp_subnet_map *m, const sdp_plan *p, int rank,
+                             const sdp_layout *local, long **grad_offset);
 
 #endif

@@ -48,7 +48,7 @@ int cmd_eval(int argc, char **argv) {
     size_t N = (size_t)o.batch * o.seq_len;
     int *in = sdp_alloc(&mem, SDP_MEM_DATA, N * sizeof(int));
     int *tg = sdp_alloc(&mem, SDP_MEM_DATA, N * sizeof(int));
-    double loss = run_eval_loss(&m, &L, e.batches, in, tg);
+    double loss = run_eval_loss(&m, &L, e.batches, in, tg, MPI_COMM_WORLD);
     if (w.rank == 0)
         printf("eval %s: loss %.4f nats/token (%.4f bits/token), perplexity %.3f\n", e.run, loss,
                loss / log(2.0), exp(loss));

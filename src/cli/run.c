@@ -105,7 +105,8 @@ sdp_gemm_provider run_gemm(const train_opts *o) {
     return p;
 }
 
-double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, int *targets) {
+double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, int *targets,
+                     MPI_Comm comm) {
     double local[2] = {0, 0}; /* summed loss, tokens */
     uint64_t steps = sdp_loader_steps_per_epoch(loader);
     if ((uint64_t)batches > steps) batches = (int)steps;
@@ -116,6 +117,6 @@ double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, in
         local[1] += m->n_targets;
     }
     double global[2];
-    MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, comm);
     return global[1] > 0 ? global[0] / global[1] : NAN;
 }

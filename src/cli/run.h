@@ -3,6 +3,8 @@
 #ifndef SDP_CLI_RUN_H
 #define SDP_CLI_RUN_H
 
+#include <mpi.h>
+
 #include "sdp/comm.h"
 #include "sdp/data.h"
 #include "sdp/transformer.h"
@@ -15,8 +17,9 @@ void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_
 sdp_tf_config run_model_config(const train_opts *o, int data_vocab);
 sdp_gemm_provider run_gemm(const train_opts *o);
 /* Mean loss per token over up to `batches` batches of this worker's share of `loader`,
- * averaged over all workers (every rank must call it). Returns NAN when there is no data. */
-double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, int *targets);
+ * averaged over the workers of comm (each of which must call it). Returns NAN when there is no data. */
+double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, int *targets,
+                     MPI_Comm comm);
 /* path = dir + "/" + name */
 void run_path(char *out, size_t n, const char *dir, const char *name);
 /* Reads a whole small text file (malloc'd, NUL-terminated). */

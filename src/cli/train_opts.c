@@ -34,6 +34,22 @@ const opt_spec TRAIN_OPTS[] = {
     {"momentum", OPT_FLOAT, F(momentum), "0.9", "SGD momentum", 0},
     {"nesterov", OPT_FLAG, F(nesterov), "false", "SGD with Nesterov momentum", 0},
     {"clip", OPT_FLOAT, F(clip), "1.0", "clip gradients to this global norm; 0 = off", 0},
+    {"sdp-mask", OPT_STR, F(sdp_mask), "none",
+     "none (data parallelism), forward (compact subnetworks) or backward (masked gradients)", 0},
+    {"sdp-unit", OPT_STR, F(sdp_unit), "block",
+     "block (whole layers) or neuron (chunks of heads and MLP neurons)", 0},
+    {"sdp-owners", OPT_INT, F(sdp_owners), "0", "owners k of each unit; 0 = from --sdp-coverage",
+     0},
+    {"sdp-coverage", OPT_FLOAT, F(sdp_coverage), "0.5",
+     "fraction C = k/N of workers owning each unit (masked modes)", 0},
+    {"sdp-assign", OPT_STR, F(sdp_assign), "cyclic", "cyclic or random (seeded, balanced)", 0},
+    {"sdp-chunks", OPT_INT, F(sdp_chunks), "0", "neuron units per heads/MLP group; 0 = workers",
+     0},
+    {"sdp-seed", OPT_INT, F(sdp_seed), "0", "seed of the random assignment", 0},
+    {"branch-scale", OPT_STR, F(branch_scale), "none",
+     "forward masking: none, or inverse (scale kept branches by 1/C)", 0},
+    {"check-replicas", OPT_INT, F(check_replicas), "0",
+     "every S steps, check that all owners of a unit hold identical state; 0 = never", 0},
     {"log-every", OPT_INT, F(log_every), "10", "steps between progress lines", 1},
     {"val-every", OPT_INT, F(val_every), "100", "steps between validations; 0 = only at the end",
      0},
@@ -52,7 +68,8 @@ const opt_spec TRAIN_OPTS[] = {
 
 bool train_opt_may_change_on_resume(const char *name) {
     static const char *ok[] = {"steps",      "stop-after", "log-every", "val-every", "val-batches",
-                               "ckpt-every", "threads",    "gemm",      "resume"};
+                               "ckpt-every", "threads",    "gemm",      "resume",
+                               "check-replicas"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;
     return false;

@@ -17,6 +17,11 @@ typedef struct {
     double lr, lr_min, weight_decay, beta1, beta2, eps, momentum, clip;
     char optimizer[OPT_STR_MAX];
     bool nesterov, decay_all;
+    /* subnetwork data parallelism */
+    char sdp_mask[OPT_STR_MAX], sdp_unit[OPT_STR_MAX], sdp_assign[OPT_STR_MAX];
+    char branch_scale[OPT_STR_MAX];
+    int sdp_owners, sdp_chunks, sdp_seed, check_replicas;
+    double sdp_coverage;
     /* run */
     int log_every, val_every, val_batches, ckpt_every, stop_after, seed, threads;
     char out[OPT_STR_MAX], resume[OPT_STR_MAX], gemm[OPT_STR_MAX];

@@ -18,8 +18,20 @@ typedef struct {
 
 enum { HEADER_MAGIC = 0x5d9a110cu };
 
+static void account(sdp_mem *m, sdp_memcat cat, size_t bytes) {
+    m->cur[cat] += bytes;
+    if (m->cur[cat] > m->peak[cat]) m->peak[cat] = m->cur[cat];
+    m->total_cur += bytes;
+    if (m->total_cur > m->total_peak) m->total_peak = m->total_cur;
+    m->nallocs++;
+}
+
 void *sdp_alloc(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     SDP_ASSERT(m && cat < SDP_MEM_NCAT);
+    if (m->dry) {
+        account(m, cat, bytes);
+        return NULL;
+    }
     void *raw = NULL;
     if (posix_memalign(&raw, 64, sizeof(block_header) + (bytes ? bytes : 1)) != 0)
         sdp_fatal("out of memory allocating %zu bytes for %s: use a smaller model or batch", bytes,
@@ -30,11 +42,7 @@ void *sdp_alloc(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     h->magic = HEADER_MAGIC;
     void *p = h + 1;
     memset(p, 0, bytes);
-    m->cur[cat] += bytes;
-    if (m->cur[cat] > m->peak[cat]) m->peak[cat] = m->cur[cat];
-    m->total_cur += bytes;
-    if (m->total_cur > m->total_peak) m->total_peak = m->total_cur;
-    m->nallocs++;
+    account(m, cat, bytes);
     return p;
 }
 

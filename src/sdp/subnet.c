@@ -189,3 +189,37 @@ void sdp_subnet_map_free(sdp_subnet_map *m) {
 bool sdp_run_owned(const sdp_run *r, const sdp_plan *p, int rank) {
     return r->unit < 0 || sdp_plan_owns(p, r->unit, rank);
 }
+
+void sdp_subnet_init_values(const sdp_subnet_map *m, const sdp_layout *full,
+                            const sdp_layout *local, float *params, uint64_t seed) {
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int i = 0; i < m->nruns; i++) {
+        const sdp_run *r = &m->runs[i];
+        const sdp_param *fp = sdp_layout_find(full, local->params[r->param].name);
+        for (size_t e = 0; e < r->len; e++)
+            params[r->local + e] = sdp_param_init_value(fp, seed, r->global - fp->offset + e);
+    }
+}
+
+bool sdp_subnet_grad_offsets(const sdp_subnet_map *m, const sdp_plan *p, int rank,
+                             const sdp_layout *local, long **grad_offset) {
+    long *off = malloc(sizeof(long) * (size_t)(local->nparams + 1));
+    int *owned = calloc((size_t)local->nparams + 1, sizeof(int));
+    int *total = calloc((size_t)local->nparams + 1, sizeof(int));
+    SDP_CHECK(off && owned && total, "out of memory");
+    for (int i = 0; i < local->nparams; i++) off[i] = -1;
+    size_t compact = 0;
+    for (int i = 0; i < m->nruns; i++) {
+        const sdp_run *r = &m->runs[i];
+        total[r->param]++;
+        if (!sdp_run_owned(r, p, rank)) continue;
+        if (owned[r->param]++ == 0) off[r->param] = (long)compact;
+        compact += r->len;
+    }
+    bool whole = true;
+    for (int i = 0; i < local->nparams; i++) whole &= owned[i] == 0 || owned[i] == total[i];
+    free(owned);
+    free(total);
+    *grad_offset = off;
+    return whole;
+}

@@ -1,0 +1,118 @@
+/* Checkpoints of `sdp train`. model.safetensors is the full assembled model (HF-style names);
+ * optim.safetensors holds the full optimizer state and where the run stands. Both are written by
+ * rank 0 from values gathered from each unit's publisher, so a run resumes on any number of
+ * workers and any plan: every worker re-slices what it owns from the full tensors. */
+#include "trainer.h"
+
+#include "sdp/check.h"
+#include "sdp/ckpt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const float *full_params_on_rank0(trainer *t) {
+    if (t->plan.cfg.mask != SDP_MASK_FORWARD) return t->model.params; /* every worker is full */
+    if (is_rank0(t) && !t->has_full_model) {
+        sdp_tf_create(&t->full_model, &t->cfg, NULL, t->o.batch, t->o.seq_len, false,
+                      t->model.gemm, &t->io_mem);
+        t->has_full_model = true;
+    }
+    sdp_sync_gather_full(&t->sync, t->model.params, false,
+                         is_rank0(t) ? t->full_model.params : NULL);
+    return is_rank0(t) ? t->full_model.params : NULL;
+}
+
+/* Optimizer state buffers as the checkpoint names them (PyTorch's state keys). */
+static int state_names(const trainer *t, const char **names) {
+    if (t->opt.cfg.kind == SDP_OPT_ADAMW) {
+        names[0] = ".exp_avg";
+        names[1] = ".exp_avg_sq";
+        return 2;
+    }
+    if (!t->opt.m) return 0; /* SGD without momentum keeps no state */
+    names[0] = ".momentum_buffer";
+    return 1;
+}
+
+static float *state_buffer(const trainer *t, int i) {
+    return i == 0 ? t->opt.m : t->opt.v;
+}
+
+void save_checkpoint(trainer *t) {
+    const float *params = full_params_on_rank0(t);
+    const char *names[2];
+    int ns = state_names(t, names);
+    sdp_ckpt_buffer bufs[2];
+    for (int i = 0; i < ns; i++) {
+        float *full = is_rank0(t) ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH,
+                                               t->full.numel * sizeof(float))
+                                  : NULL;
+        sdp_sync_gather_full(&t->sync, state_buffer(t, i), true, full);
+        bufs[i] = (sdp_ckpt_buffer){full, names[i]};
+    }
+    if (is_rank0(t)) {
+        char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16],
+            path[1024];
+        snprintf(step, sizeof step, "%ld", t->step);
+        snprintf(opt_t, sizeof opt_t, "%ld", t->opt.t);
+        snprintf(ep, sizeof ep, "%llu", (unsigned long long)t->train_loader.pos.epoch);
+        snprintf(es, sizeof es, "%llu", (unsigned long long)t->train_loader.pos.step);
+        snprintf(tok, sizeof tok, "%.17g", t->tokens_seen);
+        snprintf(fl, sizeof fl, "%.17g", t->flops_done);
+        snprintf(vocab, sizeof vocab, "%d", t->cfg.vocab);
+        snprintf(world, sizeof world, "%d", t->world.size);
+        const char *meta[] = {"format",          "pt",  "sdp.step",        step,
+                              "sdp.opt_t",       opt_t, "sdp.loader_epoch", ep,
+                              "sdp.loader_step", es,    "sdp.tokens",      tok,
+                              "sdp.flops",       fl,    "sdp.vocab",       vocab,
+                              "sdp.world",       world, NULL};
+        /* Optimizer first: a model file then always has a matching optimizer file. */
+        run_path(path, sizeof path, t->o.out, "optim.safetensors");
+        sdp_ckpt_save(path, &t->full, bufs, ns, meta);
+        sdp_ckpt_buffer pb = {(float *)params, ""};
+        run_path(path, sizeof path, t->o.out, "model.safetensors");
+        sdp_ckpt_save(path, &t->full, &pb, 1, meta);
+    }
+    for (int i = 0; i < ns; i++) sdp_free(&t->io_mem, bufs[i].data);
+}
+
+static long meta_long(const sdp_st_file *f, const char *key, const char *path) {
+    const char *v = sdp_st_meta(f, key);
+    SDP_CHECK(v, "%s has no '%s' metadata: it was not written by sdp train", path, key);
+    return strtol(v, NULL, 10);
+}
+
+void load_checkpoint(trainer *t) {
+    char mpath[1024], opath[1024];
+    run_path(mpath, sizeof mpath, t->o.out, "model.safetensors");
+    run_path(opath, sizeof opath, t->o.out, "optim.safetensors");
+    const size_t bytes = t->full.numel * sizeof(float);
+    float *full = sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, bytes);
+    sdp_st_file mf, of;
+    sdp_ckpt_buffer pb = {full, ""};
+    sdp_ckpt_load(&mf, mpath, &t->full, &pb, 1, &t->io_mem);
+    sdp_sync_scatter_full(&t->sync, full, t->model.params, false);
+    const long step = meta_long(&mf, "sdp.step", mpath);
+    sdp_st_close(&mf, &t->io_mem);
+
+    const char *names[2];
+    int ns = state_names(t, names);
+    for (int i = 0; i < ns; i++) {
+        sdp_ckpt_buffer sb = {full, names[i]};
+        sdp_ckpt_load(&of, opath, &t->full, &sb, 1, &t->io_mem);
+        sdp_sync_scatter_full(&t->sync, full, state_buffer(t, i), true);
+        if (i < ns - 1) sdp_st_close(&of, &t->io_mem);
+    }
+    if (ns == 0) sdp_st_read(&of, opath, &t->io_mem);
+    SDP_CHECK(step == meta_long(&of, "sdp.step", opath),
+              "%s and %s are from different steps: the checkpoint is inconsistent", mpath, opath);
+    t->step = step;
+    t->opt.t = meta_long(&of, "sdp.opt_t", opath);
+    sdp_loader_pos pos = {(uint64_t)meta_long(&of, "sdp.loader_epoch", opath),
+                          (uint64_t)meta_long(&of, "sdp.loader_step", opath)};
+    sdp_loader_seek(&t->train_loader, pos);
+    t->tokens_seen = strtod(sdp_st_meta(&of, "sdp.tokens"), NULL);
+    t->flops_done = strtod(sdp_st_meta(&of, "sdp.flops"), NULL);
+    sdp_st_close(&of, &t->io_mem);
+    sdp_free(&t->io_mem, full);
+}

@@ -1,0 +1,200 @@
+/* What `sdp train` shows and writes: the run directory's config.json, plan.json and
+ * metrics.jsonl, the start-up banner and ownership table, progress lines, and the final summary
+ * of memory per worker next to data parallelism's, and of bytes communicated. */
+#include "trainer.h"
+
+#include "sdp/check.h"
+#include "sdp/ckpt.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+void write_run_files(trainer *t) {
+    if (!is_rank0(t)) return;
+    char path[1024];
+    if (!t->o.resume[0]) {
+        char *json = opts_to_json(TRAIN_OPTS, &t->o);
+        run_path(path, sizeof path, t->o.out, "config.json");
+        sdp_write_file_atomic(path, json, strlen(json));
+        free(json);
+    }
+    char *plan = sdp_plan_to_json(&t->plan, &t->full);
+    run_path(path, sizeof path, t->o.out, "plan.json");
+    sdp_write_file_atomic(path, plan, strlen(plan));
+    free(plan);
+}
+
+/* Keeps metrics lines up to the resumed step, so the log reads as one uninterrupted run. */
+void open_metrics(trainer *t) {
+    if (!is_rank0(t)) return;
+    char path[1024];
+    run_path(path, sizeof path, t->o.out, "metrics.jsonl");
+    if (t->o.resume[0]) {
+        FILE *in = fopen(path, "rb");
+        char *kept = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&kept, &len);
+        char line[4096];
+        while (in && fgets(line, sizeof line, in)) {
+            const char *s = strstr(line, "\"step\":");
+            if (s && strtol(s + 7, NULL, 10) <= t->step) fputs(line, mem);
+        }
+        if (in) fclose(in);
+        fclose(mem);
+        sdp_write_file_atomic(path, kept, len);
+        free(kept);
+    }
+    t->metrics = sdp_fopen(path, "ab");
+}
+
+void print_start(const trainer *t) {
+    if (!is_rank0(t)) return;
+    const sdp_tf_config *c = &t->cfg;
+    char p[32];
+    printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, vocab %d (padded %d), "
+           "seq %d\n",
+           sdp_tf_style_name(c->style), c->n_layer, c->n_head, c->d_model, c->d_ff, c->vocab,
+           c->vocab_padded, c->seq_len);
+    printf("  full model %.2fM parameters (%s) | workers %d | threads/worker %d (cores %d) | "
+           "gemm %s\n",
+           (double)t->full.numel / 1e6, sdp_fmt_bytes(p, sizeof p, (double)t->full.numel * 4),
+           t->world.size, t->world.threads, t->world.cores, sdp_gemm_provider_name(t->model.gemm));
+    const sdp_plan_cfg *pc = &t->plan.cfg;
+    if (pc->mask == SDP_MASK_NONE)
+        printf("  data parallelism: every worker holds and trains the whole model\n");
+    else
+        printf("  SDP: %s masking, %s units, k = %d of N = %d (C = %.3g), %s assignment, branch "
+               "scale %s\n",
+               sdp_mask_mode_name(pc->mask), sdp_unit_kind_name(pc->unit), pc->owners, pc->world,
+               sdp_plan_coverage(&t->plan), sdp_assign_kind_name(pc->assign),
+               sdp_branch_scale_name(pc->scale));
+    if (pc->mask != SDP_MASK_NONE) sdp_plan_print(&t->plan, &t->full, stdout);
+    printf("  worker 0 holds %.2fM parameters, owns %.2fM | data %s: %zu train tokens, %zu val "
+           "tokens | batch %d x %d x %d accum per worker | run dir %s\n",
+           (double)t->model.layout.numel / 1e6, (double)t->sync.owned / 1e6, t->o.data,
+           t->train_data.ntokens, t->val_data.ntokens, t->o.batch, t->o.seq_len, t->o.grad_accum,
+           t->o.out);
+    if (t->o.resume[0]) printf("  resumed at step %ld\n", t->step);
+    fflush(stdout);
+}
+
+static void fmt_duration(char *buf, size_t n, double s) {
+    if (s < 60) snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
+                  double elapsed) {
+    if (!is_rank0(t)) return;
+    const double tokens = (double)t->o.batch * t->o.seq_len * t->o.grad_accum * nsteps;
+    const double tok_s = tokens / dt, ms = 1000.0 * dt / nsteps;
+    char mem[32], eta[32];
+    sdp_fmt_bytes(mem, sizeof mem, (double)t->mem.total_cur);
+    fmt_duration(eta, sizeof eta, (double)(t->o.steps - t->step) * dt / nsteps);
+    printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s/worker | %7.1f ms/step | "
+           "mem %s | eta %s\n",
+           t->step, t->o.steps, loss, lr, norm, tok_s, ms, mem, eta);
+    fflush(stdout);
+    fprintf(t->metrics,
+            "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.6g,"
+            "\"ms_per_step\":%.6g,\"tokens\":%.17g,\"flops\":%.17g,\"mem_bytes\":%zu,"
+            "\"elapsed_s\":%.3f}\n",
+            t->step, loss, lr, norm, tok_s, ms, t->tokens_seen, t->flops_done, t->mem.total_cur,
+            elapsed);
+    fflush(t->metrics);
+}
+
+void log_validation(trainer *t, double v, double elapsed) {
+    if (!is_rank0(t) || isnan(v)) return;
+    printf("step %5ld/%d | val loss %.4f (%.4f bits/token)\n", t->step, t->o.steps, v,
+           v / log(2.0));
+    fprintf(t->metrics,
+            "{\"step\":%ld,\"val_loss\":%.9g,\"tokens\":%.17g,\"flops\":%.17g,"
+            "\"elapsed_s\":%.3f}\n",
+            t->step, v, t->tokens_seen, t->flops_done, elapsed);
+    fflush(t->metrics);
+}
+
+/* ---- summary -------------------------------------------------------------------------------- */
+
+enum { COL_RSS = SDP_MEM_NCAT, COL_TOTAL, NCOLS };
+
+/* What a data-parallel worker holds for the same model and batch: the same allocation code run
+ * in counting mode, plus gradients, optimizer state and one bucket of the whole model. */
+static void ddp_reference(const trainer *t, double *row) {
+    sdp_mem dry = {.dry = true};
+    sdp_tf m;
+    sdp_tf_create(&m, &t->cfg, NULL, t->o.batch, t->o.seq_len, false, t->model.gemm, &dry);
+    sdp_tf_destroy(&m);
+    for (int c = 0; c < SDP_MEM_NCAT; c++) row[c] = (double)dry.peak[c];
+    const double n = (double)t->full.numel;
+    row[SDP_MEM_GRADS] = n * 4;
+    row[SDP_MEM_OPTIM] = n * (double)sdp_optim_state_bytes_per_param(&t->opt.cfg);
+    row[SDP_MEM_BUFFERS] = t->world.size > 1 ? n * 4 : 0;
+    row[SDP_MEM_DATA] = (double)t->mem.peak[SDP_MEM_DATA];
+    row[COL_TOTAL] = 0;
+    for (int c = 0; c < SDP_MEM_NCAT; c++) row[COL_TOTAL] += row[c];
+    row[COL_RSS] = NAN;
+}
+
+static void print_row(const char *name, const double *row) {
+    char b[32];
+    printf("  %-10s", name);
+    for (int c = 0; c < NCOLS; c++)
+        printf(" %10s", isnan(row[c]) ? "-" : sdp_fmt_bytes(b, sizeof b, row[c]));
+    printf("\n");
+}
+
+void print_summary(trainer *t, double final_val, double wall) {
+    const int N = t->world.size;
+    double mine[NCOLS];
+    for (int c = 0; c < SDP_MEM_NCAT; c++) mine[c] = (double)t->mem.peak[c];
+    mine[COL_TOTAL] = (double)t->mem.total_peak;
+    mine[COL_RSS] = (double)sdp_peak_rss();
+    double *all = is_rank0(t) ? malloc(sizeof(double) * NCOLS * (size_t)N) : NULL;
+    MPI_Gather(mine, NCOLS, MPI_DOUBLE, all, NCOLS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    uint64_t sent = t->step_bytes_sent, max_sent = 0;
+    MPI_Reduce(&sent, &max_sent, 1, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (!is_rank0(t)) return;
+    const long steps = t->step > 0 ? t->step : 1;
+    printf("\nsummary: %ld steps in %.1f s, final val loss %.4f\n", t->step, wall, final_val);
+    printf("  memory per worker, peak bytes by category (what training holds; the DDP row is "
+           "data parallelism's figure for the same model and batch):\n");
+    printf("  %-10s", "worker");
+    for (int c = 0; c < SDP_MEM_NCAT; c++) printf(" %10s", sdp_memcat_name((sdp_memcat)c));
+    printf(" %10s %10s\n", "peak RSS", "total");
+    double worst[NCOLS] = {0};
+    for (int r = 0; r < N; r++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", r);
+        const double *row = all + (size_t)r * NCOLS;
+        if (r < 8 || r == N - 1) print_row(name, row);
+        else if (r == 8) printf("  ...\n");
+        for (int c = 0; c < NCOLS; c++)
+            if (row[c] > worst[c]) worst[c] = row[c];
+    }
+    double ddp[NCOLS];
+    ddp_reference(t, ddp);
+    print_row("DDP", ddp);
+    const double state = worst[SDP_MEM_PARAMS] + worst[SDP_MEM_GRADS] + worst[SDP_MEM_OPTIM];
+    const double ddp_state = ddp[SDP_MEM_PARAMS] + ddp[SDP_MEM_GRADS] + ddp[SDP_MEM_OPTIM];
+    printf("  largest worker vs DDP: params+grads+optimizer %.1f%% smaller, total %.1f%% "
+           "smaller\n",
+           100.0 * (1 - state / ddp_state), 100.0 * (1 - worst[COL_TOTAL] / ddp[COL_TOTAL]));
+    if (t->io_mem.total_peak)
+        printf("  rank 0 also held %.1f MiB for evaluation and checkpoints (not in the table)\n",
+               (double)t->io_mem.total_peak / 1048576.0);
+    const double ring = N > 1 ? 2.0 * (N - 1) / N * (double)t->full.numel * 4 : 0;
+    char b1[32], b2[32];
+    printf("  communication per step, most any worker sent: %s (a ring all-reduce of the full "
+           "model sends %s)\n",
+           sdp_fmt_bytes(b1, sizeof b1, (double)max_sent / (double)steps),
+           sdp_fmt_bytes(b2, sizeof b2, ring));
+    printf("  run directory: %s (config.json, plan.json, metrics.jsonl, model.safetensors)\n",
+           t->o.out);
+    fflush(stdout);
+    free(all);
+}

@@ -1,0 +1,67 @@
+/* The state of one worker in `sdp train`, shared by the files that make up the command:
+ * train.c (set-up and the step loop), train_ckpt.c (checkpoints and resume) and
+ * train_report.c (what the user sees). */
+#ifndef SDP_CLI_TRAINER_H
+#define SDP_CLI_TRAINER_H
+
+#include "run.h"
+
+#include "sdp/optim.h"
+#include "sdp/plan.h"
+#include "sdp/subnet.h"
+#include "sdp/sync.h"
+
+#include <stdio.h>
+
+typedef struct {
+    train_opts o;
+    sdp_world world;
+    sdp_mem mem;    /* what training holds: the figures compared with data parallelism */
+    sdp_mem io_mem; /* evaluation copies and checkpoint buffers, reported apart */
+    sdp_tokens train_data, val_data;
+    sdp_loader train_loader, val_loader;
+    bool has_val;
+    /* the full model and the plan over it */
+    sdp_tf_config cfg;
+    sdp_layout full;
+    sdp_plan plan;
+    /* this worker's subnetwork */
+    sdp_tf model;
+    sdp_subnet_map map;
+    sdp_sync sync;
+    bool grads_compact; /* gradients kept for owned units only */
+    float *grads;
+    size_t ngrads;
+    sdp_optim opt;
+    sdp_opt_segment *segs;
+    int nsegs;
+    /* rank 0's copy of the full model, for evaluation and checkpoints under forward masking */
+    sdp_tf full_model;
+    bool has_full_model;
+    int *inputs, *targets;
+    long step;
+    double tokens_seen, flops_done;
+    uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
+    FILE *metrics;
+} trainer;
+
+static inline bool is_rank0(const trainer *t) {
+    return t->world.rank == 0;
+}
+
+/* train_ckpt.c */
+void save_checkpoint(trainer *t);
+void load_checkpoint(trainer *t);
+/* The current full model on rank 0 (assembled from the publishers when needed). */
+const float *full_params_on_rank0(trainer *t);
+
+/* train_report.c */
+void open_metrics(trainer *t);
+void write_run_files(trainer *t);
+void print_start(const trainer *t);
+void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
+                  double elapsed);
+void log_validation(trainer *t, double val_loss, double elapsed);
+void print_summary(trainer *t, double final_val, double wall);
+
+#endif
