@@ -1,0 +1,351 @@
+/* The SDP plan: lists the units of a full-model layout, gives each exactly k owners out of N
+ * workers, and groups units by owner set. Every rank builds the same plan from the same
+ * options, so nothing here communicates.
+ *
+ * Cyclic assignment. Within a sequence of units (the droppable blocks, or the chunks of one
+ * inner group of one block), unit u is owned by the window of workers (u + j) mod N, j < k,
+ * for as many whole rounds of N units as the sequence holds. Taken alone, that formula
+ * overloads some workers whenever the sequence length is not a multiple of N (5 workers, k = 3
+ * and 3 chunks give worker 0 one chunk and worker 2 all three; 1024 workers, k = 512 and 32
+ * chunks give worker 0 one chunk and worker 100 all 32). So the leftover units take back-to-back
+ * windows instead, continuing round the ring from where the previous sequence's leftovers of
+ * the same kind stopped. Each leftover slot then goes to the next worker in turn, which keeps
+ * every worker's share within one unit of every other's, per sequence and over the model, and
+ * every window still starts at one of N places, so there are at most N owner sets. When the
+ * sequence length is a multiple of N (the default of one chunk per worker), this is exactly the
+ * (u + j) mod N window.
+ *
+ * Random assignment composes that pattern with seeded permutations: of the worker ids, and of
+ * the units within each sequence. Loads and the number of owners stay exactly as in cyclic. */
+#include "sdp/plan.h"
+
+#include "sdp/check.h"
+#include "sdp/rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- listing units ------------------------------------------------------------------------ */
+
+static sdp_unit *alloc_units(int n) {
+    sdp_unit *u = calloc((size_t)(n > 0 ? n : 1), sizeof *u);
+    SDP_CHECK(u, "out of memory building the SDP plan (%d units)", n);
+    return u;
+}
+
+/* One unit per droppable block; the other blocks are shared. Under plain data parallelism the
+ * option is irrelevant, so a model without droppable blocks just has no units. */
+static void list_block_units(sdp_plan *p, const sdp_layout *full) {
+    int n = 0;
+    for (int b = 0; b < full->nblocks; b++) n += full->blocks[b].droppable;
+    SDP_CHECK(n > 0 || p->cfg.mask == SDP_MASK_NONE,
+              "block units need droppable blocks (identity-shortcut blocks); this model has "
+              "none: use --sdp-unit neuron");
+    p->units = alloc_units(n);
+    for (int b = 0; b < full->nblocks; b++) {
+        if (!full->blocks[b].droppable) continue;
+        /* group -1 means the whole block: every group at full width, so no atom range. */
+        p->units[p->nunits++] = (sdp_unit){.block = b, .group = -1};
+    }
+}
+
+/* "--sdp-chunks 5", or how the default produced the count, for error messages. */
+static void describe_chunks(char *buf, size_t len, int requested, int chunks) {
+    if (requested > 0)
+        snprintf(buf, len, "--sdp-chunks %d", chunks);
+    else
+        snprintf(buf, len, "the default of one chunk per worker (%d chunks)", chunks);
+}
+
+/* The divisors of w to suggest: all of them when few, else the ones nearest to `want`. */
+static void suggest_divisors(char *buf, size_t len, int w, int want) {
+    enum { SIDE = 4 };
+    int divs[2 * SIDE], n = 0, total = 0;
+    for (int d = 1; d <= w; d++) total += w % d == 0;
+    const bool all = total <= 2 * SIDE;
+    if (all) {
+        for (int d = 1; d <= w; d++)
+            if (w % d == 0) divs[n++] = d;
+    } else {
+        int below = 0; /* up to SIDE divisors under `want`, nearest first, stored ascending */
+        for (int d = want - 1; d >= 1 && below < SIDE; d--)
+            if (w % d == 0) below++;
+        for (int d = want - 1, i = below - 1; i >= 0; d--)
+            if (w % d == 0) divs[i--] = d;
+        n = below;
+        for (int d = want + 1; d <= w && n < below + SIDE; d++)
+            if (w % d == 0) divs[n++] = d;
+    }
+    size_t used = (size_t)snprintf(buf, len, "%s", all ? "" : "e.g. ");
+    for (int i = 0; i < n && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%d",
+                                 i == 0 ? "" : (i == n - 1 ? " or " : ", "), divs[i]);
+}
+
+static void check_chunks_fit(const sdp_block *blk, const sdp_group *g, int requested, int chunks) {
+    char what[96], divs[160];
+    describe_chunks(what, sizeof what, requested, chunks);
+    SDP_CHECK(chunks <= g->width,
+              "%s is more than the width of group %s in block %s (%d atoms): use --sdp-chunks "
+              "of at most %d, or --sdp-unit block",
+              what, g->name, blk->name, g->width, g->width);
+    if (g->width % chunks == 0) return;
+    suggest_divisors(divs, sizeof divs, g->width, chunks);
+    sdp_fatal("%s does not split the width of group %s in block %s (%d atoms) into equal "
+              "chunks: use --sdp-chunks dividing %d (%s)",
+              what, g->name, blk->name, g->width, g->width, divs);
+}
+
+/* For every inner group of every block, `chunks` equal contiguous chunks, in (block, group,
+ * chunk) order. Whole-block tensors (norms) and blocks without groups are shared. */
+static void list_neuron_units(sdp_plan *p, const sdp_layout *full) {
+    const int requested = p->cfg.chunks;
+    SDP_CHECK(requested >= 0,
+              "--sdp-chunks %d is negative: use a positive count, or 0 for one chunk per worker",
+              requested);
+    /* With everyone owning everything the split is irrelevant, and plain data parallelism must
+     * run on any model with any number of workers: default to one chunk per group. */
+    int chunks = requested > 0 ? requested : (p->cfg.mask == SDP_MASK_NONE ? 1 : p->cfg.world);
+    p->cfg.chunks = chunks;
+    int n = 0;
+    for (int b = 0; b < full->nblocks; b++) {
+        const sdp_block *blk = &full->blocks[b];
+        SDP_ASSERT(blk->ngroups >= 0 && blk->ngroups <= SDP_MAX_GROUPS);
+        for (int g = 0; g < blk->ngroups; g++) {
+            SDP_ASSERT(blk->groups[g].width >= 1);
+            check_chunks_fit(blk, &blk->groups[g], requested, chunks);
+            n += chunks;
+        }
+    }
+    p->units = alloc_units(n);
+    for (int b = 0; b < full->nblocks; b++) {
+        const sdp_block *blk = &full->blocks[b];
+        for (int g = 0; g < blk->ngroups; g++) {
+            int w = blk->groups[g].width / chunks;
+            for (int c = 0; c < chunks; c++)
+                p->units[p->nunits++] =
+                    (sdp_unit){.block = b, .group = g, .chunk = c, .start = c * w, .width = w};
+        }
+    }
+}
+
+/* ---- owners ------------------------------------------------------------------------------- */
+
+static void fisher_yates(int *perm, int n, sdp_rng *r) {
+    for (int i = 0; i < n; i++) perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)sdp_rng_below(r, (uint64_t)i + 1);
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* Window starts for a sequence of n units (see the top of the file). `carry` is where the
+ * previous leftovers of this kind of sequence stopped, and is advanced past this one's. */
+static void cyclic_starts(int n, int N, int k, int *carry, int *starts) {
+    int whole = n - n % N;
+    for (int u = 0; u < whole; u++) starts[u] = u % N;
+    for (int u = whole; u < n; u++) {
+        starts[u] = *carry;
+        *carry = (int)(((long)*carry + k) % N);
+    }
+}
+
+typedef struct {
+    int N, k;
+    const int *worker; /* worker permutation (identity for cyclic) */
+    unsigned char *mark;
+    int *starts, *order;
+} assigner;
+
+/* Owners of the window [start, start + k) mapped through the worker permutation, ascending. */
+static void set_owners(const assigner *a, sdp_unit *u, int start) {
+    memset(a->mark, 0, (size_t)a->N);
+    for (int j = 0; j < a->k; j++) a->mark[a->worker[(start + j) % a->N]] = 1;
+    int n = 0;
+    for (int w = 0; w < a->N; w++)
+        if (a->mark[w]) u->owners[n++] = w;
+    SDP_ASSERT(n == a->k);
+}
+
+/* Assigns the n units at `first` as one sequence. With a random assignment, unit i takes the
+ * window of position order[i]. */
+static void assign_sequence(const assigner *a, sdp_unit *first, int n, int *carry,
+                            sdp_rng *shuffle) {
+    cyclic_starts(n, a->N, a->k, carry, a->starts);
+    if (shuffle)
+        fisher_yates(a->order, n, shuffle);
+    else
+        for (int i = 0; i < n; i++) a->order[i] = i;
+    for (int i = 0; i < n; i++) set_owners(a, &first[i], a->starts[a->order[i]]);
+}
+
+static void assign_owners(sdp_plan *p) {
+    const int N = p->cfg.world, k = p->cfg.owners, U = p->nunits;
+    const bool random = p->cfg.assign == SDP_ASSIGN_RANDOM;
+    if (U == 0) return;
+    int *pool = malloc((size_t)U * (size_t)k * sizeof *pool); /* all owner lists, one block */
+    int *worker = malloc((size_t)N * sizeof *worker);
+    assigner a = {N,
+                  k,
+                  worker,
+                  malloc((size_t)N),
+                  malloc((size_t)U * sizeof(int)),
+                  malloc((size_t)U * sizeof(int))};
+    SDP_CHECK(pool && worker && a.mark && a.starts && a.order,
+              "out of memory building the SDP plan (%d units, %d owners each)", U, k);
+    for (int i = 0; i < U; i++) p->units[i].owners = pool + (size_t)i * (size_t)k;
+    if (random) {
+        sdp_rng r = sdp_rng_make(p->cfg.seed, 0x5d9);
+        fisher_yates(worker, N, &r);
+    } else {
+        for (int w = 0; w < N; w++) worker[w] = w;
+    }
+    if (p->cfg.unit == SDP_UNIT_BLOCK) {
+        int carry = 0;
+        sdp_rng r = sdp_rng_make(p->cfg.seed, 0);
+        assign_sequence(&a, p->units, U, &carry, random ? &r : NULL);
+    } else {
+        /* One sequence per (block, group); leftovers continue per group slot, so that e.g. the
+         * attention chunks spread over all workers across blocks, and so do the MLP chunks. */
+        int carry[SDP_MAX_GROUPS] = {0};
+        for (int i = 0; i < U; i += p->cfg.chunks) {
+            const sdp_unit *u = &p->units[i];
+            sdp_rng r = sdp_rng_make(p->cfg.seed,
+                                     1 + (uint64_t)u->block * SDP_MAX_GROUPS + (uint64_t)u->group);
+            assign_sequence(&a, &p->units[i], p->cfg.chunks, &carry[u->group], random ? &r : NULL);
+        }
+    }
+    free(worker);
+    free(a.mark);
+    free(a.starts);
+    free(a.order);
+}
+
+/* ---- owner groups ------------------------------------------------------------------------- */
+
+typedef struct {
+    const int *owners;
+    int k, unit;
+} owner_key;
+
+static int compare_owner_keys(const void *pa, const void *pb) {
+    const owner_key *a = pa, *b = pb;
+    for (int i = 0; i < a->k; i++)
+        if (a->owners[i] != b->owners[i]) return a->owners[i] < b->owners[i] ? -1 : 1;
+    return a->unit < b->unit ? -1 : a->unit > b->unit;
+}
+
+/* Distinct owner sets in lexicographic order, and each unit's index among them. */
+static void build_owner_groups(sdp_plan *p) {
+    const int U = p->nunits, k = p->cfg.owners;
+    if (U == 0) return;
+    owner_key *keys = malloc((size_t)U * sizeof *keys);
+    SDP_CHECK(keys, "out of memory building the SDP plan");
+    for (int i = 0; i < U; i++) keys[i] = (owner_key){p->units[i].owners, k, i};
+    qsort(keys, (size_t)U, sizeof *keys, compare_owner_keys);
+    int ngroups = 0;
+    for (int i = 0; i < U; i++)
+        ngroups += i == 0 || memcmp(keys[i].owners, keys[i - 1].owners, (size_t)k * sizeof(int));
+    p->groups = calloc((size_t)ngroups, sizeof *p->groups);
+    int *pool = malloc((size_t)ngroups * (size_t)k * sizeof *pool); /* all member lists */
+    SDP_CHECK(p->groups && pool, "out of memory building the SDP plan");
+    for (int i = 0; i < U; i++) {
+        if (i == 0 || memcmp(keys[i].owners, keys[i - 1].owners, (size_t)k * sizeof(int))) {
+            sdp_owner_group *g = &p->groups[p->ngroups++];
+            g->nmembers = k;
+            g->members = pool + (size_t)(p->ngroups - 1) * (size_t)k;
+            memcpy(g->members, keys[i].owners, (size_t)k * sizeof(int));
+        }
+        p->units[keys[i].unit].owner_group = p->ngroups - 1;
+    }
+    free(keys);
+}
+
+/* ---- public ------------------------------------------------------------------------------- */
+
+int sdp_owners_from_coverage(double coverage, int world) {
+    SDP_ASSERT(world >= 1);
+    double kn = coverage * world, k = round(kn);
+    SDP_CHECK(isfinite(kn) && fabs(kn - k) <= 1e-9 && k >= 1 && k <= world,
+              "--sdp-coverage %g with %d workers gives k = %g owners per unit, which is not a "
+              "whole number in [1, %d]: use a multiple of 1/%d",
+              coverage, world, kn, world, world);
+    return (int)k;
+}
+
+void sdp_plan_build(sdp_plan *p, const sdp_plan_cfg *cfg, const sdp_layout *full) {
+    memset(p, 0, sizeof *p);
+    SDP_ASSERT(cfg->world >= 1);
+    SDP_ASSERT(cfg->unit == SDP_UNIT_BLOCK || cfg->unit == SDP_UNIT_NEURON);
+    SDP_ASSERT(cfg->assign == SDP_ASSIGN_CYCLIC || cfg->assign == SDP_ASSIGN_RANDOM);
+    p->cfg = *cfg;
+    const int N = cfg->world;
+    if (cfg->mask == SDP_MASK_NONE) p->cfg.owners = N;
+    const int k = p->cfg.owners;
+    SDP_CHECK(k >= 1 && k <= N,
+              "--sdp-owners %d is impossible with %d workers: choose 1 <= k <= %d (k = N is "
+              "plain data parallelism)",
+              k, N, N);
+    if (cfg->unit == SDP_UNIT_BLOCK)
+        list_block_units(p, full);
+    else
+        list_neuron_units(p, full);
+    assign_owners(p);
+    build_owner_groups(p);
+}
+
+void sdp_plan_free(sdp_plan *p) {
+    if (p->nunits) free(p->units[0].owners); /* the pool of every unit's owners */
+    if (p->ngroups) free(p->groups[0].members);
+    free(p->units);
+    free(p->groups);
+    memset(p, 0, sizeof *p);
+}
+
+bool sdp_plan_owns(const sdp_plan *p, int unit, int rank) {
+    SDP_ASSERT(unit >= 0 && unit < p->nunits);
+    const int *o = p->units[unit].owners;
+    int lo = 0, hi = p->cfg.owners; /* owners are ascending: binary search */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (o[mid] < rank)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->cfg.owners && o[lo] == rank;
+}
+
+/* Units are listed in (block, group) order, so the first unit of a (block, group) is found by
+ * binary search; a group's chunks follow it in order and have equal widths. */
+static int first_unit_of(const sdp_plan *p, int block, int group) {
+    int lo = 0, hi = p->nunits;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        const sdp_unit *u = &p->units[mid];
+        if (u->block < block || (u->block == block && u->group < group))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == p->nunits || p->units[lo].block != block || p->units[lo].group != group) return -1;
+    return lo;
+}
+
+int sdp_plan_unit_of(const sdp_plan *p, int block, int group, int atom) {
+    if (block < 0) return -1; /* stem and head */
+    if (p->cfg.unit == SDP_UNIT_BLOCK) return first_unit_of(p, block, -1);
+    if (group < 0) return -1; /* whole-block tensors */
+    int first = first_unit_of(p, block, group);
+    if (first < 0) return -1;
+    int w = p->units[first].width;
+    SDP_ASSERT(atom >= 0 && atom < w * p->cfg.chunks);
+    return first + atom / w;
+}
+
+double sdp_plan_coverage(const sdp_plan *p) {
+    return (double)p->cfg.owners / p->cfg.world;
+}
