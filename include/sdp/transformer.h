@@ -56,7 +56,7 @@ typedef struct {
 } sdp_tf_offsets;
 
 typedef struct {
-    sdp_tf_config cfg; /* of the full model */
+    sdp_tf_config cfg;   /* of the full model */
     sdp_tf_offsets off;  /* of parameters */
     sdp_tf_offsets goff; /* of gradients (-1: this worker computes no gradient there) */
     bool own_grads;      /* grads was allocated by the model */
@@ -100,10 +100,15 @@ void sdp_tf_shape_from_keep(sdp_tf_shape *s, const sdp_tf_config *cfg, int nbloc
 /* Describes the parameter tensors of the (sub)network without allocating anything. */
 void sdp_tf_describe(sdp_layout *L, const sdp_tf_config *cfg, const sdp_tf_shape *shape);
 
-/* Builds a model with room for batches of B sequences of T tokens. shape may be NULL (full).
- * Params and grads are allocated; with_grads false skips gradient and backward buffers. */
+typedef enum {
+    SDP_TF_INFER,      /* forward only */
+    SDP_TF_TRAIN,      /* forward and backward, with a gradient buffer of its own */
+    SDP_TF_TRAIN_BARE, /* forward and backward; the caller supplies gradients (sdp_tf_use_grads) */
+} sdp_tf_mode;
+
+/* Builds a model with room for batches of B sequences of T tokens. shape may be NULL (full). */
 void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
-                   bool with_grads, sdp_gemm_provider gemm, sdp_mem *mem);
+                   sdp_tf_mode mode, sdp_gemm_provider gemm, sdp_mem *mem);
 void sdp_tf_destroy(sdp_tf *m);
 /* Replaces the model's gradient buffer with a caller-owned one, where tensor i of the layout
  * keeps its gradient at grad_offset[i], or nowhere when grad_offset[i] < 0 (backward masking:

@@ -18,7 +18,8 @@ void load_run_model(sdp_tf *m, train_opts *o, const char *dir, int B, int T, sdp
     int vocab = atoi(v);
     sdp_st_close(&f, mem);
     sdp_tf_config cfg = run_model_config(o, vocab);
-    sdp_tf_create(m, &cfg, NULL, B ? B : o->batch, T ? T : o->seq_len, false, run_gemm(o), mem);
+    sdp_tf_create(m, &cfg, NULL, B ? B : o->batch, T ? T : o->seq_len, SDP_TF_INFER, run_gemm(o),
+                  mem);
     sdp_ckpt_buffer pb = {m->params, ""};
     sdp_ckpt_load(&f, path, &m->layout, &pb, 1, mem);
     sdp_st_close(&f, mem);

@@ -17,7 +17,8 @@ void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_
 sdp_tf_config run_model_config(const train_opts *o, int data_vocab);
 sdp_gemm_provider run_gemm(const train_opts *o);
 /* Mean loss per token over up to `batches` batches of this worker's share of `loader`,
- * averaged over the workers of comm (each of which must call it). Returns NAN when there is no data. */
+ * averaged over the workers of comm (each of which must call it). Returns NAN when there is no
+ * data. */
 double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, int *targets,
                      MPI_Comm comm);
 /* path = dir + "/" + name */

@@ -50,9 +50,12 @@ static void validate_options(train_opts *o) {
 
 static sdp_opt_cfg optimizer_config(const train_opts *o) {
     sdp_opt_kind kind;
-    if (strcmp(o->optimizer, "adamw") == 0) kind = SDP_OPT_ADAMW;
-    else if (strcmp(o->optimizer, "sgd") == 0) kind = SDP_OPT_SGD;
-    else sdp_fatal("unknown --optimizer '%s': use adamw or sgd", o->optimizer);
+    if (strcmp(o->optimizer, "adamw") == 0)
+        kind = SDP_OPT_ADAMW;
+    else if (strcmp(o->optimizer, "sgd") == 0)
+        kind = SDP_OPT_SGD;
+    else
+        sdp_fatal("unknown --optimizer '%s': use adamw or sgd", o->optimizer);
     sdp_opt_cfg c = sdp_opt_defaults(kind);
     c.beta1 = (float)o->beta1;
     c.beta2 = (float)o->beta2;
@@ -75,8 +78,12 @@ static sdp_plan_cfg plan_config(const train_opts *o, int world) {
     SDP_CHECK(sdp_branch_scale_parse(o->branch_scale, &c.scale),
               "unknown --branch-scale '%s': use none or inverse", o->branch_scale);
     c.world = world;
-    c.owners = o->sdp_owners > 0 ? o->sdp_owners : sdp_owners_from_coverage(o->sdp_coverage, world);
-    if (c.mask == SDP_MASK_NONE) c.owners = world;
+    if (c.mask == SDP_MASK_NONE)
+        c.owners = world; /* data parallelism: everyone owns all */
+    else if (o->sdp_owners > 0)
+        c.owners = o->sdp_owners;
+    else
+        c.owners = sdp_owners_from_coverage(o->sdp_coverage, world);
     c.chunks = o->sdp_chunks;
     c.seed = (uint64_t)(o->sdp_seed ? o->sdp_seed : o->seed);
     return c;
@@ -166,8 +173,8 @@ static void build_worker(trainer *t) {
                            (const int(*)[SDP_MAX_GROUPS])spec.kept, spec.scale);
     sdp_subnet_spec_free(&spec);
     const bool forward = pc.mask == SDP_MASK_FORWARD;
-    sdp_tf_create(&t->model, &t->cfg, &shape, t->o.batch, t->o.seq_len, false, run_gemm(&t->o),
-                  &t->mem);
+    sdp_tf_create(&t->model, &t->cfg, &shape, t->o.batch, t->o.seq_len, SDP_TF_TRAIN_BARE,
+                  run_gemm(&t->o), &t->mem);
     sdp_tf_shape_free(&shape);
     sdp_subnet_map_build(&t->map, &t->full, &t->model.layout, &t->plan, t->world.rank, forward);
     sdp_subnet_init_values(&t->map, &t->full, &t->model.layout, t->model.params,
@@ -178,8 +185,8 @@ static void build_worker(trainer *t) {
      * units); neuron units under backward masking own slices of tensors, whose gradient GEMMs
      * still write the whole tensor. */
     long *grad_offset = NULL;
-    t->grads_compact = sdp_subnet_grad_offsets(&t->map, &t->plan, t->world.rank,
-                                               &t->model.layout, &grad_offset);
+    t->grads_compact =
+        sdp_subnet_grad_offsets(&t->map, &t->plan, t->world.rank, &t->model.layout, &grad_offset);
     t->ngrads = t->grads_compact ? t->sync.owned : t->model.layout.numel;
     t->grads = sdp_alloc(&t->mem, SDP_MEM_GRADS, t->ngrads * sizeof(float));
     if (t->grads_compact) {
@@ -192,8 +199,8 @@ static void build_worker(trainer *t) {
     free(grad_offset);
     sdp_opt_cfg oc = optimizer_config(&t->o);
     sdp_optim_init(&t->opt, &oc, t->sync.owned, &t->mem);
-    t->nsegs = sdp_sync_segments(&t->sync, &t->model.layout, t->grads_compact, t->o.decay_all,
-                                 &t->segs);
+    t->nsegs =
+        sdp_sync_segments(&t->sync, &t->model.layout, t->grads_compact, t->o.decay_all, &t->segs);
 }
 
 static void setup(trainer *t, int argc, char **argv) {

@@ -13,7 +13,7 @@
 const float *full_params_on_rank0(trainer *t) {
     if (t->plan.cfg.mask != SDP_MASK_FORWARD) return t->model.params; /* every worker is full */
     if (is_rank0(t) && !t->has_full_model) {
-        sdp_tf_create(&t->full_model, &t->cfg, NULL, t->o.batch, t->o.seq_len, false,
+        sdp_tf_create(&t->full_model, &t->cfg, NULL, t->o.batch, t->o.seq_len, SDP_TF_INFER,
                       t->model.gemm, &t->io_mem);
         t->has_full_model = true;
     }
@@ -44,15 +44,14 @@ void save_checkpoint(trainer *t) {
     int ns = state_names(t, names);
     sdp_ckpt_buffer bufs[2];
     for (int i = 0; i < ns; i++) {
-        float *full = is_rank0(t) ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH,
-                                               t->full.numel * sizeof(float))
-                                  : NULL;
+        float *full = is_rank0(t)
+                          ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, t->full.numel * sizeof(float))
+                          : NULL;
         sdp_sync_gather_full(&t->sync, state_buffer(t, i), true, full);
         bufs[i] = (sdp_ckpt_buffer){full, names[i]};
     }
     if (is_rank0(t)) {
-        char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16],
-            path[1024];
+        char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16], path[1024];
         snprintf(step, sizeof step, "%ld", t->step);
         snprintf(opt_t, sizeof opt_t, "%ld", t->opt.t);
         snprintf(ep, sizeof ep, "%llu", (unsigned long long)t->train_loader.pos.epoch);
@@ -61,11 +60,25 @@ void save_checkpoint(trainer *t) {
         snprintf(fl, sizeof fl, "%.17g", t->flops_done);
         snprintf(vocab, sizeof vocab, "%d", t->cfg.vocab);
         snprintf(world, sizeof world, "%d", t->world.size);
-        const char *meta[] = {"format",          "pt",  "sdp.step",        step,
-                              "sdp.opt_t",       opt_t, "sdp.loader_epoch", ep,
-                              "sdp.loader_step", es,    "sdp.tokens",      tok,
-                              "sdp.flops",       fl,    "sdp.vocab",       vocab,
-                              "sdp.world",       world, NULL};
+        const char *meta[] = {"format",
+                              "pt",
+                              "sdp.step",
+                              step,
+                              "sdp.opt_t",
+                              opt_t,
+                              "sdp.loader_epoch",
+                              ep,
+                              "sdp.loader_step",
+                              es,
+                              "sdp.tokens",
+                              tok,
+                              "sdp.flops",
+                              fl,
+                              "sdp.vocab",
+                              vocab,
+                              "sdp.world",
+                              world,
+                              NULL};
         /* Optimizer first: a model file then always has a matching optimizer file. */
         run_path(path, sizeof path, t->o.out, "optim.safetensors");
         sdp_ckpt_save(path, &t->full, bufs, ns, meta);

@@ -43,8 +43,7 @@ const opt_spec TRAIN_OPTS[] = {
     {"sdp-coverage", OPT_FLOAT, F(sdp_coverage), "0.5",
      "fraction C = k/N of workers owning each unit (masked modes)", 0},
     {"sdp-assign", OPT_STR, F(sdp_assign), "cyclic", "cyclic or random (seeded, balanced)", 0},
-    {"sdp-chunks", OPT_INT, F(sdp_chunks), "0", "neuron units per heads/MLP group; 0 = workers",
-     0},
+    {"sdp-chunks", OPT_INT, F(sdp_chunks), "0", "neuron units per heads/MLP group; 0 = workers", 0},
     {"sdp-seed", OPT_INT, F(sdp_seed), "0", "seed of the random assignment", 0},
     {"branch-scale", OPT_STR, F(branch_scale), "none",
      "forward masking: none, or inverse (scale kept branches by 1/C)", 0},
@@ -67,9 +66,9 @@ const opt_spec TRAIN_OPTS[] = {
 };
 
 bool train_opt_may_change_on_resume(const char *name) {
-    static const char *ok[] = {"steps",      "stop-after", "log-every", "val-every", "val-batches",
-                               "ckpt-every", "threads",    "gemm",      "resume",
-                               "check-replicas"};
+    static const char *ok[] = {"steps",       "stop-after",    "log-every", "val-every",
+                               "val-batches", "ckpt-every",    "threads",   "gemm",
+                               "resume",      "check-replicas"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;
     return false;

@@ -81,9 +81,12 @@ void print_start(const trainer *t) {
 }
 
 static void fmt_duration(char *buf, size_t n, double s) {
-    if (s < 60) snprintf(buf, n, "%.0fs", s);
-    else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+    if (s < 60)
+        snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
 void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
@@ -127,7 +130,8 @@ enum { COL_RSS = SDP_MEM_NCAT, COL_TOTAL, NCOLS };
 static void ddp_reference(const trainer *t, double *row) {
     sdp_mem dry = {.dry = true};
     sdp_tf m;
-    sdp_tf_create(&m, &t->cfg, NULL, t->o.batch, t->o.seq_len, false, t->model.gemm, &dry);
+    sdp_tf_create(&m, &t->cfg, NULL, t->o.batch, t->o.seq_len, SDP_TF_TRAIN_BARE, t->model.gemm,
+                  &dry);
     sdp_tf_destroy(&m);
     for (int c = 0; c < SDP_MEM_NCAT; c++) row[c] = (double)dry.peak[c];
     const double n = (double)t->full.numel;
@@ -171,8 +175,10 @@ void print_summary(trainer *t, double final_val, double wall) {
         char name[16];
         snprintf(name, sizeof name, "%d", r);
         const double *row = all + (size_t)r * NCOLS;
-        if (r < 8 || r == N - 1) print_row(name, row);
-        else if (r == 8) printf("  ...\n");
+        if (r < 8 || r == N - 1)
+            print_row(name, row);
+        else if (r == 8)
+            printf("  ...\n");
         for (int c = 0; c < NCOLS; c++)
             if (row[c] > worst[c]) worst[c] = row[c];
     }

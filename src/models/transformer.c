@@ -260,7 +260,7 @@ static void alloc_backward_buffers(sdp_tf *m) {
 }
 
 void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
-                   bool with_grads, sdp_gemm_provider gemm, sdp_mem *mem) {
+                   sdp_tf_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     sdp_tf_config_finish(&m->cfg);
@@ -282,8 +282,8 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     describe(&m->layout, &m->cfg, &m->shape, &m->off);
 
     m->params = sdp_alloc(mem, SDP_MEM_PARAMS, m->layout.numel * sizeof(float));
-    if (with_grads) m->grads = sdp_alloc(mem, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
-    m->own_grads = with_grads;
+    m->own_grads = mode == SDP_TF_TRAIN;
+    if (m->own_grads) m->grads = sdp_alloc(mem, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
     m->goff = m->off;
     m->goff.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->goff.layers);
     SDP_CHECK(m->goff.layers, "out of memory");
@@ -301,7 +301,7 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     m->lnf_rstd = acts(m, N);
     m->probs = acts(m, N * Vp);
     m->losses = acts(m, N);
-    if (with_grads) alloc_backward_buffers(m);
+    if (mode != SDP_TF_INFER) alloc_backward_buffers(m);
     m->attn_scratch = sdp_alloc(mem, SDP_MEM_SCRATCH,
                                 sdp_attention_scratch_floats(T, m->head_size) * sizeof(float));
 }
@@ -375,8 +375,7 @@ static void norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, cons
 static void norm_bwd(const sdp_tf *m, float *dx, const float *dout, const float *x,
                      const float *mean, const float *rstd, long w, long gw, long gb, int N) {
     if (m->cfg.style == SDP_STYLE_GPT)
-        sdp_layernorm_bwd(dx, G(m, gw), G(m, gb), dout, x, P(m, w), mean, rstd, N,
-                          m->cfg.d_model);
+        sdp_layernorm_bwd(dx, G(m, gw), G(m, gb), dout, x, P(m, w), mean, rstd, N, m->cfg.d_model);
     else
         sdp_rmsnorm_bwd(dx, G(m, gw), dout, x, P(m, w), rstd, N, m->cfg.d_model);
 }
