@@ -19,6 +19,15 @@ foreach(src ${SDP_C_TESTS})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${SDP_TEST_ENV}" TIMEOUT 300)
 endforeach()
 
+# tests/mpi_*.c are MPI programs that the shell tests launch with mpiexec on several ranks.
+file(GLOB SDP_MPI_PROGRAMS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/mpi_*.c)
+foreach(src ${SDP_MPI_PROGRAMS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE sdpcore)
+  list(APPEND SDP_TEST_ENV "SDP_${name}=$<TARGET_FILE:${name}>")
+endforeach()
+
 file(GLOB SDP_SH_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.sh)
 foreach(src ${SDP_SH_TESTS})
   get_filename_component(name ${src} NAME_WE)
