@@ -1,6 +1,7 @@
 #include "run.h"
 
 #include "sdp/check.h"
+#include "sdp/subnet.h"
 
 #include <glob.h>
 #include <math.h>
@@ -119,4 +120,42 @@ double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, in
     double global[2];
     MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, comm);
     return global[1] > 0 ? global[0] / global[1] : NAN;
+}
+
+void run_worker_shape(sdp_tf_shape *shape, const sdp_plan *p, const sdp_layout *full,
+                      const sdp_tf_config *cfg, int rank) {
+    sdp_subnet_spec spec;
+    sdp_subnet_spec_make(&spec, p, full, rank);
+    sdp_tf_shape_from_keep(shape, cfg, spec.nblocks, spec.keep,
+                           (const int(*)[SDP_MAX_GROUPS])spec.kept, spec.scale);
+    sdp_subnet_spec_free(&spec);
+}
+
+void run_full_layout(sdp_layout *full, const sdp_tf_config *cfg) {
+    sdp_tf_shape s;
+    sdp_tf_shape_full(&s, cfg);
+    sdp_tf_describe(full, cfg, &s);
+    sdp_tf_shape_free(&s);
+}
+
+sdp_plan_cfg run_plan_config(const train_opts *o, int world) {
+    sdp_plan_cfg c = {0};
+    SDP_CHECK(sdp_mask_mode_parse(o->sdp_mask, &c.mask),
+              "unknown --sdp-mask '%s': use none, forward or backward", o->sdp_mask);
+    SDP_CHECK(sdp_unit_kind_parse(o->sdp_unit, &c.unit),
+              "unknown --sdp-unit '%s': use block or neuron", o->sdp_unit);
+    SDP_CHECK(sdp_assign_kind_parse(o->sdp_assign, &c.assign),
+              "unknown --sdp-assign '%s': use cyclic or random", o->sdp_assign);
+    SDP_CHECK(sdp_branch_scale_parse(o->branch_scale, &c.scale),
+              "unknown --branch-scale '%s': use none or inverse", o->branch_scale);
+    c.world = world;
+    if (c.mask == SDP_MASK_NONE)
+        c.owners = world; /* data parallelism: everyone owns all */
+    else if (o->sdp_owners > 0)
+        c.owners = o->sdp_owners;
+    else
+        c.owners = sdp_owners_from_coverage(o->sdp_coverage, world);
+    c.chunks = o->sdp_chunks;
+    c.seed = (uint64_t)(o->sdp_seed ? o->sdp_seed : o->seed);
+    return c;
 }

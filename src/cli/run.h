@@ -7,6 +7,7 @@
 
 #include "sdp/comm.h"
 #include "sdp/data.h"
+#include "sdp/plan.h"
 #include "sdp/transformer.h"
 #include "train_opts.h"
 
@@ -21,6 +22,14 @@ sdp_gemm_provider run_gemm(const train_opts *o);
  * data. */
 double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, int *targets,
                      MPI_Comm comm);
+/* The shape of worker `rank`'s (sub)network under a plan over the full layout. */
+void run_worker_shape(sdp_tf_shape *shape, const sdp_plan *p, const sdp_layout *full,
+                      const sdp_tf_config *cfg, int rank);
+/* The SDP plan options of a training configuration, for `world` workers. */
+sdp_plan_cfg run_plan_config(const train_opts *o, int world);
+/* Describes the full model of cfg. */
+void run_full_layout(sdp_layout *full, const sdp_tf_config *cfg);
+
 /* path = dir + "/" + name */
 void run_path(char *out, size_t n, const char *dir, const char *name);
 /* Reads a whole small text file (malloc'd, NUL-terminated). */

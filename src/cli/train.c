@@ -67,28 +67,6 @@ static sdp_opt_cfg optimizer_config(const train_opts *o) {
     return c;
 }
 
-static sdp_plan_cfg plan_config(const train_opts *o, int world) {
-    sdp_plan_cfg c = {0};
-    SDP_CHECK(sdp_mask_mode_parse(o->sdp_mask, &c.mask),
-              "unknown --sdp-mask '%s': use none, forward or backward", o->sdp_mask);
-    SDP_CHECK(sdp_unit_kind_parse(o->sdp_unit, &c.unit),
-              "unknown --sdp-unit '%s': use block or neuron", o->sdp_unit);
-    SDP_CHECK(sdp_assign_kind_parse(o->sdp_assign, &c.assign),
-              "unknown --sdp-assign '%s': use cyclic or random", o->sdp_assign);
-    SDP_CHECK(sdp_branch_scale_parse(o->branch_scale, &c.scale),
-              "unknown --branch-scale '%s': use none or inverse", o->branch_scale);
-    c.world = world;
-    if (c.mask == SDP_MASK_NONE)
-        c.owners = world; /* data parallelism: everyone owns all */
-    else if (o->sdp_owners > 0)
-        c.owners = o->sdp_owners;
-    else
-        c.owners = sdp_owners_from_coverage(o->sdp_coverage, world);
-    c.chunks = o->sdp_chunks;
-    c.seed = (uint64_t)(o->sdp_seed ? o->sdp_seed : o->seed);
-    return c;
-}
-
 /* Every rank must run the same configuration: compare a hash of it across ranks. */
 static void check_same_config(const trainer *t) {
     char *json = opts_to_json(TRAIN_OPTS, &t->o);
@@ -159,19 +137,11 @@ static void load_data(trainer *t) {
  * owner-group communicators, and gradients and optimizer state for what it owns. */
 static void build_worker(trainer *t) {
     t->cfg = run_model_config(&t->o, t->train_data.vocab);
-    sdp_tf_shape full_shape;
-    sdp_tf_shape_full(&full_shape, &t->cfg);
-    sdp_tf_describe(&t->full, &t->cfg, &full_shape);
-    sdp_tf_shape_free(&full_shape);
-    sdp_plan_cfg pc = plan_config(&t->o, t->world.size);
+    run_full_layout(&t->full, &t->cfg);
+    sdp_plan_cfg pc = run_plan_config(&t->o, t->world.size);
     sdp_plan_build(&t->plan, &pc, &t->full);
-
-    sdp_subnet_spec spec;
-    sdp_subnet_spec_make(&spec, &t->plan, &t->full, t->world.rank);
     sdp_tf_shape shape;
-    sdp_tf_shape_from_keep(&shape, &t->cfg, spec.nblocks, spec.keep,
-                           (const int(*)[SDP_MAX_GROUPS])spec.kept, spec.scale);
-    sdp_subnet_spec_free(&spec);
+    run_worker_shape(&shape, &t->plan, &t->full, &t->cfg, t->world.rank);
     const bool forward = pc.mask == SDP_MASK_FORWARD;
     sdp_tf_create(&t->model, &t->cfg, &shape, t->o.batch, t->o.seq_len, SDP_TF_TRAIN_BARE,
                   run_gemm(&t->o), &t->mem);

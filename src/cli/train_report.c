@@ -152,6 +152,28 @@ static void print_row(const char *name, const double *row) {
     printf("\n");
 }
 
+/* Every worker's measured bytes, for comparison with `sdp plan --json`. */
+static void write_memory_json(const trainer *t, const double *all, const uint64_t *sent,
+                              long steps) {
+    char *txt = NULL, path[1024];
+    size_t len = 0;
+    FILE *f = open_memstream(&txt, &len);
+    fprintf(f, "{\n  \"workers\": [\n");
+    for (int r = 0; r < t->world.size; r++) {
+        const double *row = all + (size_t)r * NCOLS;
+        fprintf(f, "    {\"rank\": %d", r);
+        for (int c = 0; c < SDP_MEM_NCAT; c++)
+            fprintf(f, ", \"%s\": %.0f", sdp_memcat_name((sdp_memcat)c), row[c]);
+        fprintf(f, ", \"peak_rss\": %.0f, \"sent_per_step\": %.0f}%s\n", row[COL_RSS],
+                (double)sent[r] / (double)steps, r == t->world.size - 1 ? "" : ",");
+    }
+    fprintf(f, "  ]\n}\n");
+    fclose(f);
+    run_path(path, sizeof path, t->o.out, "memory.json");
+    sdp_write_file_atomic(path, txt, len);
+    free(txt);
+}
+
 void print_summary(trainer *t, double final_val, double wall) {
     const int N = t->world.size;
     double mine[NCOLS];
@@ -162,8 +184,12 @@ void print_summary(trainer *t, double final_val, double wall) {
     MPI_Gather(mine, NCOLS, MPI_DOUBLE, all, NCOLS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     uint64_t sent = t->step_bytes_sent, max_sent = 0;
     MPI_Reduce(&sent, &max_sent, 1, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    uint64_t *sent_all = is_rank0(t) ? malloc(sizeof(uint64_t) * (size_t)N) : NULL;
+    MPI_Gather(&sent, 1, MPI_UINT64_T, sent_all, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     if (!is_rank0(t)) return;
     const long steps = t->step > 0 ? t->step : 1;
+    write_memory_json(t, all, sent_all, steps);
+    free(sent_all);
     printf("\nsummary: %ld steps in %.1f s, final val loss %.4f\n", t->step, wall, final_val);
     printf("  memory per worker, peak bytes by category (what training holds; the DDP row is "
            "data parallelism's figure for the same model and batch):\n");
@@ -199,7 +225,8 @@ void print_summary(trainer *t, double final_val, double wall) {
            "model sends %s)\n",
            sdp_fmt_bytes(b1, sizeof b1, (double)max_sent / (double)steps),
            sdp_fmt_bytes(b2, sizeof b2, ring));
-    printf("  run directory: %s (config.json, plan.json, metrics.jsonl, model.safetensors)\n",
+    printf("  run directory: %s (config.json, plan.json, metrics.jsonl, memory.json, "
+           "model.safetensors)\n",
            t->o.out);
     fflush(stdout);
     free(all);

@@ -1,0 +1,27 @@
+/* What a worker will hold and send, predicted from the plan and the full layout alone (no
+ * allocation), so it scales to any model and to N in the thousands. The model-specific part
+ * (activations) comes from running the model's own allocation code in counting mode. */
+#ifndef SDP_MEMPLAN_H
+#define SDP_MEMPLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdp/model.h"
+#include "sdp/plan.h"
+
+typedef struct {
+    size_t owned;           /* parameter elements whose gradients and state the worker keeps */
+    size_t grad_elems;      /* elements of its gradient buffer */
+    bool grads_compact;     /* gradients only for owned units (whole tensors owned or not) */
+    size_t bucket_elems;    /* largest buffer used to pack a bucket or a publication */
+    uint64_t sent_per_step; /* bytes sent by gradient all-reduces (ring) and publishing */
+} sdp_worker_plan;
+
+/* `local_numel` is the size of the worker's parameter buffer (the compact model's under forward
+ * masking, the full model's otherwise). */
+void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, size_t local_numel,
+                        sdp_worker_plan *out);
+
+#endif

@@ -1,0 +1,173 @@
+/* sdp plan: what each worker of an N-worker job will hold and send, predicted without
+ * allocating, next to data parallelism. Uses the trainer's own allocation code in counting mode,
+ * so the prediction equals what `sdp train` allocates. */
+#include "commands.h"
+#include "run.h"
+
+#include "sdp/check.h"
+#include "sdp/memplan.h"
+#include "sdp/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    train_opts t; /* first, so TRAIN_OPTS offsets apply */
+    int world, show;
+    char dtype[OPT_STR_MAX];
+    bool json;
+} plan_opts;
+
+static const char *SHARED_OPTS[] = {"model",        "layers",     "heads",      "width",
+                                    "d-ff",         "seq-len",    "vocab",      "batch",
+                                    "optimizer",    "sdp-mask",   "sdp-unit",   "sdp-owners",
+                                    "sdp-coverage", "sdp-assign", "sdp-chunks", "sdp-seed",
+                                    "branch-scale", "seed",       NULL};
+
+static opt_spec *plan_specs(void) {
+    static const opt_spec extra[] = {
+        {"world", OPT_INT, offsetof(plan_opts, world), "8", "number of workers N", 1},
+        {"dtype", OPT_STR, offsetof(plan_opts, dtype), "fp32",
+         "fp32, or bf16 (bf16 weights, grads and activations, fp32 master weights)", 0},
+        {"json", OPT_FLAG, offsetof(plan_opts, json), "false", "print JSON instead of a table", 0},
+        {"show", OPT_INT, offsetof(plan_opts, show), "8", "workers listed in the table", 1},
+    };
+    size_t n = 0, ne = sizeof extra / sizeof *extra;
+    opt_spec *s = calloc(64, sizeof *s);
+    SDP_CHECK(s, "out of memory");
+    for (const opt_spec *o = TRAIN_OPTS; o->name; o++)
+        for (const char **k = SHARED_OPTS; *k; k++)
+            if (strcmp(*k, o->name) == 0) s[n++] = *o;
+    for (size_t i = 0; i < ne; i++) s[n++] = extra[i];
+    return s; /* zero-terminated by calloc */
+}
+
+typedef struct {
+    double params, grads, optim, acts, scratch, buffers, sent;
+} worker_bytes;
+
+static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_tf_config *cfg,
+                            const plan_opts *o, int rank) {
+    sdp_tf_shape shape;
+    run_worker_shape(&shape, p, full, cfg, rank);
+    sdp_mem dry = {.dry = true};
+    sdp_tf m;
+    sdp_tf_create(&m, cfg, &shape, o->t.batch, o->t.seq_len, SDP_TF_TRAIN_BARE, SDP_GEMM_DNNL,
+                  &dry);
+    const size_t local = m.layout.numel;
+    sdp_tf_destroy(&m);
+    sdp_tf_shape_free(&shape);
+    sdp_worker_plan w;
+    sdp_memplan_worker(p, full, rank, local, &w);
+    const bool bf16 = strcmp(o->dtype, "bf16") == 0;
+    const double wbytes = bf16 ? 2 : 4;
+    sdp_opt_cfg oc =
+        sdp_opt_defaults(strcmp(o->t.optimizer, "sgd") == 0 ? SDP_OPT_SGD : SDP_OPT_ADAMW);
+    worker_bytes b;
+    b.params = (double)local * wbytes;
+    b.grads = (double)w.grad_elems * wbytes;
+    b.optim = (double)w.owned * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
+    b.acts = (double)dry.peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
+    b.scratch = (double)dry.peak[SDP_MEM_SCRATCH];
+    b.buffers = p->cfg.world > 1 || p->cfg.mask != SDP_MASK_NONE
+                    ? (double)(w.bucket_elems + 1) * sizeof(float)
+                    : (double)sizeof(float);
+    b.sent = (double)w.sent_per_step * (bf16 ? 0.5 : 1.0);
+    return b;
+}
+
+static void print_row(const char *name, const worker_bytes *b) {
+    char s[7][32];
+    const double v[7] = {
+        b->params, b->grads,   b->optim,
+        b->acts,   b->buffers, b->params + b->grads + b->optim + b->acts + b->scratch + b->buffers,
+        b->sent};
+    for (int i = 0; i < 7; i++) sdp_fmt_bytes(s[i], sizeof s[i], v[i]);
+    printf("  %-8s %10s %10s %10s %12s %10s %10s %12s\n", name, s[0], s[1], s[2], s[3], s[4], s[5],
+           s[6]);
+}
+
+static void print_json_row(const worker_bytes *b, int rank, bool last) {
+    printf("    {\"rank\": %d, \"params\": %.0f, \"grads\": %.0f, \"optimizer\": %.0f, "
+           "\"activations\": %.0f, \"scratch\": %.0f, \"buffers\": %.0f, \"sent_per_step\": "
+           "%.0f}%s\n",
+           rank, b->params, b->grads, b->optim, b->acts, b->scratch, b->buffers, b->sent,
+           last ? "" : ",");
+}
+
+int cmd_plan(int argc, char **argv) {
+    plan_opts o;
+    memset(&o, 0, sizeof o);
+    opt_spec *specs = plan_specs();
+    opts_parse(specs, &o, argc, argv,
+               "usage: sdp plan --world N [model and SDP options]\n"
+               "Predicts each worker's memory by category and bytes sent per step, without "
+               "allocating.");
+    SDP_CHECK(!strcmp(o.dtype, "fp32") || !strcmp(o.dtype, "bf16"),
+              "unknown --dtype '%s': use fp32 or bf16", o.dtype);
+    sdp_tf_config cfg = run_model_config(&o.t, o.t.vocab ? o.t.vocab : 256);
+    sdp_layout full;
+    run_full_layout(&full, &cfg);
+    sdp_plan_cfg pc = run_plan_config(&o.t, o.world);
+    sdp_plan plan, ddp_plan;
+    sdp_plan_build(&plan, &pc, &full);
+    sdp_plan_cfg dc = pc;
+    dc.mask = SDP_MASK_NONE;
+    dc.owners = o.world;
+    dc.chunks = 0;
+    sdp_plan_build(&ddp_plan, &dc, &full);
+    const worker_bytes ddp = predict(&ddp_plan, &full, &cfg, &o, 0);
+
+    worker_bytes worst = {0};
+    double worst_state = 0, worst_total = 0;
+    if (o.json)
+        printf("{\n  \"parameters\": %zu,\n  \"world\": %d,\n  \"workers\": [\n", full.numel,
+               o.world);
+    else {
+        printf("sdp plan: %s, %d layers, width %d, %.2fM parameters | N = %d workers | ",
+               sdp_tf_style_name(cfg.style), cfg.n_layer, cfg.d_model, (double)full.numel / 1e6,
+               o.world);
+        if (pc.mask == SDP_MASK_NONE)
+            printf("data parallelism");
+        else
+            printf("%s masking, %s units, k = %d (C = %.3g)", sdp_mask_mode_name(pc.mask),
+                   sdp_unit_kind_name(pc.unit), plan.cfg.owners, sdp_plan_coverage(&plan));
+        printf(" | batch %d x %d | %s\n", o.t.batch, o.t.seq_len, o.dtype);
+        printf("  %-8s %10s %10s %10s %12s %10s %10s %12s\n", "worker", "params", "grads",
+               "optimizer", "activations", "buffers", "total", "sent/step");
+    }
+    for (int r = 0; r < o.world; r++) {
+        worker_bytes b = predict(&plan, &full, &cfg, &o, r);
+        double state = b.params + b.grads + b.optim;
+        double total = state + b.acts + b.scratch + b.buffers;
+        if (state > worst_state) worst_state = state;
+        if (total > worst_total) worst_total = total, worst = b;
+        if (o.json)
+            print_json_row(&b, r, r == o.world - 1);
+        else if (r < o.show) {
+            char name[16];
+            snprintf(name, sizeof name, "%d", r);
+            print_row(name, &b);
+        } else if (r == o.show)
+            printf("  ... (%d more workers; --show N lists more)\n", o.world - o.show);
+    }
+    const double ddp_state = ddp.params + ddp.grads + ddp.optim;
+    const double ddp_total = ddp_state + ddp.acts + ddp.scratch + ddp.buffers;
+    if (o.json) {
+        printf("  ],\n  \"ddp\": ");
+        print_json_row(&ddp, 0, true);
+        printf("}\n");
+    } else {
+        print_row("largest", &worst);
+        print_row("DDP", &ddp);
+        printf("  largest worker vs DDP: params+grads+optimizer %.1f%% smaller, total %.1f%% "
+               "smaller\n",
+               100 * (1 - worst_state / ddp_state), 100 * (1 - worst_total / ddp_total));
+    }
+    sdp_plan_free(&plan);
+    sdp_plan_free(&ddp_plan);
+    sdp_layout_free(&full);
+    free(specs);
+    return 0;
+}

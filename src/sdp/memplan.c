@@ -1,0 +1,114 @@
+#include "sdp/memplan.h"
+
+#include "sdp/check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Elements of every unit and of the shared part, from tensor shapes alone: a group's tensors
+ * hold the same number of elements per atom, so a chunk of w atoms holds w times that. */
+static void unit_sizes(const sdp_plan *p, const sdp_layout *full, size_t *unit_elems,
+                       size_t *shared) {
+    const size_t nb = (size_t)full->nblocks + 1;
+    size_t *per_atom = calloc(nb * SDP_MAX_GROUPS, sizeof(size_t));
+    size_t *all = calloc(nb, sizeof(size_t)); /* per block: every tensor */
+    SDP_CHECK(per_atom && all, "out of memory");
+    size_t total = 0;
+    for (int i = 0; i < full->nparams; i++) {
+        const sdp_param *t = &full->params[i];
+        total += t->numel;
+        if (t->block < 0) continue;
+        all[t->block] += t->numel;
+        if (t->group >= 0)
+            per_atom[(size_t)t->block * SDP_MAX_GROUPS + (size_t)t->group] +=
+                t->numel / (size_t)full->blocks[t->block].groups[t->group].width;
+    }
+    size_t in_units = 0;
+    for (int u = 0; u < p->nunits; u++) {
+        const sdp_unit *un = &p->units[u];
+        unit_elems[u] = un->group < 0
+                            ? all[un->block]
+                            : per_atom[(size_t)un->block * SDP_MAX_GROUPS + (size_t)un->group] *
+                                  (size_t)un->width;
+        in_units += unit_elems[u];
+    }
+    *shared = total - in_units;
+    free(per_atom);
+    free(all);
+}
+
+static bool member(const sdp_owner_group *g, int rank) {
+    for (int i = 0; i < g->nmembers; i++)
+        if (g->members[i] == rank) return true;
+    return false;
+}
+
+/* Whether the worker owns some but not all chunks of a group (hence of its tensors). */
+static bool owns_part_of_a_tensor(const sdp_plan *p, const sdp_layout *full, int rank) {
+    const size_t n = ((size_t)full->nblocks + 1) * SDP_MAX_GROUPS;
+    int *owned = calloc(n, sizeof(int));
+    SDP_CHECK(owned, "out of memory");
+    for (int u = 0; u < p->nunits; u++) {
+        const sdp_unit *un = &p->units[u];
+        if (un->group >= 0 && sdp_plan_owns(p, u, rank))
+            owned[(size_t)un->block * SDP_MAX_GROUPS + (size_t)un->group] += un->width;
+    }
+    bool partial = false;
+    for (int b = 0; b < full->nblocks && !partial; b++)
+        for (int g = 0; g < full->blocks[b].ngroups; g++) {
+            int o = owned[(size_t)b * SDP_MAX_GROUPS + (size_t)g];
+            if (o > 0 && o < full->blocks[b].groups[g].width) partial = true;
+        }
+    free(owned);
+    return partial;
+}
+
+static uint64_t ring_bytes(size_t elems, int members) {
+    return (uint64_t)(2.0 * (members - 1) / members * (double)elems * sizeof(float));
+}
+
+void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, size_t local_numel,
+                        sdp_worker_plan *out) {
+    const int N = p->cfg.world;
+    size_t *unit_elems = calloc((size_t)p->nunits + 1, sizeof(size_t));
+    size_t *group_elems = calloc((size_t)p->ngroups + 1, sizeof(size_t));
+    SDP_CHECK(unit_elems && group_elems, "out of memory");
+    size_t shared;
+    unit_sizes(p, full, unit_elems, &shared);
+    for (int u = 0; u < p->nunits; u++) group_elems[p->units[u].owner_group] += unit_elems[u];
+
+    memset(out, 0, sizeof *out);
+    size_t world_bucket = shared;
+    bool partial_tensors = false;
+    out->owned = shared;
+    for (int g = 0; g < p->ngroups; g++) {
+        const sdp_owner_group *og = &p->groups[g];
+        if (og->nmembers == N) world_bucket += group_elems[g];
+        if (member(og, rank)) out->owned += group_elems[g];
+    }
+    out->sent_per_step = N > 1 ? ring_bytes(world_bucket, N) : 0;
+    out->bucket_elems = world_bucket;
+    for (int g = 0; g < p->ngroups; g++) {
+        const sdp_owner_group *og = &p->groups[g];
+        if (og->nmembers == N) continue;
+        if (member(og, rank) && og->nmembers > 1)
+            out->sent_per_step += ring_bytes(group_elems[g], og->nmembers);
+        /* Backward masking: the group's publisher sends its units to every non-owner. */
+        if (p->cfg.mask == SDP_MASK_BACKWARD && og->members[g % og->nmembers] == rank)
+            out->sent_per_step +=
+                (uint64_t)group_elems[g] * sizeof(float) * (uint64_t)(N - og->nmembers);
+    }
+    /* The pack buffer serves this worker's buckets and every group it publishes or relays. */
+    for (int g = 0; g < p->ngroups; g++)
+        if ((p->cfg.mask == SDP_MASK_BACKWARD || member(&p->groups[g], rank)) &&
+            group_elems[g] > out->bucket_elems)
+            out->bucket_elems = group_elems[g];
+    /* Gradients can be compact unless the worker owns only part of some tensor (neuron units
+     * under backward masking), whose gradient GEMM writes the whole tensor. */
+    if (p->cfg.mask == SDP_MASK_BACKWARD && p->cfg.unit == SDP_UNIT_NEURON)
+        partial_tensors = owns_part_of_a_tensor(p, full, rank);
+    out->grads_compact = !partial_tensors;
+    out->grad_elems = out->grads_compact ? out->owned : local_numel;
+    free(unit_elems);
+    free(group_elems);
+}

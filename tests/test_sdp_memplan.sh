@@ -1,0 +1,34 @@
+# `sdp plan` predicts, without allocating, exactly the bytes each worker of `sdp train`
+# allocates for params, grads, optimizer state, activations, scratch and buffers, and the bytes
+# it sends per step: compared rank by rank on real MPI runs of several configurations.
+source "$(dirname "$0")/lib.sh"
+make_text "$WORK/text.txt" 40000
+MODEL=(--layers 4 --heads 4 --width 32 --seq-len 16 --batch 2)
+check() {
+  local n=$1; shift
+  local name="N=$n $*"
+  timeout 120 "$MPIEXEC" -n "$n" --oversubscribe "$SDP_BIN" train --data "$WORK/text.txt" \
+    "${MODEL[@]}" --steps 2 --val-every 0 --threads 1 --out "$WORK/run" "$@" >"$WORK/log" 2>&1 \
+    || { fail "$name: training failed"; cat "$WORK/log"; return; }
+  "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --json "$@" >"$WORK/plan.json" 2>&1 \
+    || { fail "$name: plan failed"; cat "$WORK/plan.json"; return; }
+  if python3 - "$WORK/plan.json" "$WORK/run/memory.json" <<'PY'
+import json, sys
+plan, measured = (json.load(open(p)) for p in sys.argv[1:3])
+keys = ["params", "grads", "optimizer", "activations", "scratch", "buffers", "sent_per_step"]
+bad = [(p["rank"], k, p[k], m[k]) for p, m in zip(plan["workers"], measured["workers"])
+       for k in keys if p[k] != m[k]]
+assert len(plan["workers"]) == len(measured["workers"])
+for b in bad[:6]: print("rank %d %s: planned %d, measured %d" % b)
+sys.exit(1 if bad else 0)
+PY
+  then pass "$name: plan equals measured bytes on every rank"; else fail "$name: plan differs"; fi
+}
+check 2 --sdp-mask none
+check 4 --sdp-mask forward --sdp-unit block
+check 4 --sdp-mask forward --sdp-unit neuron
+check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2
+check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
+check 4 --sdp-mask forward --sdp-unit block --sdp-assign random --model llama
+check 4 --sdp-mask backward --sdp-unit block --sdp-owners 1 --optimizer sgd
+finish
