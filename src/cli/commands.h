@@ -6,5 +6,6 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 #endif
