@@ -19,9 +19,6 @@ typedef struct {
     uint64_t sent_per_step; /* bytes sent by gradient all-reduces (ring) and publishing */
 } sdp_worker_plan;
 
-/* `local_numel` is the size of the worker's parameter buffer (the compact model's under forward
- * masking, the full model's otherwise). */
-void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, size_t local_numel,
-                        sdp_worker_plan *out);
+void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp_worker_plan *out);
 
 #endif

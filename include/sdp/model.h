@@ -53,6 +53,20 @@ typedef struct {
     size_t numel;
 } sdp_layout;
 
+/* The owned slices of a tensor that a worker owns only in part (neuron units under backward
+ * masking), and where their gradients live in its compact gradient buffer. Slice i spans
+ * [start[i], start[i] + len[i]) along `axis`, and its gradient begins at dst[i]: along axis 0 a
+ * slice is len[i] rows stored contiguously; along axis 1 it is len[i] columns of every row, with
+ * rows ld apart. A model computes these gradients as one GEMM per slice. */
+typedef struct {
+    int n, axis;
+    long ld;
+    long *start, *len, *dst;
+} sdp_grad_slices;
+
+/* Marks a tensor whose gradient is sliced (see sdp_grad_slices) in a gradient-offset table. */
+#define SDP_GRAD_SLICED (-2L)
+
 /* Builders used by models. */
 void sdp_layout_init(sdp_layout *L, int nblocks);
 void sdp_layout_free(sdp_layout *L);

@@ -56,10 +56,11 @@ typedef struct {
 } sdp_tf_offsets;
 
 typedef struct {
-    sdp_tf_config cfg;   /* of the full model */
-    sdp_tf_offsets off;  /* of parameters */
-    sdp_tf_offsets goff; /* of gradients (-1: this worker computes no gradient there) */
-    bool own_grads;      /* grads was allocated by the model */
+    sdp_tf_config cfg;              /* of the full model */
+    sdp_tf_offsets off;             /* of parameters */
+    sdp_tf_offsets goff;            /* of gradients (-1: this worker computes no gradient there) */
+    bool own_grads;                 /* grads was allocated by the model */
+    const sdp_grad_slices *gslices; /* per tensor, for SDP_GRAD_SLICED gradients */
     sdp_tf_shape shape;
     int head_size;
     sdp_layout layout;
@@ -111,9 +112,11 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
                    sdp_tf_mode mode, sdp_gemm_provider gemm, sdp_mem *mem);
 void sdp_tf_destroy(sdp_tf *m);
 /* Replaces the model's gradient buffer with a caller-owned one, where tensor i of the layout
- * keeps its gradient at grad_offset[i], or nowhere when grad_offset[i] < 0 (backward masking:
- * no weight-gradient work is done for it). */
-void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset);
+ * keeps its gradient at grad_offset[i]; or nowhere when it is -1 (backward masking: no
+ * weight-gradient work is done for it); or, when it is SDP_GRAD_SLICED, in the slices given by
+ * slices[i] (computed as one GEMM per slice). The arrays must outlive the model's use of them. */
+void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
+                      const sdp_grad_slices *slices);
 
 /* Forward over inputs [B*T]; with targets (may be NULL) returns the summed loss over
  * non-ignored targets (in double) and leaves probabilities for backward. B <= capacity. */

@@ -59,7 +59,7 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
     sdp_tf_destroy(&m);
     sdp_tf_shape_free(&shape);
     sdp_worker_plan w;
-    sdp_memplan_worker(p, full, rank, local, &w);
+    sdp_memplan_worker(p, full, rank, &w);
     const bool bf16 = strcmp(o->dtype, "bf16") == 0;
     const double wbytes = bf16 ? 2 : 4;
     sdp_opt_cfg oc =

@@ -99,13 +99,16 @@ static void print_table(const run_figures *r, int n) {
         const run_figures *f = &r[i];
         const bool ddp = strcmp(f->o.sdp_mask, "none") == 0;
         char k[16], a[32], b[32], c[32], d[32];
-        if (ddp) snprintf(k, sizeof k, "%d", f->world);
-        else if (f->o.sdp_owners > 0) snprintf(k, sizeof k, "%d", f->o.sdp_owners);
-        else snprintf(k, sizeof k, "%g", f->o.sdp_coverage * f->world);
+        if (ddp)
+            snprintf(k, sizeof k, "%d", f->world);
+        else if (f->o.sdp_owners > 0)
+            snprintf(k, sizeof k, "%d", f->o.sdp_owners);
+        else
+            snprintf(k, sizeof k, "%g", f->o.sdp_coverage * f->world);
         const char *name = strrchr(f->dir, '/') ? strrchr(f->dir, '/') + 1 : f->dir;
         printf("| %s | %s | %s | %d | %s | %ld | %.4g | %.4f | %.4f | %.0f | %s | %s | %s | %s |\n",
-               name, ddp ? "DDP" : f->o.sdp_mask, ddp ? "-" : f->o.sdp_unit, f->world, k,
-               f->steps, f->flops / 1e12, f->train_loss, f->val_loss, f->tok_s,
+               name, ddp ? "DDP" : f->o.sdp_mask, ddp ? "-" : f->o.sdp_unit, f->world, k, f->steps,
+               f->flops / 1e12, f->train_loss, f->val_loss, f->tok_s,
                mib(a, sizeof a, f->state_bytes), mib(b, sizeof b, f->total_bytes),
                mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
     }

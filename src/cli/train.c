@@ -151,22 +151,14 @@ static void build_worker(trainer *t) {
                            (uint64_t)t->o.seed);
     sdp_sync_init(&t->sync, &t->plan, &t->map, t->world.rank, t->world.size, &t->mem);
 
-    /* Gradients only for owned units, when every tensor is owned whole or not at all (block
-     * units); neuron units under backward masking own slices of tensors, whose gradient GEMMs
-     * still write the whole tensor. */
-    long *grad_offset = NULL;
-    t->grads_compact =
-        sdp_subnet_grad_offsets(&t->map, &t->plan, t->world.rank, &t->model.layout, &grad_offset);
-    t->ngrads = t->grads_compact ? t->sync.owned : t->model.layout.numel;
+    /* Gradients only for what the worker owns: whole tensors, or owned slices of tensors it
+     * owns in part (neuron units under backward masking), computed as GEMMs on those slices. */
+    sdp_subnet_grad_layout(&t->map, &t->plan, t->world.rank, &t->model.layout, &t->grad_offset,
+                           &t->grad_slices);
+    t->grads_compact = true;
+    t->ngrads = t->sync.owned;
     t->grads = sdp_alloc(&t->mem, SDP_MEM_GRADS, t->ngrads * sizeof(float));
-    if (t->grads_compact) {
-        sdp_tf_use_grads(&t->model, t->grads, grad_offset);
-    } else {
-        for (int i = 0; i < t->model.layout.nparams; i++)
-            grad_offset[i] = (long)t->model.layout.params[i].offset;
-        sdp_tf_use_grads(&t->model, t->grads, grad_offset);
-    }
-    free(grad_offset);
+    sdp_tf_use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
     sdp_opt_cfg oc = optimizer_config(&t->o);
     sdp_optim_init(&t->opt, &oc, t->sync.owned, &t->mem);
     t->nsegs =

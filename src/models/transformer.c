@@ -337,6 +337,53 @@ static float *G(const sdp_tf *m, long off) {
     return off < 0 ? NULL : m->grads + off;
 }
 
+/* Weight gradients of owned slices only, as one GEMM per slice. The weight at param offset w may
+ * be a fused matrix of several tensors stacked along rows (llama's q/k/v, gate/up): each tensor's
+ * slices are shifted by its first row in the fused matrix. */
+static void sliced_weight_grads(const sdp_tf *m, long w, const float *dout, const float *inp, int n,
+                                int ic, int oc) {
+    const sdp_layout *L = &m->layout;
+    for (int p = 0; p < L->nparams; p++) {
+        const long off = (long)L->params[p].offset;
+        if (off < w || off >= w + (long)oc * ic) continue;
+        const sdp_grad_slices *s = &m->gslices[p];
+        const long row0 = (off - w) / ic;
+        for (int i = 0; i < s->n; i++) {
+            if (s->axis == 0) /* dW[rows] += dout[:, rows]^T inp */
+                sdp_gemm(m->gemm, true, false, (int)s->len[i], ic, n, 1.0f,
+                         dout + row0 + s->start[i], oc, inp, ic, 1.0f, m->grads + s->dst[i], ic);
+            else /* dW[:, cols] += dout^T inp[:, cols] */
+                sdp_gemm(m->gemm, true, false, oc, (int)s->len[i], n, 1.0f, dout, oc,
+                         inp + s->start[i], ic, 1.0f, m->grads + s->dst[i], (int)s->ld);
+        }
+    }
+}
+
+static void sliced_bias_grads(const sdp_tf *m, long b, const float *dout, int n, int oc) {
+    const sdp_layout *L = &m->layout;
+    for (int p = 0; p < L->nparams; p++) {
+        const long off = (long)L->params[p].offset;
+        if (off < b || off >= b + oc) continue;
+        const sdp_grad_slices *s = &m->gslices[p];
+        for (int i = 0; i < s->n; i++)
+#pragma omp parallel for schedule(static)
+            for (long j = 0; j < s->len[i]; j++) {
+                double sum = 0;
+                for (int r = 0; r < n; r++)
+                    sum += dout[(size_t)r * oc + (off - b) + s->start[i] + j];
+                m->grads[s->dst[i] + j] += (float)sum;
+            }
+    }
+}
+
+/* A linear layer's backward, honouring whole, absent (-1) and sliced gradients. */
+static void linear_bwd(const sdp_tf *m, float *dinp, const float *dout, const float *inp, long w,
+                       long gw, long b, long gb, int n, int ic, int oc) {
+    sdp_linear_bwd(m->gemm, dinp, G(m, gw), G(m, gb), dout, inp, P(m, w), n, ic, oc);
+    if (gw == SDP_GRAD_SLICED) sliced_weight_grads(m, w, dout, inp, n, ic, oc);
+    if (gb == SDP_GRAD_SLICED) sliced_bias_grads(m, b, dout, n, oc);
+}
+
 /* The gradient offsets that mirror a parameter offset: look the tensor up by its offset. */
 static long grad_offset_of(const sdp_layout *L, long param_off, const long *grad_offset) {
     if (param_off < 0) return -1;
@@ -346,10 +393,12 @@ static long grad_offset_of(const sdp_layout *L, long param_off, const long *grad
     return -1;
 }
 
-void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset) {
+void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
+                      const sdp_grad_slices *slices) {
     if (m->own_grads) sdp_free(m->mem, m->grads);
     m->own_grads = false;
     m->grads = grads;
+    m->gslices = slices;
     const sdp_layout *L = &m->layout;
     m->goff.wte = grad_offset_of(L, m->off.wte, grad_offset);
     m->goff.wpe = grad_offset_of(L, m->off.wpe, grad_offset);
@@ -472,16 +521,16 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
         zero(m->d_branch, NC);
         sdp_residual_bwd(NULL, m->d_branch, m->d_res, s, NC);
         zero(m->d_act, (size_t)N * F);
-        sdp_linear_bwd(m->gemm, m->d_act, G(m, go->w_proj), G(m, go->b_proj), m->d_branch, a->act,
-                       P(m, o->w_proj), N, F, C);
+        linear_bwd(m, m->d_act, m->d_branch, a->act, o->w_proj, go->w_proj, o->b_proj, go->b_proj,
+                   N, F, C);
         zero(m->d_fc, (size_t)N * fc_width);
         if (gpt)
             sdp_gelu_bwd(m->d_fc, m->d_act, a->fc, (size_t)N * F);
         else
             sdp_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, F);
         zero(m->d_norm, NC);
-        sdp_linear_bwd(m->gemm, m->d_norm, G(m, go->w_fc), G(m, go->b_fc), m->d_fc, a->ln2,
-                       P(m, o->w_fc), N, C, fc_width);
+        linear_bwd(m, m->d_norm, m->d_fc, a->ln2, o->w_fc, go->w_fc, o->b_fc, go->b_fc, N, C,
+                   fc_width);
         norm_bwd(m, m->d_res, m->d_norm, a->mid, a->ln2_mean, a->ln2_rstd, o->ln2_w, go->ln2_w,
                  go->ln2_b, N);
     }
@@ -489,14 +538,13 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
         zero(m->d_branch, NC);
         sdp_residual_bwd(NULL, m->d_branch, m->d_res, s, NC);
         zero(m->d_att, (size_t)N * D);
-        sdp_linear_bwd(m->gemm, m->d_att, G(m, go->w_o), G(m, go->b_o), m->d_branch, a->att,
-                       P(m, o->w_o), N, D, C);
+        linear_bwd(m, m->d_att, m->d_branch, a->att, o->w_o, go->w_o, o->b_o, go->b_o, N, D, C);
         zero(m->d_qkv, (size_t)N * 3 * D);
         sdp_attention_bwd(m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, m->attn_scratch);
         if (!gpt) sdp_rope_bwd(m->d_qkv, B, T, H, hs, m->cfg.rope_theta);
         zero(m->d_norm, NC);
-        sdp_linear_bwd(m->gemm, m->d_norm, G(m, go->w_qkv), G(m, go->b_qkv), m->d_qkv, a->ln1,
-                       P(m, o->w_qkv), N, C, 3 * D);
+        linear_bwd(m, m->d_norm, m->d_qkv, a->ln1, o->w_qkv, go->w_qkv, o->b_qkv, go->b_qkv, N, C,
+                   3 * D);
         norm_bwd(m, m->d_res, m->d_norm, x, a->ln1_mean, a->ln1_rstd, o->ln1_w, go->ln1_w,
                  go->ln1_b, N);
     }

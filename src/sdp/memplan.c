@@ -43,32 +43,11 @@ static bool member(const sdp_owner_group *g, int rank) {
     return false;
 }
 
-/* Whether the worker owns some but not all chunks of a group (hence of its tensors). */
-static bool owns_part_of_a_tensor(const sdp_plan *p, const sdp_layout *full, int rank) {
-    const size_t n = ((size_t)full->nblocks + 1) * SDP_MAX_GROUPS;
-    int *owned = calloc(n, sizeof(int));
-    SDP_CHECK(owned, "out of memory");
-    for (int u = 0; u < p->nunits; u++) {
-        const sdp_unit *un = &p->units[u];
-        if (un->group >= 0 && sdp_plan_owns(p, u, rank))
-            owned[(size_t)un->block * SDP_MAX_GROUPS + (size_t)un->group] += un->width;
-    }
-    bool partial = false;
-    for (int b = 0; b < full->nblocks && !partial; b++)
-        for (int g = 0; g < full->blocks[b].ngroups; g++) {
-            int o = owned[(size_t)b * SDP_MAX_GROUPS + (size_t)g];
-            if (o > 0 && o < full->blocks[b].groups[g].width) partial = true;
-        }
-    free(owned);
-    return partial;
-}
-
 static uint64_t ring_bytes(size_t elems, int members) {
     return (uint64_t)(2.0 * (members - 1) / members * (double)elems * sizeof(float));
 }
 
-void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, size_t local_numel,
-                        sdp_worker_plan *out) {
+void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp_worker_plan *out) {
     const int N = p->cfg.world;
     size_t *unit_elems = calloc((size_t)p->nunits + 1, sizeof(size_t));
     size_t *group_elems = calloc((size_t)p->ngroups + 1, sizeof(size_t));
@@ -79,7 +58,6 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, siz
 
     memset(out, 0, sizeof *out);
     size_t world_bucket = shared;
-    bool partial_tensors = false;
     out->owned = shared;
     for (int g = 0; g < p->ngroups; g++) {
         const sdp_owner_group *og = &p->groups[g];
@@ -103,12 +81,7 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, siz
         if ((p->cfg.mask == SDP_MASK_BACKWARD || member(&p->groups[g], rank)) &&
             group_elems[g] > out->bucket_elems)
             out->bucket_elems = group_elems[g];
-    /* Gradients can be compact unless the worker owns only part of some tensor (neuron units
-     * under backward masking), whose gradient GEMM writes the whole tensor. */
-    if (p->cfg.mask == SDP_MASK_BACKWARD && p->cfg.unit == SDP_UNIT_NEURON)
-        partial_tensors = owns_part_of_a_tensor(p, full, rank);
-    out->grads_compact = !partial_tensors;
-    out->grad_elems = out->grads_compact ? out->owned : local_numel;
+    out->grad_elems = out->owned; /* gradients are kept for owned elements only, in every mode */
     free(unit_elems);
     free(group_elems);
 }

@@ -201,25 +201,81 @@ void sdp_subnet_init_values(const sdp_subnet_map *m, const sdp_layout *full,
     }
 }
 
-bool sdp_subnet_grad_offsets(const sdp_subnet_map *m, const sdp_plan *p, int rank,
-                             const sdp_layout *local, long **grad_offset) {
-    long *off = malloc(sizeof(long) * (size_t)(local->nparams + 1));
-    int *owned = calloc((size_t)local->nparams + 1, sizeof(int));
-    int *total = calloc((size_t)local->nparams + 1, sizeof(int));
-    SDP_CHECK(off && owned && total, "out of memory");
-    for (int i = 0; i < local->nparams; i++) off[i] = -1;
+/* One owned run of a partly owned tensor as a slice along its group axis; merges it into the
+ * previous slice when both are adjacent in the tensor and in the compact buffer. */
+static void add_slice(sdp_grad_slices *s, long start, long len, long dst, long dst_step) {
+    if (s->n > 0 && s->start[s->n - 1] + s->len[s->n - 1] == start &&
+        s->dst[s->n - 1] + s->len[s->n - 1] * dst_step == dst) {
+        s->len[s->n - 1] += len;
+        return;
+    }
+    s->start[s->n] = start;
+    s->len[s->n] = len;
+    s->dst[s->n] = dst;
+    s->n++;
+}
+
+static void slices_of(sdp_grad_slices *s, const sdp_subnet_map *m, const sdp_plan *p, int rank,
+                      const sdp_param *lp, int pi, const size_t *compact_at) {
+    int cap = 0;
+    for (int i = 0; i < m->nruns; i++) cap += m->runs[i].param == pi;
+    s->start = malloc(sizeof(long) * (size_t)(cap + 1));
+    s->len = malloc(sizeof(long) * (size_t)(cap + 1));
+    s->dst = malloc(sizeof(long) * (size_t)(cap + 1));
+    SDP_CHECK(s->start && s->len && s->dst, "out of memory");
+    s->axis = lp->axis;
+    const size_t inner = lp->axis == 0 ? lp->numel / (size_t)lp->shape[0] : 1;
+    const size_t cols = lp->ndim == 2 ? (size_t)lp->shape[1] : 1;
+    for (int i = 0; i < m->nruns; i++) {
+        const sdp_run *r = &m->runs[i];
+        if (r->param != pi || !sdp_run_owned(r, p, rank)) continue;
+        const size_t at = r->local - lp->offset;
+        if (lp->axis == 0) {
+            add_slice(s, (long)(at / inner), (long)(r->len / inner), (long)compact_at[i],
+                      (long)inner);
+        } else if (at < cols) { /* axis 1: row 0 names the columns; every row repeats them */
+            add_slice(s, (long)at, (long)r->len, (long)compact_at[i], 1);
+            s->ld += (long)r->len;
+        }
+    }
+}
+
+void sdp_subnet_grad_layout(const sdp_subnet_map *m, const sdp_plan *p, int rank,
+                            const sdp_layout *local, long **grad_offset, sdp_grad_slices **slices) {
+    const int np = local->nparams;
+    long *off = malloc(sizeof(long) * (size_t)(np + 1));
+    int *owned = calloc((size_t)np + 1, sizeof(int)), *total = calloc((size_t)np + 1, sizeof(int));
+    size_t *compact_at = malloc(sizeof(size_t) * (size_t)(m->nruns + 1));
+    sdp_grad_slices *sl = calloc((size_t)np + 1, sizeof *sl);
+    SDP_CHECK(off && owned && total && compact_at && sl, "out of memory");
+    for (int i = 0; i < np; i++) off[i] = -1;
     size_t compact = 0;
     for (int i = 0; i < m->nruns; i++) {
         const sdp_run *r = &m->runs[i];
+        compact_at[i] = compact;
         total[r->param]++;
         if (!sdp_run_owned(r, p, rank)) continue;
         if (owned[r->param]++ == 0) off[r->param] = (long)compact;
         compact += r->len;
     }
-    bool whole = true;
-    for (int i = 0; i < local->nparams; i++) whole &= owned[i] == 0 || owned[i] == total[i];
+    for (int i = 0; i < np; i++)
+        if (owned[i] > 0 && owned[i] < total[i]) {
+            off[i] = SDP_GRAD_SLICED;
+            slices_of(&sl[i], m, p, rank, &local->params[i], i, compact_at);
+        }
     free(owned);
     free(total);
+    free(compact_at);
     *grad_offset = off;
-    return whole;
+    *slices = sl;
+}
+
+void sdp_subnet_grad_free(long *grad_offset, sdp_grad_slices *slices, int nparams) {
+    for (int i = 0; slices && i < nparams; i++) {
+        free(slices[i].start);
+        free(slices[i].len);
+        free(slices[i].dst);
+    }
+    free(slices);
+    free(grad_offset);
 }
