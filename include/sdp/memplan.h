@@ -14,7 +14,6 @@
 typedef struct {
     size_t owned;           /* parameter elements whose gradients and state the worker keeps */
     size_t grad_elems;      /* elements of its gradient buffer */
-    bool grads_compact;     /* gradients only for owned units (whole tensors owned or not) */
     size_t bucket_elems;    /* largest buffer used to pack a bucket or a publication */
     uint64_t sent_per_step; /* bytes sent by gradient all-reduces (ring) and publishing */
 } sdp_worker_plan;

@@ -55,13 +55,12 @@ typedef struct {
 
 /* The owned slices of a tensor that a worker owns only in part (neuron units under backward
  * masking), and where their gradients live in its compact gradient buffer. Slice i spans
- * [start[i], start[i] + len[i]) along `axis`, and its gradient begins at dst[i]: along axis 0 a
- * slice is len[i] rows stored contiguously; along axis 1 it is len[i] columns of every row, with
- * rows ld apart. A model computes these gradients as one GEMM per slice. */
+ * [start[i], start[i] + len[i]) along `axis`, and its gradient begins at dst[i] with rows ld[i]
+ * apart: along axis 0 a slice is len[i] whole rows; along axis 1 it is len[i] columns of every
+ * row. A model computes these gradients as one GEMM per slice. */
 typedef struct {
     int n, axis;
-    long ld;
-    long *start, *len, *dst;
+    long *start, *len, *dst, *ld;
 } sdp_grad_slices;
 
 /* Marks a tensor whose gradient is sliced (see sdp_grad_slices) in a gradient-offset table. */

@@ -52,13 +52,4 @@ bool sdp_run_owned(const sdp_run *r, const sdp_plan *p, int rank);
 void sdp_subnet_init_values(const sdp_subnet_map *m, const sdp_layout *full,
                             const sdp_layout *local, float *params, uint64_t seed);
 
-/* Per local tensor: the offset of its gradient in the compact gradient buffer, which holds the
- * owned runs in local order (as sdp_sync's grad_index), or -1 when the worker owns none of it,
- * or SDP_GRAD_SLICED when it owns part of it, in which case slices[i] says which parts and
- * where they go. Both arrays are malloc'd with local->nparams entries; free with
- * sdp_subnet_grad_free. */
-void sdp_subnet_grad_layout(const sdp_subnet_map *m, const sdp_plan *p, int rank,
-                            const sdp_layout *local, long **grad_offset, sdp_grad_slices **slices);
-void sdp_subnet_grad_free(long *grad_offset, sdp_grad_slices *slices, int nparams);
-
 #endif

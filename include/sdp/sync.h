@@ -16,15 +16,20 @@
 #include "sdp/plan.h"
 #include "sdp/subnet.h"
 
-/* The runs of one owner group that this worker belongs to, in the same (global) order on every
- * member, so packed buckets line up element for element. */
+/* The runs of one owner group that this worker belongs to. Their gradients form one contiguous
+ * region of the compact gradient buffer, in global order, so the region lines up element for
+ * element on every member and is all-reduced in place. */
 typedef struct {
     int group; /* index into plan.groups, or -1 for the shared runs (every worker) */
     MPI_Comm comm;
     int nmembers;
     int nruns;
-    int *runs;    /* indices into map.runs, ascending in global offset */
-    size_t count; /* elements */
+    int *runs;       /* indices into map.runs, ascending in global offset */
+    size_t start;    /* of the region in the compact gradient buffer */
+    size_t count;    /* elements */
+    int ready_after; /* local layer whose backward completes the bucket; -1: at the end */
+    int nreq;
+    MPI_Request *reqs; /* outstanding all-reduce pieces */
 } sdp_bucket;
 
 typedef struct {
@@ -37,31 +42,44 @@ typedef struct {
     int rank, world;
     int nbuckets;
     sdp_bucket *buckets; /* the groups this worker is a member of */
-    float *pack;         /* SDP_MEM_BUFFERS, as large as the largest bucket */
+    float *pack;         /* SDP_MEM_BUFFERS: publishing buffer (backward masking only) */
     size_t owned;        /* elements of the local buffer this worker owns */
-    size_t *grad_index;  /* per run: offset of its gradient in the compact gradient buffer */
+    size_t *grad_index;  /* per run: offset of its gradient (and state) in the compact buffers */
     sdp_comm_bytes bytes;
     sdp_mem *mem;
 } sdp_sync;
 
-/* Creates the owner-group communicators (collective over MPI_COMM_WORLD). */
-void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map, int rank,
-                   int world, sdp_mem *mem);
+/* Creates the owner-group communicators (collective over MPI_COMM_WORLD). `layer_of_param`
+ * gives the local layer of each local tensor (-1 for stem and head), so buckets can start as
+ * soon as the backward pass has finished with them. */
+void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
+                   const int *layer_of_param, int rank, int world, sdp_mem *mem);
 void sdp_sync_free(sdp_sync *s);
 
-/* Segments for the optimizer over the owned runs: parameters at their local offsets, gradients
- * at grad_offset (compact when grads_compact, else the local offset), state compact.
- * decay_of(param index) says whether a tensor decays. Returns the count; *segs is malloc'd. */
-int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool grads_compact,
-                      bool decay_all, sdp_opt_segment **segs);
+/* Per local tensor: where its gradient lives in the compact gradient buffer (-1: not owned;
+ * SDP_GRAD_SLICED: owned in part, with slices[i] saying which parts and where). Arrays malloc'd
+ * with local->nparams entries; free with sdp_sync_grad_layout_free. */
+void sdp_sync_grad_layout(const sdp_sync *s, const sdp_layout *local, long **grad_offset,
+                          sdp_grad_slices **slices);
+void sdp_sync_grad_layout_free(long *grad_offset, sdp_grad_slices *slices, int nparams);
 
-/* Averages the gradients of owned runs over each run's owners: pack, all-reduce in the group's
- * communicator, divide by the group size, unpack. grads_compact as above. */
-void sdp_sync_grads(sdp_sync *s, float *grads, bool grads_compact);
+/* Optimizer segments over the owned runs: parameters at their local offsets, gradients and state
+ * in the compact buffers. Returns the count; *segs is malloc'd. */
+int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool decay_all,
+                      sdp_opt_segment **segs);
+
+/* Averaging the compact gradients over each bucket's owners, overlapped with the backward pass:
+ * begin before the last backward, layer_done after each layer's backward (it starts the buckets
+ * that are complete and lets the outstanding ones progress), end after the backward (it starts
+ * the rest, waits, and divides by the owner counts). sdp_sync_grads does all three at once. */
+void sdp_sync_grads_begin(sdp_sync *s);
+void sdp_sync_layer_done(sdp_sync *s, float *grads, int layer);
+void sdp_sync_grads_end(sdp_sync *s, float *grads);
+void sdp_sync_grads(sdp_sync *s, float *grads);
 
 /* Global gradient norm with every unit counted once (each owner contributes 1/k of its units'
- * squares), identical on every rank. Call after sdp_sync_grads. */
-double sdp_sync_grad_norm(sdp_sync *s, const float *grads, bool grads_compact);
+ * squares), identical on every rank. Call after the gradients are synced. */
+double sdp_sync_grad_norm(sdp_sync *s, const float *grads);
 
 /* Backward masking: every unit's publisher (owners[unit mod k]) sends its updated values to the
  * workers that do not own it; afterwards every worker holds the whole current model. */

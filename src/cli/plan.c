@@ -70,9 +70,7 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
     b.optim = (double)w.owned * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
     b.acts = (double)dry.peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
     b.scratch = (double)dry.peak[SDP_MEM_SCRATCH];
-    b.buffers = p->cfg.world > 1 || p->cfg.mask != SDP_MASK_NONE
-                    ? (double)(w.bucket_elems + 1) * sizeof(float)
-                    : (double)sizeof(float);
+    b.buffers = (double)w.bucket_elems * sizeof(float);
     b.sent = (double)w.sent_per_step * (bf16 ? 0.5 : 1.0);
     return b;
 }

@@ -149,20 +149,21 @@ static void build_worker(trainer *t) {
     sdp_subnet_map_build(&t->map, &t->full, &t->model.layout, &t->plan, t->world.rank, forward);
     sdp_subnet_init_values(&t->map, &t->full, &t->model.layout, t->model.params,
                            (uint64_t)t->o.seed);
-    sdp_sync_init(&t->sync, &t->plan, &t->map, t->world.rank, t->world.size, &t->mem);
+    int *layer_of = malloc(sizeof(int) * (size_t)(t->model.layout.nparams + 1));
+    SDP_CHECK(layer_of, "out of memory");
+    for (int i = 0; i < t->model.layout.nparams; i++) layer_of[i] = t->model.layout.params[i].block;
+    sdp_sync_init(&t->sync, &t->plan, &t->map, layer_of, t->world.rank, t->world.size, &t->mem);
+    free(layer_of);
 
     /* Gradients only for what the worker owns: whole tensors, or owned slices of tensors it
      * owns in part (neuron units under backward masking), computed as GEMMs on those slices. */
-    sdp_subnet_grad_layout(&t->map, &t->plan, t->world.rank, &t->model.layout, &t->grad_offset,
-                           &t->grad_slices);
-    t->grads_compact = true;
+    sdp_sync_grad_layout(&t->sync, &t->model.layout, &t->grad_offset, &t->grad_slices);
     t->ngrads = t->sync.owned;
     t->grads = sdp_alloc(&t->mem, SDP_MEM_GRADS, t->ngrads * sizeof(float));
     sdp_tf_use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
     sdp_opt_cfg oc = optimizer_config(&t->o);
     sdp_optim_init(&t->opt, &oc, t->sync.owned, &t->mem);
-    t->nsegs =
-        sdp_sync_segments(&t->sync, &t->model.layout, t->grads_compact, t->o.decay_all, &t->segs);
+    t->nsegs = sdp_sync_segments(&t->sync, &t->model.layout, t->o.decay_all, &t->segs);
 }
 
 static void setup(trainer *t, int argc, char **argv) {
@@ -185,24 +186,36 @@ typedef struct {
     float lr;
 } step_result;
 
+/* The model calls this after each layer's backward: buckets that are complete start reducing
+ * while the layers below run. */
+static void on_layer_done(void *ctx, int layer) {
+    trainer *t = ctx;
+    sdp_sync_layer_done(&t->sync, t->grads, layer);
+}
+
 static step_result train_step(trainer *t) {
     sdp_tf *m = &t->model;
     const int B = t->o.batch, T = t->o.seq_len, A = t->o.grad_accum;
     memset(t->grads, 0, t->ngrads * sizeof(float));
+    const sdp_comm_bytes before = t->sync.bytes;
     double local[2] = {0, 0};
     for (int a = 0; a < A; a++) {
         sdp_loader_next(&t->train_loader, t->inputs, t->targets);
         local[0] += sdp_tf_forward(m, t->inputs, t->targets, B, T);
         local[1] += m->n_targets;
+        const bool last = a == A - 1; /* only the last micro-batch completes the gradients */
+        if (last) sdp_sync_grads_begin(&t->sync);
+        m->layer_done = last ? on_layer_done : NULL;
+        m->layer_done_ctx = t;
         sdp_tf_backward(m, 1.0f / (float)(B * T * A));
     }
-    const sdp_comm_bytes before = t->sync.bytes;
-    sdp_sync_grads(&t->sync, t->grads, t->grads_compact);
+    m->layer_done = NULL;
+    sdp_sync_grads_end(&t->sync, t->grads);
     double global[2];
     MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     step_result r;
     r.loss = global[0] / global[1];
-    r.grad_norm = sdp_sync_grad_norm(&t->sync, t->grads, t->grads_compact);
+    r.grad_norm = sdp_sync_grad_norm(&t->sync, t->grads);
     SDP_CHECK(isfinite(r.grad_norm),
               "the gradient norm became %g at step %ld: training diverged; lower --lr or raise "
               "--warmup",

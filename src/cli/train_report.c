@@ -137,7 +137,7 @@ static void ddp_reference(const trainer *t, double *row) {
     const double n = (double)t->full.numel;
     row[SDP_MEM_GRADS] = n * 4;
     row[SDP_MEM_OPTIM] = n * (double)sdp_optim_state_bytes_per_param(&t->opt.cfg);
-    row[SDP_MEM_BUFFERS] = t->world.size > 1 ? n * 4 : 0;
+    row[SDP_MEM_BUFFERS] = 0; /* buckets reduce in place */
     row[SDP_MEM_DATA] = (double)t->mem.peak[SDP_MEM_DATA];
     row[COL_TOTAL] = 0;
     for (int c = 0; c < SDP_MEM_NCAT; c++) row[COL_TOTAL] += row[c];

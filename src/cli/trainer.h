@@ -29,8 +29,8 @@ typedef struct {
     sdp_tf model;
     sdp_subnet_map map;
     sdp_sync sync;
-    bool grads_compact; /* gradients kept for owned units only */
-    long *grad_offset;  /* per local tensor, where its gradient lives (see sdp_tf_use_grads) */
+    /* Gradients are kept for owned elements only, bucket after bucket (see sync.h). */
+    long *grad_offset; /* per local tensor, where its gradient lives (see sdp_tf_use_grads) */
     sdp_grad_slices *grad_slices;
     float *grads;
     size_t ngrads;

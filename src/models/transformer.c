@@ -351,10 +351,11 @@ static void sliced_weight_grads(const sdp_tf *m, long w, const float *dout, cons
         for (int i = 0; i < s->n; i++) {
             if (s->axis == 0) /* dW[rows] += dout[:, rows]^T inp */
                 sdp_gemm(m->gemm, true, false, (int)s->len[i], ic, n, 1.0f,
-                         dout + row0 + s->start[i], oc, inp, ic, 1.0f, m->grads + s->dst[i], ic);
+                         dout + row0 + s->start[i], oc, inp, ic, 1.0f, m->grads + s->dst[i],
+                         (int)s->ld[i]);
             else /* dW[:, cols] += dout^T inp[:, cols] */
                 sdp_gemm(m->gemm, true, false, oc, (int)s->len[i], n, 1.0f, dout, oc,
-                         inp + s->start[i], ic, 1.0f, m->grads + s->dst[i], (int)s->ld);
+                         inp + s->start[i], ic, 1.0f, m->grads + s->dst[i], (int)s->ld[i]);
         }
     }
 }
@@ -564,8 +565,10 @@ void sdp_tf_backward(sdp_tf *m, float dloss) {
     zero(m->d_res, NC);
     norm_bwd(m, m->d_res, m->d_norm, top, m->lnf_mean, m->lnf_rstd, m->off.lnf_w, m->goff.lnf_w,
              m->goff.lnf_b, N);
-    for (int i = L - 1; i >= 0; i--)
+    for (int i = L - 1; i >= 0; i--) {
         layer_backward(m, i, i > 0 ? m->layers[i - 1].out : m->embed, B, T);
+        if (m->layer_done) m->layer_done(m->layer_done_ctx, i);
+    }
     sdp_embed_bwd(G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T, C);
     m->has_targets = false; /* probs now hold gradients */
 }

@@ -65,7 +65,6 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
         if (member(og, rank)) out->owned += group_elems[g];
     }
     out->sent_per_step = N > 1 ? ring_bytes(world_bucket, N) : 0;
-    out->bucket_elems = world_bucket;
     for (int g = 0; g < p->ngroups; g++) {
         const sdp_owner_group *og = &p->groups[g];
         if (og->nmembers == N) continue;
@@ -76,11 +75,11 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
             out->sent_per_step +=
                 (uint64_t)group_elems[g] * sizeof(float) * (uint64_t)(N - og->nmembers);
     }
-    /* The pack buffer serves this worker's buckets and every group it publishes or relays. */
-    for (int g = 0; g < p->ngroups; g++)
-        if ((p->cfg.mask == SDP_MASK_BACKWARD || member(&p->groups[g], rank)) &&
-            group_elems[g] > out->bucket_elems)
-            out->bucket_elems = group_elems[g];
+    /* Backward masking publishes through a buffer as large as the largest group. */
+    out->bucket_elems = 0;
+    if (p->cfg.mask == SDP_MASK_BACKWARD)
+        for (int g = 0; g < p->ngroups; g++)
+            if (group_elems[g] > out->bucket_elems) out->bucket_elems = group_elems[g];
     out->grad_elems = out->owned; /* gradients are kept for owned elements only, in every mode */
     free(unit_elems);
     free(group_elems);

@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Largest MPI count used in one call (MPI counts are ints). */
+#define MAX_PIECE ((size_t)1 << 30)
+
 /* ---- set-up ------------------------------------------------------------------------------- */
 
 static int group_of_run(const sdp_sync *s, const sdp_run *r) {
@@ -45,7 +48,17 @@ static bool is_member(const sdp_owner_group *g, int rank) {
     return false;
 }
 
-static void add_bucket(sdp_sync *s, int group, MPI_Comm comm, int nmembers) {
+static int bucket_ready_after(const sdp_sync *s, const sdp_bucket *b, const int *layer_of) {
+    int ready = INT_MAX;
+    for (int j = 0; j < b->nruns; j++) {
+        int l = layer_of[run_at(s, b->runs[j])->param];
+        if (l < 0) return -1; /* stem or head: complete only at the end */
+        if (l < ready) ready = l;
+    }
+    return ready == INT_MAX ? -1 : ready;
+}
+
+static void add_bucket(sdp_sync *s, int group, MPI_Comm comm, int nmembers, const int *layer_of) {
     sdp_bucket *b = &s->buckets[s->nbuckets++];
     memset(b, 0, sizeof *b);
     b->group = group;
@@ -61,27 +74,51 @@ static void add_bucket(sdp_sync *s, int group, MPI_Comm comm, int nmembers) {
         }
     }
     sort_by_global(s->map, b->runs, b->nruns);
+    b->ready_after = bucket_ready_after(s, b, layer_of);
+    b->reqs = malloc(sizeof(MPI_Request) * (b->count / MAX_PIECE + 2));
+    SDP_CHECK(b->reqs, "out of memory");
 }
 
-void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map, int rank,
-                   int world, sdp_mem *mem) {
+/* Compact gradients and optimizer state are laid out bucket after bucket. */
+static void assign_compact_offsets(sdp_sync *s) {
+    for (int b = 0; b < s->nbuckets; b++) {
+        sdp_bucket *bk = &s->buckets[b];
+        bk->start = s->owned;
+        for (int j = 0; j < bk->nruns; j++) {
+            s->grad_index[bk->runs[j]] = s->owned;
+            s->owned += run_at(s, bk->runs[j])->len;
+        }
+    }
+}
+
+/* The publishing buffer holds the largest group's runs (backward masking only). */
+static size_t publish_buffer_elems(const sdp_sync *s) {
+    if (s->plan->cfg.mask != SDP_MASK_BACKWARD) return 0;
+    size_t largest = 0;
+    for (int g = 0; g < s->plan->ngroups; g++) {
+        size_t n = 0;
+        for (int i = 0; i < s->map->nruns; i++)
+            if (s->map->runs[i].unit >= 0 && s->plan->units[s->map->runs[i].unit].owner_group == g)
+                n += s->map->runs[i].len;
+        if (n > largest) largest = n;
+    }
+    return largest;
+}
+
+void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
+                   const int *layer_of_param, int rank, int world, sdp_mem *mem) {
     memset(s, 0, sizeof *s);
     s->plan = plan;
     s->map = map;
     s->rank = rank;
     s->world = world;
     s->mem = mem;
-    s->grad_index = malloc(sizeof(size_t) * (size_t)(map->nruns + 1));
-    SDP_CHECK(s->grad_index, "out of memory");
-    for (int i = 0; i < map->nruns; i++) {
-        s->grad_index[i] = s->owned;
-        if (sdp_run_owned(&map->runs[i], plan, rank)) s->owned += map->runs[i].len;
-    }
+    s->grad_index = calloc((size_t)map->nruns + 1, sizeof(size_t));
     s->buckets = calloc((size_t)plan->ngroups + 1, sizeof *s->buckets);
-    SDP_CHECK(s->buckets, "out of memory");
+    SDP_CHECK(s->grad_index && s->buckets, "out of memory");
     MPI_Comm world_comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &world_comm);
-    add_bucket(s, -1, world_comm, world);
+    add_bucket(s, -1, world_comm, world, layer_of_param);
     MPI_Group world_group;
     MPI_Comm_group(MPI_COMM_WORLD, &world_group);
     /* Members create each group's communicator in the same global order, so creation never
@@ -94,26 +131,19 @@ void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
         MPI_Group_incl(world_group, og->nmembers, og->members, &grp);
         MPI_Comm_create_group(MPI_COMM_WORLD, grp, g, &comm);
         MPI_Group_free(&grp);
-        add_bucket(s, g, comm, og->nmembers);
+        add_bucket(s, g, comm, og->nmembers, layer_of_param);
     }
     MPI_Group_free(&world_group);
-    size_t largest = 0;
-    for (int b = 0; b < s->nbuckets; b++)
-        if (s->buckets[b].count > largest) largest = s->buckets[b].count;
-    for (int g = 0; g < plan->ngroups; g++) { /* publishing and gathering use the same buffer */
-        size_t n = 0;
-        for (int i = 0; i < map->nruns; i++)
-            if (map->runs[i].unit >= 0 && plan->units[map->runs[i].unit].owner_group == g)
-                n += map->runs[i].len;
-        if (n > largest) largest = n;
-    }
-    s->pack = sdp_alloc(mem, SDP_MEM_BUFFERS, (largest + 1) * sizeof(float));
+    assign_compact_offsets(s);
+    size_t publish = publish_buffer_elems(s);
+    if (publish) s->pack = sdp_alloc(mem, SDP_MEM_BUFFERS, publish * sizeof(float));
 }
 
 void sdp_sync_free(sdp_sync *s) {
     for (int b = 0; b < s->nbuckets; b++) {
         MPI_Comm_free(&s->buckets[b].comm);
         free(s->buckets[b].runs);
+        free(s->buckets[b].reqs);
     }
     free(s->buckets);
     free(s->grad_index);
@@ -121,8 +151,8 @@ void sdp_sync_free(sdp_sync *s) {
     memset(s, 0, sizeof *s);
 }
 
-int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool grads_compact,
-                      bool decay_all, sdp_opt_segment **segs) {
+int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool decay_all,
+                      sdp_opt_segment **segs) {
     *segs = malloc(sizeof **segs * (size_t)(s->map->nruns + 1));
     SDP_CHECK(*segs, "out of memory");
     int n = 0;
@@ -130,34 +160,110 @@ int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool grads_com
         const sdp_run *r = run_at(s, i);
         if (!sdp_run_owned(r, s->plan, s->rank)) continue;
         bool decay = decay_all || local->params[r->param].decay;
-        size_t g = grads_compact ? s->grad_index[i] : r->local;
+        size_t g = s->grad_index[i];
         sdp_opt_segment *last = n ? &(*segs)[n - 1] : NULL;
         /* Merge neighbours that are contiguous in every buffer: fewer, longer loops. */
         if (last && last->decay == decay && last->offset + last->count == r->local &&
-            last->grad_offset + last->count == g &&
-            last->state_offset + last->count == s->grad_index[i]) {
+            last->grad_offset + last->count == g) {
             last->count += r->len;
             continue;
         }
-        (*segs)[n++] = (sdp_opt_segment){r->local, r->len, decay, g, s->grad_index[i]};
+        (*segs)[n++] = (sdp_opt_segment){r->local, r->len, decay, g, g};
     }
     return n;
 }
 
-/* ---- gradients ------------------------------------------------------------------------------ */
+/* ---- gradient layout for the model -------------------------------------------------------- */
 
-static float *grad_of(const sdp_sync *s, float *grads, int i, bool compact) {
-    return grads + (compact ? s->grad_index[i] : run_at(s, i)->local);
+static void slices_alloc(sdp_grad_slices *s, int cap, int axis) {
+    s->axis = axis;
+    s->start = malloc(sizeof(long) * (size_t)(cap + 1));
+    s->len = malloc(sizeof(long) * (size_t)(cap + 1));
+    s->dst = malloc(sizeof(long) * (size_t)(cap + 1));
+    s->ld = malloc(sizeof(long) * (size_t)(cap + 1));
+    SDP_CHECK(s->start && s->len && s->dst && s->ld, "out of memory");
 }
 
-/* MPI counts are ints: reduce very large buckets in pieces. */
-static void allreduce_sum(float *x, size_t n, MPI_Comm comm) {
-    const size_t piece = (size_t)1 << 30;
-    for (size_t off = 0; off < n; off += piece) {
-        size_t len = n - off < piece ? n - off : piece;
-        MPI_Allreduce(MPI_IN_PLACE, x + off, (int)len, MPI_FLOAT, MPI_SUM, comm);
+/* The owned slices of partly owned tensor pi. Along axis 0 each owned run is a block of rows;
+ * along axis 1 row 0's runs name the columns, and row 1's place gives each slice's row stride
+ * (its bucket may interleave other chunks' columns). */
+static void slices_of(const sdp_sync *s, const sdp_param *lp, int pi, sdp_grad_slices *out) {
+    int cap = 0;
+    for (int i = 0; i < s->map->nruns; i++) cap += s->map->runs[i].param == pi;
+    slices_alloc(out, cap, lp->axis);
+    const size_t cols = lp->ndim == 2 ? (size_t)lp->shape[1] : 1;
+    const size_t inner = lp->axis == 0 ? lp->numel / (size_t)lp->shape[0] : 1;
+    for (int i = 0; i < s->map->nruns; i++) {
+        const sdp_run *r = run_at(s, i);
+        if (r->param != pi || !sdp_run_owned(r, s->plan, s->rank)) continue;
+        const size_t at = r->local - lp->offset;
+        const long dst = (long)s->grad_index[i];
+        if (lp->axis == 0) {
+            out->start[out->n] = (long)(at / inner);
+            out->len[out->n] = (long)(r->len / inner);
+            out->dst[out->n] = dst;
+            out->ld[out->n] = (long)inner;
+            out->n++;
+        } else if (at < cols) {
+            out->start[out->n] = (long)at;
+            out->len[out->n] = (long)r->len;
+            out->dst[out->n] = dst;
+            out->ld[out->n] = (long)r->len; /* one row only, unless row 1 says otherwise */
+            out->n++;
+        } else if (at < 2 * cols) {
+            for (int k = 0; k < out->n; k++)
+                if ((size_t)out->start[k] == at - cols) out->ld[k] = dst - out->dst[k];
+        }
     }
 }
+
+void sdp_sync_grad_layout(const sdp_sync *s, const sdp_layout *local, long **grad_offset,
+                          sdp_grad_slices **slices) {
+    const int np = local->nparams;
+    long *off = malloc(sizeof(long) * (size_t)(np + 1));
+    int *owned = calloc((size_t)np + 1, sizeof(int)), *total = calloc((size_t)np + 1, sizeof(int));
+    bool *scattered = calloc((size_t)np + 1, sizeof(bool));
+    size_t *next = calloc((size_t)np + 1, sizeof(size_t));
+    sdp_grad_slices *sl = calloc((size_t)np + 1, sizeof *sl);
+    SDP_CHECK(off && owned && total && scattered && next && sl, "out of memory");
+    for (int i = 0; i < np; i++) off[i] = -1;
+    for (int i = 0; i < s->map->nruns; i++) {
+        const sdp_run *r = run_at(s, i);
+        total[r->param]++;
+        if (!sdp_run_owned(r, s->plan, s->rank)) continue;
+        if (owned[r->param]++ == 0)
+            off[r->param] = (long)s->grad_index[i];
+        else if (s->grad_index[i] != next[r->param])
+            scattered[r->param] = true;
+        next[r->param] = s->grad_index[i] + r->len;
+    }
+    /* A tensor owned in part, or whose owned runs lie in several buckets, takes its gradient
+     * as slices; any other owned tensor is one contiguous block. */
+    for (int i = 0; i < np; i++)
+        if (owned[i] > 0 && (owned[i] < total[i] || scattered[i])) {
+            off[i] = SDP_GRAD_SLICED;
+            slices_of(s, &local->params[i], i, &sl[i]);
+        }
+    free(owned);
+    free(total);
+    free(scattered);
+    free(next);
+    *grad_offset = off;
+    *slices = sl;
+}
+
+void sdp_sync_grad_layout_free(long *grad_offset, sdp_grad_slices *slices, int nparams) {
+    for (int i = 0; slices && i < nparams; i++) {
+        free(slices[i].start);
+        free(slices[i].len);
+        free(slices[i].dst);
+        free(slices[i].ld);
+    }
+    free(slices);
+    free(grad_offset);
+}
+
+/* ---- gradients ------------------------------------------------------------------------------ */
 
 static void count_ring_allreduce(sdp_sync *s, size_t elems, int members) {
     uint64_t bytes = (uint64_t)(2.0 * (members - 1) / members * (double)elems * sizeof(float));
@@ -165,40 +271,52 @@ static void count_ring_allreduce(sdp_sync *s, size_t elems, int members) {
     s->bytes.recv += bytes;
 }
 
-void sdp_sync_grads(sdp_sync *s, float *grads, bool grads_compact) {
+/* MPI counts are ints: very large buckets go in pieces. */
+static void start_bucket(sdp_sync *s, sdp_bucket *b, float *grads) {
+    if (b->nreq != 0 || b->nmembers == 1 || b->count == 0) return;
+    for (size_t off = 0; off < b->count; off += MAX_PIECE) {
+        size_t len = b->count - off < MAX_PIECE ? b->count - off : MAX_PIECE;
+        MPI_Iallreduce(MPI_IN_PLACE, grads + b->start + off, (int)len, MPI_FLOAT, MPI_SUM, b->comm,
+                       &b->reqs[b->nreq++]);
+    }
+    count_ring_allreduce(s, b->count, b->nmembers);
+}
+
+void sdp_sync_grads_begin(sdp_sync *s) {
+    for (int b = 0; b < s->nbuckets; b++) s->buckets[b].nreq = 0;
+}
+
+void sdp_sync_layer_done(sdp_sync *s, float *grads, int layer) {
     for (int b = 0; b < s->nbuckets; b++) {
         sdp_bucket *bk = &s->buckets[b];
-        if (bk->nmembers == 1 || bk->count == 0) continue;
-        size_t at = 0;
-        for (int j = 0; j < bk->nruns; j++) {
-            int i = bk->runs[j];
-            memcpy(s->pack + at, grad_of(s, grads, i, grads_compact),
-                   run_at(s, i)->len * sizeof(float));
-            at += run_at(s, i)->len;
-        }
-        allreduce_sum(s->pack, bk->count, bk->comm);
-        count_ring_allreduce(s, bk->count, bk->nmembers);
-        const float inv = 1.0f / (float)bk->nmembers;
-        at = 0;
-        for (int j = 0; j < bk->nruns; j++) {
-            int i = bk->runs[j];
-            float *dst = grad_of(s, grads, i, grads_compact);
-            for (size_t e = 0; e < run_at(s, i)->len; e++) dst[e] = s->pack[at + e] * inv;
-            at += run_at(s, i)->len;
-        }
+        if (bk->ready_after == layer) start_bucket(s, bk, grads);
+        int flag; /* lets the library progress outstanding reductions */
+        if (bk->nreq > 0) MPI_Testall(bk->nreq, bk->reqs, &flag, MPI_STATUSES_IGNORE);
     }
 }
 
-double sdp_sync_grad_norm(sdp_sync *s, const float *grads, bool grads_compact) {
+void sdp_sync_grads_end(sdp_sync *s, float *grads) {
+    for (int b = 0; b < s->nbuckets; b++) start_bucket(s, &s->buckets[b], grads);
+    for (int b = 0; b < s->nbuckets; b++) {
+        sdp_bucket *bk = &s->buckets[b];
+        if (bk->nreq == 0) continue;
+        MPI_Waitall(bk->nreq, bk->reqs, MPI_STATUSES_IGNORE);
+        sdp_scale(grads + bk->start, bk->count, 1.0f / (float)bk->nmembers);
+        bk->nreq = -1; /* done this step */
+    }
+}
+
+void sdp_sync_grads(sdp_sync *s, float *grads) {
+    sdp_sync_grads_begin(s);
+    sdp_sync_grads_end(s, grads);
+}
+
+double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
     double local = 0;
     for (int b = 0; b < s->nbuckets; b++) {
         const sdp_bucket *bk = &s->buckets[b];
-        double part = 0;
-        for (int j = 0; j < bk->nruns; j++) {
-            int i = bk->runs[j];
-            part += sdp_sumsq(grad_of(s, (float *)grads, i, grads_compact), run_at(s, i)->len);
-        }
-        local += part / bk->nmembers; /* each of the group's owners holds the same gradient */
+        /* each of the group's owners holds the same gradient */
+        local += sdp_sumsq(grads + bk->start, bk->count) / bk->nmembers;
     }
     /* Gather and add in rank order so every rank computes the bitwise same norm. */
     double *all = malloc(sizeof(double) * (size_t)s->world);
