@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Trains the byte-level GPT on tinyshakespeare with N = 4 workers and C = 0.5 for the same number
+# of steps in every mode (DDP, forward/backward x block/neuron), then prints one table:
+# validation loss, tokens/s per worker, the largest worker's memory, and bytes sent per step.
+# Usage: bash scripts/compare_modes.sh [steps]   (run after scripts/build.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TEXT=${SDP_TEXT:-../shared/data/tinyshakespeare.txt}
+STEPS=${1:-60}
+OUT=${SDP_OUT:-runs/compare}
+[ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+MODEL=(--data "$TEXT" --model gpt --layers 6 --heads 6 --width 384 --seq-len 256 --batch 8
+       --steps "$STEPS" --lr 1e-3 --log-every 10 --val-every "$STEPS" --val-batches 20 --seed 7)
+run() {
+  local name=$1; shift
+  echo "== $name"
+  mpirun -np 4 --oversubscribe build/sdp train "${MODEL[@]}" --out "$OUT/$name" "$@" \
+    | grep -E "^step .*/$STEPS \||summary|largest|communication|^  (worker|[0-3]|DDP) "
+}
+rm -rf "$OUT"
+run ddp --sdp-mask none
+run forward-block --sdp-mask forward --sdp-unit block --sdp-coverage 0.5
+run forward-neuron --sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5
+run backward-block --sdp-mask backward --sdp-unit block --sdp-coverage 0.5
+run backward-neuron --sdp-mask backward --sdp-unit neuron --sdp-coverage 0.5
+build/sdp report "$OUT"/ddp "$OUT"/forward-block "$OUT"/forward-neuron "$OUT"/backward-block \
+  "$OUT"/backward-neuron
