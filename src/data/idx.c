@@ -21,9 +21,8 @@ enum {
     /* deflate never compresses better than about 1032:1, so a gzipped file of s bytes cannot
      * hold more than this many times s: a header claiming more is corrupt. */
     DEFLATE_MAX_RATIO = 1032,
+    IDX_PATH_LEN = 4096,
 };
-
-enum { IDX_PATH_LEN = 4096 };
 
 typedef struct {
     char path[IDX_PATH_LEN];
