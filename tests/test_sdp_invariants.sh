@@ -72,7 +72,7 @@ train_on 4 "$WORK/k3" "${M[@]}" --sdp-mask backward --sdp-owners 3 --check-repli
 #         that are nearly zero, such as the attention key bias); a step moves by up to 1e-2.
 # Control: 1 worker with batch 2 (a quarter of the data) must differ by far more than that.
 E=(--data "$WORK/text.txt" --layers 2 --heads 2 --width 32 --seq-len 16 --steps 8 --warmup 0
-   --lr 1e-2 --log-every 4 --val-batches 2 --seed 4)
+   --lr 1e-2 --log-every 4 --val-batches 2 --seed 4 --clip 0)
 for opt in "sgd 1e-6" "adamw 1e-4"; do
   set -- $opt
   train_on 4 "$WORK/dp4_$1" "${E[@]}" --optimizer "$1" --batch 2 || continue
