@@ -56,9 +56,14 @@ int main(int argc, char **argv) {
             const double x = value_at(ea, i), y = value_at(eb, i), d = fabs(x - y);
             const double ratio = d / (atol + rtol * fabs(y));
             max_val = fmax(max_val, fabs(y));
-            if (d > max_abs) max_abs = d, max_at = ea->name;
-            if (ratio > worst || isnan(ratio))
-                worst = isnan(ratio) ? INFINITY : ratio, worst_at = ea->name;
+            if (d > max_abs) {
+                max_abs = d;
+                max_at = ea->name;
+            }
+            if (ratio > worst || isnan(ratio)) {
+                worst = isnan(ratio) ? INFINITY : ratio;
+                worst_at = ea->name;
+            }
             compared++;
         }
     }
