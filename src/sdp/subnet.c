@@ -124,7 +124,9 @@ static void map_group_tensor(run_list *l, const sdp_param *lp, const sdp_param *
     for (int c = 0; c < k->n; c++) seg_local += (size_t)k->len[c] * atom;
     SDP_ASSERT((size_t)lp->shape[lp->axis] == seg_local * (size_t)lp->segments);
     if (lp->axis == 0) {
-        const size_t inner = lp->numel / (size_t)lp->shape[0]; /* elements per row */
+        /* Elements per row, from the full tensor: a worker that keeps none of the group has a
+         * local tensor with no rows. */
+        const size_t inner = fp->numel / (size_t)fp->shape[0];
         size_t local_row = 0;
         for (int s = 0; s < lp->segments; s++)
             for (int c = 0; c < k->n; c++) {

@@ -1,0 +1,109 @@
+# sdp train on several MPI ranks: an SDP run stopped and resumed with the same N and k is
+# bitwise the uninterrupted run (forward and backward masking); a run resumes on another number
+# of workers (so another k at the same coverage) and keeps learning; ranks started with
+# different options, and impossible SDP requests, end every rank quickly with one message.
+source "$(dirname "$0")/lib.sh"
+MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
+make_text "$WORK/text.txt" 60000
+
+# Training runs are tiny (a few KiB of parameters) but real: byte-level text, AdamW, clipping.
+R=(--data "$WORK/text.txt" --layers 2 --heads 4 --width 32 --seq-len 16 --batch 4 --warmup 2
+   --lr 1e-2 --log-every 5 --val-every 0 --val-batches 2 --seed 8)
+
+# on N ARGS...: sdp on N ranks (60 s at most); the log goes to $WORK/last.log.
+on() {
+  local n=$1; shift
+  timeout 60 "${MPI[@]}" -n "$n" "$SDP_BIN" "$@" --threads 1 >"$WORK/last.log" 2>&1 \
+    || { echo "  (sdp on $n ranks failed:)"; tail -3 "$WORK/last.log"; return 1; }
+}
+
+# The metrics without the fields that measure time.
+losses() { sed -E 's/"(tokens_per_s|ms_per_step|elapsed_s)":[^,}]*,?//g' "$1"; }
+# The loss of each progress line, one per line.
+loss_column() { grep '"loss"' "$1" | sed -E 's/.*"loss":([0-9.e+-]+).*/\1/'; }
+
+# ---- resume with the same N and k: bit for bit ----------------------------------------------------
+for mode in "forward neuron random" "backward block cyclic"; do
+  set -- $mode
+  S=("${R[@]}" --steps 20 --sdp-mask "$1" --sdp-unit "$2" --sdp-assign "$3")
+  on 4 train "${S[@]}" --out "$WORK/whole_$1" || { fail "$1: uninterrupted run"; continue; }
+  on 4 train "${S[@]}" --out "$WORK/split_$1" --stop-after 10 || { fail "$1: first half"; continue; }
+  grep -q '"step":20' "$WORK/split_$1/metrics.jsonl" && fail "$1: --stop-after 10 did not stop"
+  on 4 train --resume "$WORK/split_$1" || { fail "$1: resume"; continue; }
+  if diff <(losses "$WORK/whole_$1/metrics.jsonl") <(losses "$WORK/split_$1/metrics.jsonl") >"$WORK/diff"; then
+    pass "$1 masking ($2 units, $3): the resumed run's metrics equal the uninterrupted run's bit for bit"
+  else
+    fail "$1 masking: resumed metrics differ"; head -4 "$WORK/diff"
+  fi
+  cmp -s "$WORK/whole_$1/model.safetensors" "$WORK/split_$1/model.safetensors" &&
+    cmp -s "$WORK/whole_$1/optim.safetensors" "$WORK/split_$1/optim.safetensors" &&
+    pass "$1 masking: final model and optimizer files are byte-identical" ||
+    fail "$1 masking: final checkpoints differ"
+done
+
+# ---- resume on another number of workers (and so another k at coverage 0.5) ------------------------
+# Learning goes on: the mean loss after the resume is below the mean of the last two progress
+# lines before it, and far below the first line's (a fresh model would start near log(256)).
+for mode in "forward neuron 4 2" "backward block 2 4"; do
+  set -- $mode
+  dir="$WORK/move_$1"
+  on "$3" train "${R[@]}" --steps 30 --sdp-mask "$1" --sdp-unit "$2" --out "$dir" --stop-after 15 \
+    || { fail "$1: first part on $3 ranks"; continue; }
+  on "$4" train --resume "$dir" || { fail "$1: resume on $4 ranks"; continue; }
+  if ! grep -q "resumed at step 15" "$WORK/last.log"; then fail "$1: no 'resumed at step 15'"; continue; fi
+  k_before=$((${3} / 2)) k_after=$((${4} / 2))
+  grep -q "k = $k_after of N = $4" "$WORK/last.log" || fail "$1: the resumed run is not k=$k_after of $4"
+  if loss_column "$dir/metrics.jsonl" | awk -v a="$3" -v b="$4" -v kb="$k_before" -v ka="$k_after" '
+      { l[NR] = $1 } END {
+        if (NR != 6) exit 1
+        before = (l[2] + l[3]) / 2; after = (l[4] + l[5] + l[6]) / 3
+        printf "losses %s ... %s on %d ranks (k=%d), then %s %s %s on %d ranks (k=%d)", l[1], l[3], a, kb, l[4], l[5], l[6], b, ka
+        exit !(after < before && after < l[1] - 0.5) }' >"$WORK/trend"; then
+    pass "$1 masking resumes from $3 to $4 ranks and keeps learning: $(cat "$WORK/trend")"
+  else
+    fail "$1 masking from $3 to $4 ranks: $(cat "$WORK/trend")"; cat "$dir/metrics.jsonl"
+  fi
+done
+
+# ---- errors under mpiexec ----------------------------------------------------------------------------
+# expect_mpi_error "what" "needle" N ARGS...: sdp on N ranks exits non-zero (not by timeout) within
+# 30 s, and the ranks that report print one and the same one-line message containing needle
+# ("sdp: error (rank r of N): ..."; OpenMPI adds its own MPI_ABORT banner, which is not sdp's).
+expect_mpi_error() {
+  local what=$1 needle=$2 n=$3 rc; shift 3
+  local t0=$SECONDS
+  timeout 30 "${MPI[@]}" -n "$n" "$SDP_BIN" "$@" >"$WORK/stdout" 2>"$WORK/stderr"; rc=$?
+  local msgs; msgs=$(grep '^sdp: error' "$WORK/stderr" | sed -E 's/^sdp: error \(rank [0-9]+ of [0-9]+\): //' | sort -u)
+  if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then fail "$what: exit status $rc"; cat "$WORK/stderr"; return; fi
+  if [ -z "$msgs" ] || [ "$(printf '%s\n' "$msgs" | wc -l)" -ne 1 ]; then
+    fail "$what: expected one message, got: $msgs"; return
+  fi
+  if ! grep -qF -- "$needle" <<<"$msgs"; then fail "$what: message lacks '$needle': $msgs"; return; fi
+  pass "$what, in $((SECONDS - t0)) s: $msgs"
+}
+
+E=(train "${R[@]}" --steps 4 --threads 1 --out "$WORK/err")
+expect_mpi_error "k > N" "--sdp-owners 5 is impossible with 4 workers" \
+  4 "${E[@]}" --sdp-mask backward --sdp-owners 5
+expect_mpi_error "coverage not a multiple of 1/N" "coverage" \
+  4 "${E[@]}" --sdp-mask forward --sdp-coverage 0.3
+expect_mpi_error "more neuron chunks than heads" "more than the width" \
+  2 "${E[@]}" --sdp-mask forward --sdp-unit neuron --sdp-chunks 8
+expect_mpi_error "chunks not dividing the heads" "dividing 4" \
+  2 "${E[@]}" --sdp-mask backward --sdp-unit neuron --sdp-chunks 3
+expect_mpi_error "default chunks (one per worker) not dividing the heads" "dividing 4" \
+  3 "${E[@]}" --sdp-mask forward --sdp-unit neuron --sdp-owners 1
+
+# Ranks launched with different options (an MPMD command line): every rank stops, and the
+# message names the rank that differs.
+t0=$SECONDS
+timeout 30 "${MPI[@]}" -n 1 "$SDP_BIN" "${E[@]}" --sdp-mask forward \
+  : -n 1 "$SDP_BIN" "${E[@]}" --sdp-mask backward >"$WORK/stdout" 2>"$WORK/stderr"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] &&
+   grep -q "rank 1 was started with options that differ from rank 0's" "$WORK/stderr"; then
+  pass "differing options end both ranks in $((SECONDS - t0)) s, naming rank 1"
+else
+  fail "differing options: exit status $rc"; cat "$WORK/stderr"
+fi
+finish

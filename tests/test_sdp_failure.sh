@@ -1,0 +1,106 @@
+# Failures on a multi-rank run. A rank killed by SIGKILL in the middle of training (rank 0, the
+# checkpoint writer, and a rank that is not) ends the whole job with a non-zero status within
+# 20 seconds, leaves no rank behind, and leaves the last checkpoint valid: its CRC verifies,
+# `sdp eval` reads it, and the run resumes from it. A rank that hits an error ends every rank
+# within seconds, with a message naming the rank.
+source "$(dirname "$0")/lib.sh"
+: "${SDP_mpi_st_diff:?ctest sets it}"
+MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
+make_text "$WORK/text.txt" 60000
+
+# A run far longer than the test, with a checkpoint every 4 steps.
+T=(train --data "$WORK/text.txt" --layers 2 --heads 4 --width 32 --seq-len 16 --batch 2
+   --steps 1000000 --warmup 2 --lr 1e-3 --log-every 50 --val-every 0 --val-batches 1 --threads 1
+   --ckpt-every 4 --sdp-mask backward --sdp-owners 2)
+
+# Each rank records its pid (exec keeps it) before becoming sdp.
+cat >"$WORK/rank.sh" <<'SH'
+#!/bin/bash
+echo $$ >"$PID_DIR/rank.$OMPI_COMM_WORLD_RANK"
+exec "$@"
+SH
+chmod +x "$WORK/rank.sh"
+
+alive() { kill -0 "$1" 2>/dev/null; }
+zombie() { [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
+
+kill_rank() {
+  local victim=$1 dir="$WORK/run_kill$1" pids="$WORK/pids$1"
+  mkdir -p "$pids"
+  PID_DIR=$pids timeout 120 "${MPI[@]}" -n 4 "$WORK/rank.sh" "$SDP_BIN" "${T[@]}" --out "$dir" \
+    >"$dir.log" 2>&1 &
+  local job=$!
+  # Wait (at most 30 s) until the first checkpoint is complete and every rank has its pid.
+  local waited=0
+  until [ -s "$dir/optim.safetensors" ] && [ -s "$dir/model.safetensors" ] &&
+        [ "$(ls "$pids" | wc -l)" -eq 4 ]; do
+    sleep 0.1; waited=$((waited + 1))
+    if [ $waited -gt 300 ] || ! alive $job; then
+      fail "kill rank $victim: no checkpoint appeared"; tail -3 "$dir.log"; kill $job 2>/dev/null
+      return
+    fi
+  done
+  sleep 0.3 # let it train on (and write more checkpoints) before the kill
+  local t0; t0=$(date +%s%N)
+  kill -KILL "$(cat "$pids/rank.$victim")"
+  # mpiexec must notice and end the job.
+  local rc=0 n=0
+  while alive $job && [ $n -lt 200 ]; do sleep 0.1; n=$((n + 1)); done
+  if alive $job; then
+    fail "kill rank $victim: mpiexec still running 20 s after the kill"; kill $job; wait $job
+    return
+  fi
+  wait $job; rc=$?
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then
+    pass "kill -9 of rank $victim: mpiexec exited with status $rc after $ms ms"
+  else
+    fail "kill -9 of rank $victim: mpiexec exit status $rc"
+  fi
+  # The other ranks go down with the job (mpiexec may return while they are still exiting).
+  local left=4
+  for n in $(seq 50); do
+    left=0
+    for f in "$pids"/rank.*; do alive "$(cat "$f")" && ! zombie "$(cat "$f")" && left=$((left + 1)); done
+    [ $left -eq 0 ] && break
+    sleep 0.1
+  done
+  [ $left -eq 0 ] && pass "kill rank $victim: no rank is left running" ||
+    { fail "kill rank $victim: $left ranks still running 5 s after mpiexec ended"; ps -o pid,stat,args -p "$(cat "$pids"/rank.* | paste -sd,)"; }
+  for f in "$pids"/rank.*; do alive "$(cat "$f")" && kill -KILL "$(cat "$f")"; done
+
+  # The last checkpoint is whole.
+  local ok=1
+  for f in model optim; do
+    "$SDP_mpi_st_diff" "$dir/$f.safetensors" >"$WORK/check.log" 2>&1 ||
+      { ok=0; fail "kill rank $victim: $f.safetensors is damaged: $(cat "$WORK/check.log")"; }
+  done
+  [ $ok -eq 1 ] && pass "kill rank $victim: model and optimizer files load and their CRCs verify"
+  if "$SDP_BIN" eval --run "$dir" --threads 1 --batches 4 >"$WORK/eval.log" 2>&1; then
+    pass "kill rank $victim: sdp eval reads the last checkpoint ($(grep -m1 -o '[0-9.]* nats/token' "$WORK/eval.log"))"
+  else
+    fail "kill rank $victim: sdp eval failed: $(tail -1 "$WORK/eval.log")"
+  fi
+  if timeout 60 "${MPI[@]}" -n 4 "$SDP_BIN" train --resume "$dir" --stop-after 2 --threads 1 \
+      >"$WORK/resume.log" 2>&1; then
+    pass "kill rank $victim: the run resumes from its last checkpoint ($(grep -o 'resumed at step [0-9]*' "$WORK/resume.log"))"
+  else
+    fail "kill rank $victim: resume failed: $(tail -2 "$WORK/resume.log")"
+  fi
+}
+
+kill_rank 2
+kill_rank 0
+
+# One rank of four fails (it was started with other options): every rank ends within seconds,
+# and the message names that rank.
+t0=$SECONDS
+timeout 30 "${MPI[@]}" -n 3 "$SDP_BIN" "${T[@]}" --out "$WORK/mismatch" \
+  : -n 1 "$SDP_BIN" "${T[@]}" --out "$WORK/mismatch" --lr 2e-3 >"$WORK/stdout" 2>"$WORK/stderr"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -q "rank 3 was started with options that differ" "$WORK/stderr"; then
+  pass "a failing rank ends all four in $((SECONDS - t0)) s: $(grep -m1 '^sdp: error' "$WORK/stderr")"
+else
+  fail "a failing rank: exit status $rc"; cat "$WORK/stderr"
+fi
+finish
