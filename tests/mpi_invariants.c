@@ -15,9 +15,9 @@
  * gradient must equal the oracle, a world-wide all-reduce (in double) of every rank's masked
  * gradient (zero where the rank owns nothing) divided by the per-element owner count. Under
  * backward masking the masked gradient comes from an independently built full model with a
- * gradient buffer of its own, so the check also covers the masked backward pass: the full
- * gradient buffer, and for block units the compact one (sdp_subnet_grad_offsets and
- * sdp_tf_use_grads), which skips the weight gradients of unowned blocks. Under forward masking
+ * gradient buffer of its own, so the check also covers the masked backward pass into the compact
+ * gradient buffer (sdp_sync_grad_layout and sdp_tf_use_grads): unowned tensors get no weight
+ * gradient, and tensors owned in part get theirs as one GEMM per owned slice. Under forward masking
  * it is each rank's own compact-model gradient before the sync, so only the averaging is checked
  * there (the compact gradients themselves are checked by test_sdp_forward_equiv).
  *
@@ -66,14 +66,12 @@ typedef struct {
     sdp_assign_kind assign;
     sdp_branch_scale scale;
     int owners;
-    bool full_grads; /* keep a full gradient buffer even where a compact one is possible */
 } mode;
 
 static void mode_name(char *buf, size_t n, const mode *m) {
-    snprintf(buf, n, "%s %s %s %s k=%d scale=%s%s", sdp_tf_style_name(m->style),
+    snprintf(buf, n, "%s %s %s %s k=%d scale=%s", sdp_tf_style_name(m->style),
              sdp_mask_mode_name(m->mask), sdp_unit_kind_name(m->unit),
-             sdp_assign_kind_name(m->assign), m->owners, sdp_branch_scale_name(m->scale),
-             m->full_grads ? " full-grads" : "");
+             sdp_assign_kind_name(m->assign), m->owners, sdp_branch_scale_name(m->scale));
 }
 
 /* ---- a worker, assembled as build_worker in src/cli/train.c does ------------------------------
@@ -86,7 +84,8 @@ typedef struct {
     sdp_tf model;
     sdp_subnet_map map;
     sdp_sync sync;
-    bool compact; /* gradients held for owned runs only */
+    long *grad_offset; /* where each tensor's gradient lives in the compact buffer */
+    sdp_grad_slices *grad_slices;
     float *grads;
     size_t ngrads;
     sdp_optim opt;
@@ -124,22 +123,19 @@ static void worker_build(worker *w, const mode *md, int rank, int world) {
     sdp_tf_shape_free(&shape);
     sdp_subnet_map_build(&w->map, &w->full, &w->model.layout, &w->plan, rank, forward);
     sdp_subnet_init_values(&w->map, &w->full, &w->model.layout, w->model.params, 5);
-    sdp_sync_init(&w->sync, &w->plan, &w->map, rank, world, &w->mem);
-
-    long *grad_offset = NULL;
-    w->compact = sdp_subnet_grad_offsets(&w->map, &w->plan, rank, &w->model.layout, &grad_offset) &&
-                 !md->full_grads;
-    if (!w->compact)
-        for (int i = 0; i < w->model.layout.nparams; i++)
-            grad_offset[i] = (long)w->model.layout.params[i].offset;
-    w->ngrads = w->compact ? w->sync.owned : w->model.layout.numel;
+    int *layer_of = malloc(sizeof(int) * (size_t)(w->model.layout.nparams + 1));
+    SDP_CHECK(layer_of, "out of memory");
+    for (int i = 0; i < w->model.layout.nparams; i++) layer_of[i] = w->model.layout.params[i].block;
+    sdp_sync_init(&w->sync, &w->plan, &w->map, layer_of, rank, world, &w->mem);
+    free(layer_of);
+    sdp_sync_grad_layout(&w->sync, &w->model.layout, &w->grad_offset, &w->grad_slices);
+    w->ngrads = w->sync.owned;
     w->grads = sdp_alloc(&w->mem, SDP_MEM_GRADS, w->ngrads * sizeof(float));
-    sdp_tf_use_grads(&w->model, w->grads, grad_offset);
-    free(grad_offset);
+    sdp_tf_use_grads(&w->model, w->grads, w->grad_offset, w->grad_slices);
     sdp_opt_cfg oc = sdp_opt_defaults(SDP_OPT_ADAMW);
     oc.weight_decay = 0.1f;
     sdp_optim_init(&w->opt, &oc, w->sync.owned, &w->mem);
-    w->nsegs = sdp_sync_segments(&w->sync, &w->model.layout, w->compact, false, &w->segs);
+    w->nsegs = sdp_sync_segments(&w->sync, &w->model.layout, false, &w->segs);
 }
 
 static void worker_free(worker *w) {
@@ -147,8 +143,10 @@ static void worker_free(worker *w) {
     sdp_optim_free(&w->opt, &w->mem);
     sdp_sync_free(&w->sync);
     sdp_subnet_map_free(&w->map);
-    /* sdp_tf_destroy frees m->grads even when the caller supplied it: let it free ours. */
-    sdp_tf_destroy(&w->model);
+    const int nparams = w->model.layout.nparams;
+    sdp_tf_destroy(&w->model); /* leaves the caller-supplied gradients alone */
+    sdp_free(&w->mem, w->grads);
+    sdp_sync_grad_layout_free(w->grad_offset, w->grad_slices, nparams);
     sdp_plan_free(&w->plan);
     sdp_layout_free(&w->full);
 }
@@ -173,8 +171,8 @@ static void forward_backward(sdp_tf *m, int rank, int step) {
 static void worker_step(worker *w, int rank, int step) {
     memset(w->grads, 0, w->ngrads * sizeof(float));
     forward_backward(&w->model, rank, step);
-    sdp_sync_grads(&w->sync, w->grads, w->compact);
-    double norm = sdp_sync_grad_norm(&w->sync, w->grads, w->compact);
+    sdp_sync_grads(&w->sync, w->grads);
+    double norm = sdp_sync_grad_norm(&w->sync, w->grads);
     sdp_scale(w->grads, w->ngrads, sdp_clip_scale(norm, 1.0f));
     sdp_optim_step(&w->opt, w->model.params, w->grads, w->segs, w->nsegs, 1e-2f);
     if (w->plan.cfg.mask == SDP_MASK_BACKWARD) sdp_sync_publish(&w->sync, w->model.params);
@@ -376,7 +374,7 @@ static void masked_gradient(double *g, const worker *w, int rank, int step) {
     for (int i = 0; i < w->map.nruns; i++) {
         const sdp_run *r = &w->map.runs[i];
         if (!owns(w, r->unit, rank)) continue;
-        const float *src = w->grads + (w->compact ? w->sync.grad_index[i] : r->local);
+        const float *src = w->grads + w->sync.grad_index[i];
         for (size_t e = 0; e < r->len; e++) g[r->global + e] = src[e];
     }
 }
@@ -390,8 +388,8 @@ static long check_grads(const mode *md, int rank, int world, double *worst_overa
     worker_build(&w, md, rank, world);
     problems pr = {0};
     double worst = 0;
-    if (md->unit == SDP_UNIT_BLOCK && !md->full_grads && !w.compact)
-        problem(&pr, "rank %d: block units should allow compact gradients", rank);
+    if (w.ngrads != w.sync.owned)
+        problem(&pr, "rank %d: gradients should be kept for owned elements only", rank);
     const size_t n = w.full.numel;
     const int step = 100;
     memset(w.grads, 0, w.ngrads * sizeof(float));
@@ -410,13 +408,13 @@ static long check_grads(const mode *md, int rank, int world, double *worst_overa
     MPI_Allreduce(MPI_IN_PLACE, mag, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, count, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 
-    sdp_sync_grads(&w.sync, w.grads, w.compact);
+    sdp_sync_grads(&w.sync, w.grads);
     double nonzero = 0;
     for (int i = 0; i < w.map.nruns; i++) {
         const sdp_run *r = &w.map.runs[i];
         if (!owns(&w, r->unit, rank)) continue;
         const int k = r->unit < 0 ? world : md->owners;
-        const float *got = w.grads + (w.compact ? w.sync.grad_index[i] : r->local);
+        const float *got = w.grads + w.sync.grad_index[i];
         for (size_t e = 0; e < r->len; e++) {
             const size_t g = r->global + e;
             if (count[g] != k) {
@@ -437,7 +435,6 @@ static long check_grads(const mode *md, int rank, int world, double *worst_overa
     free(sum);
     free(mag);
     free(count);
-    const bool compact = w.compact;
     worker_free(&w);
 
     /* Ranks report in order, so the first problem printed is rank 0's when it has one. */
@@ -453,8 +450,8 @@ static long check_grads(const mode *md, int rank, int world, double *worst_overa
     if (rank == 0) {
         char name[160];
         mode_name(name, sizeof name, md);
-        printf("%s grads    N=%d %s%s: worst error %.3g of the tolerance\n", bad ? "FAIL" : "ok  ",
-               world, name, compact ? " (compact gradients)" : "", worst);
+        printf("%s grads    N=%d %s: worst error %.3g of the tolerance\n", bad ? "FAIL" : "ok  ",
+               world, name, worst);
     }
     return bad;
 }
@@ -503,12 +500,6 @@ int main(int argc, char **argv) {
                                .owners = ks[d]};
                     if (replicas) bad += check_replicas(&md, rank, N);
                     if (grads) bad += check_grads(&md, rank, N, &worst);
-                    /* Block units under backward masking normally keep compact gradients:
-                     * check the full-buffer path too. */
-                    if (grads && md.mask == SDP_MASK_BACKWARD && md.unit == SDP_UNIT_BLOCK) {
-                        md.full_grads = true;
-                        bad += check_grads(&md, rank, N, &worst);
-                    }
                 }
     if (rank == 0)
         printf("%s: %d modes on %d ranks, %ld problems; worst gradient error %.3g of the "

@@ -162,7 +162,8 @@ static void test_adamw_first_step_moves_by_lr(void **state) {
     for (size_t i = 0; i < n; i++)
         g[i] = (sdp_rng_uniform(&r) < 0.5f ? -1.0f : 1.0f) * (0.01f + sdp_rng_uniform(&r));
     const float lr = 1e-3f;
-    sdp_opt_segment all = {.offset = 0, .count = n, .decay = true, .grad_offset = 0, .state_offset = 0};
+    sdp_opt_segment all = {
+        .offset = 0, .count = n, .decay = true, .grad_offset = 0, .state_offset = 0};
     sdp_optim_step(&o, p, g, &all, 1, lr);
     for (size_t i = 0; i < n; i++) {
         double expected = g[i] > 0 ? -lr : lr;

@@ -308,6 +308,7 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
 
 void sdp_tf_destroy(sdp_tf *m) {
     sdp_mem *mem = m->mem;
+    if (!m->own_grads) m->grads = NULL; /* the caller's (sdp_tf_use_grads) */
     for (int i = 0; i < m->shape.n_layer; i++) {
         sdp_tf_layer_acts *a = &m->layers[i];
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse, a->mid,
@@ -322,6 +323,7 @@ void sdp_tf_destroy(sdp_tf *m) {
     sdp_free(mem, m->targets);
     free(m->layers);
     free(m->off.layers);
+    free(m->goff.layers);
     sdp_layout_free(&m->layout);
     sdp_tf_shape_free(&m->shape);
     memset(m, 0, sizeof *m);
