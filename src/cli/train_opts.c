@@ -66,9 +66,13 @@ const opt_spec TRAIN_OPTS[] = {
 };
 
 bool train_opt_may_change_on_resume(const char *name) {
-    static const char *ok[] = {"steps",       "stop-after",    "log-every", "val-every",
-                               "val-batches", "ckpt-every",    "threads",   "gemm",
-                               "resume",      "check-replicas"};
+    /* The checkpoint holds the full model and optimizer state, so the plan may change too: every
+     * worker re-slices what it owns. */
+    static const char *ok[] = {"steps",       "stop-after",     "log-every",  "val-every",
+                               "val-batches", "ckpt-every",     "threads",    "gemm",
+                               "resume",      "check-replicas", "sdp-mask",   "sdp-unit",
+                               "sdp-owners",  "sdp-coverage",   "sdp-assign", "sdp-chunks",
+                               "sdp-seed",    "branch-scale"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;
     return false;

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Rank of this process, or -1 when MPI is not running (a plain single-process run). */
 static int mpi_rank_if_running(int *world) {
@@ -26,6 +27,9 @@ void sdp_fatal(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* Errors every rank detects alike (a bad option) would print N times: other ranks give rank
+     * 0 a moment to print and abort the job first. */
+    if (world > 1 && rank > 0) usleep(300000);
     if (world > 1)
         fprintf(stderr, "sdp: error (rank %d of %d): %s\n", rank, world, msg);
     else
