@@ -7,6 +7,7 @@
  * micro-kernel (mm_rows) that the compiler vectorises; the masked upper triangle is skipped a
  * micro-tile at a time and zeroed inside the tiles that straddle the diagonal.
  */
+#include "ops/cpu/fast_exp.h"
 #include "sdp/check.h"
 #include "sdp/ops.h"
 
@@ -82,31 +83,6 @@ static void mm_rows(const mm_args *p, int m, int n, int k0, int k1, bool add) {
 }
 
 /* ---- softmax pieces ------------------------------------------------------------------------ */
-
-/* e^x to about 1 ulp for x in [-87, 88] (clamped outside, which for softmax arguments x <= 0
- * only turns values below 1.6e-38 into 1.6e-38). Branch-free so the loops that call it vectorise,
- * which libm's expf does not; it would otherwise cost more than the matrix products. */
-static inline float exp_clamped(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    /* Adding 1.5 * 2^23 rounds x / ln 2 to the nearest integer n. */
-    float n = fmaf(x, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
-    float r = fmaf(-n, 0.693145751953125f, x); /* ln 2 split so that n * hi is exact */
-    r = fmaf(-n, 1.428606765330187e-06f, r);
-    float e = 1.0f / 5040; /* Taylor series of e^r, |r| <= ln2 / 2 */
-    e = fmaf(e, r, 1.0f / 720);
-    e = fmaf(e, r, 1.0f / 120);
-    e = fmaf(e, r, 1.0f / 24);
-    e = fmaf(e, r, 1.0f / 6);
-    e = fmaf(e, r, 0.5f);
-    e = fmaf(e, r, 1.0f);
-    e = fmaf(e, r, 1.0f);
-    union {
-        int32_t i;
-        float f;
-    } two_n = {.i = ((int32_t)n + 127) << 23};
-    return e * two_n.f;
-}
 
 /* Rows of the score tile hold raw q.k; the softmax works on scale * q.k. */
 static float row_max(const float *s, int n) {

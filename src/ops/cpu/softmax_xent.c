@@ -3,6 +3,7 @@
  * that it is bitwise reproducible (an OpenMP reduction combines partial sums in arrival order).
  * Every pass reads an element before writing the same element, which is what lets probs alias
  * logits and dlogits alias probs. */
+#include "ops/cpu/fast_exp.h"
 #include "sdp/check.h"
 #include "sdp/ops.h"
 
@@ -19,17 +20,34 @@ static void check_targets(const int *targets, int n, int V) {
                   targets[i], i, V);
 }
 
-/* probs = softmax(logits[0:V]), zeros in the padding; returns -log p[target] (0 if ignored). */
-static float softmax_row(float *probs, const float *logits, int target, int V, int Vp) {
-    float mx = -INFINITY;
-    for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
-    float target_shifted = target >= 0 ? logits[target] - mx : 0.0f; /* read before overwrite */
+/* The maximum is exact in any order, so the compiler may split it across vector lanes. */
+static float row_max(const float *x, int n) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* probs[v] = e^(logits[v] - shift) for v < n; returns their sum, accumulated in double. The
+ * loop is declared simd: each element is read before it is written, so it is safe when probs is
+ * logits, and the reduction splits into vector lanes combined in an order fixed at compile time,
+ * so the sum is the same on every run and whichever thread runs the row. */
+static double exp_shifted_sum(float *probs, const float *logits, int n, float shift) {
     double sum = 0;
-    for (int v = 0; v < V; v++) {
-        float e = expf(logits[v] - mx);
-        probs[v] = e;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < n; i++) {
+        float e = exp_clamped(logits[i] - shift);
+        probs[i] = e;
         sum += e;
     }
+    return sum;
+}
+
+/* probs = softmax(logits[0:V]), zeros in the padding; returns -log p[target] (0 if ignored). */
+static float softmax_row(float *probs, const float *logits, int target, int V, int Vp) {
+    float mx = row_max(logits, V);
+    float target_shifted = target >= 0 ? logits[target] - mx : 0.0f; /* read before overwrite */
+    double sum = exp_shifted_sum(probs, logits, V, mx);
     float inv = (float)(1.0 / sum);
     for (int v = 0; v < V; v++) probs[v] *= inv;
     for (int v = V; v < Vp; v++) probs[v] = 0.0f;

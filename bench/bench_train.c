@@ -1,0 +1,217 @@
+/* Tokens/s and model FLOP utilization (MFU) of a full training step: zero grads, forward,
+ * backward, global-norm clip and AdamW update, as `sdp train` runs it, for a GPT-2 124M shape
+ * and a small byte-level model. MFU is measured against the sgemm peak of the provider in use,
+ * timed in the same run right before each model's steps, because the machine is shared and its
+ * speed drifts. Every figure is a median over the timed steps.
+ *
+ * Usage: bench_train [threads (0 = all cores)] [steps] [dnnl|openblas] [all|gpt2|bytes] */
+#include "sdp/bench.h"
+#include "sdp/check.h"
+#include "sdp/optim.h"
+#include "sdp/rng.h"
+#include "sdp/transformer.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { PEAK_SIZE = 2048, PEAK_REPEATS = 5, WARMUP_STEPS = 2, MAX_STEPS = 1000 };
+
+static const float LR = 3e-4f, CLIP = 1.0f;
+
+typedef struct {
+    const char *name;
+    sdp_tf_config cfg;
+    int B, T;
+} bench_model;
+
+/* Wall-clock milliseconds of each phase of one step. */
+typedef enum { PH_ZERO, PH_FWD, PH_BWD, PH_OPT, PH_TOTAL, NPHASES } phase;
+static const char *PHASE_NAMES[NPHASES] = {"zero", "forward", "backward", "clip+adamw", "total"};
+
+typedef struct {
+    sdp_tf model;
+    sdp_optim opt;
+    sdp_opt_segment *segs;
+    int nsegs;
+    int *inputs, *targets;
+    sdp_rng rng;
+} trainer;
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* One segment per tensor, decaying as the layout says (what `sdp train` does by default). */
+static void build_segments(trainer *t) {
+    const sdp_layout *L = &t->model.layout;
+    t->segs = calloc((size_t)L->nparams, sizeof *t->segs);
+    SDP_CHECK(t->segs, "out of memory");
+    for (int i = 0; i < L->nparams; i++)
+        t->segs[i] = (sdp_opt_segment){L->params[i].offset, L->params[i].numel, L->params[i].decay};
+    t->nsegs = L->nparams;
+}
+
+static void trainer_init(trainer *t, const bench_model *bm, sdp_gemm_provider gemm, sdp_mem *mem) {
+    memset(t, 0, sizeof *t);
+    sdp_tf_create(&t->model, &bm->cfg, NULL, bm->B, bm->T, true, gemm, mem);
+    sdp_layout_init_values(&t->model.layout, t->model.params, 1234);
+    sdp_opt_cfg oc = sdp_opt_defaults(SDP_OPT_ADAMW);
+    sdp_optim_init(&t->opt, &oc, t->model.layout.numel, mem);
+    build_segments(t);
+    size_t N = (size_t)bm->B * bm->T;
+    t->inputs = sdp_alloc(mem, SDP_MEM_DATA, N * sizeof(int));
+    t->targets = sdp_alloc(mem, SDP_MEM_DATA, N * sizeof(int));
+    t->rng = sdp_rng_make(42, 0);
+}
+
+static void trainer_free(trainer *t, sdp_mem *mem) {
+    sdp_free(mem, t->inputs);
+    sdp_free(mem, t->targets);
+    free(t->segs);
+    sdp_optim_free(&t->opt, mem);
+    sdp_tf_destroy(&t->model);
+}
+
+/* A fresh batch of uniformly random tokens (drawn outside the timed step). */
+static void random_batch(trainer *t, int n) {
+    const uint64_t V = (uint64_t)t->model.cfg.vocab;
+    for (int i = 0; i < n; i++) {
+        t->inputs[i] = (int)sdp_rng_below(&t->rng, V);
+        t->targets[i] = (int)sdp_rng_below(&t->rng, V);
+    }
+}
+
+/* The step of src/cli/train.c without data parallelism; returns the mean loss. */
+static double timed_step(trainer *t, int B, int T, double ms[NPHASES]) {
+    sdp_tf *m = &t->model;
+    const size_t n = m->layout.numel;
+    double t0 = now_ms();
+    memset(m->grads, 0, n * sizeof(float));
+    double t1 = now_ms();
+    double loss = sdp_tf_forward(m, t->inputs, t->targets, B, T);
+    double t2 = now_ms();
+    sdp_tf_backward(m, 1.0f / (float)(B * T));
+    double t3 = now_ms();
+    double norm = sqrt(sdp_sumsq(m->grads, n));
+    sdp_scale(m->grads, n, sdp_clip_scale(norm, CLIP));
+    sdp_optim_step(&t->opt, m->params, m->grads, t->segs, t->nsegs, LR);
+    double t4 = now_ms();
+    ms[PH_ZERO] = t1 - t0;
+    ms[PH_FWD] = t2 - t1;
+    ms[PH_BWD] = t3 - t2;
+    ms[PH_OPT] = t4 - t3;
+    ms[PH_TOTAL] = t4 - t0;
+    return loss / (double)(B * T);
+}
+
+static void print_memory(const sdp_mem *mem) {
+    const sdp_memcat cats[] = {SDP_MEM_PARAMS, SDP_MEM_GRADS,   SDP_MEM_OPTIM,
+                               SDP_MEM_ACTS,   SDP_MEM_SCRATCH, SDP_MEM_DATA};
+    char buf[32];
+    printf("  memory:");
+    for (size_t i = 0; i < sizeof cats / sizeof *cats; i++)
+        printf(" %s %s,", sdp_memcat_name(cats[i]),
+               sdp_fmt_bytes(buf, sizeof buf, (double)mem->cur[cats[i]]));
+    printf(" total %s\n", sdp_fmt_bytes(buf, sizeof buf, (double)mem->total_cur));
+}
+
+static double measure_peak(sdp_gemm_provider prov) {
+    return sdp_measure_sgemm_peak(prov, PEAK_SIZE, PEAK_REPEATS);
+}
+
+static void bench_one(const bench_model *bm, sdp_gemm_provider gemm, int threads, int steps) {
+    sdp_mem mem = {0};
+    trainer t;
+    trainer_init(&t, bm, gemm, &mem);
+    const sdp_tf_config *c = &t.model.cfg;
+    const int N = bm->B * bm->T;
+    printf("\n%s: %s, %d layers, %d heads, width %d, vocab %d (padded %d), T=%d, B=%d, "
+           "%.1fM params\n",
+           bm->name, sdp_tf_style_name(c->style), c->n_layer, c->n_head, c->d_model, c->vocab,
+           c->vocab_padded, bm->T, bm->B, 1e-6 * (double)t.model.layout.numel);
+    print_memory(&mem);
+
+    /* The yardstick is timed right before the steps it judges. */
+    double peak[2];
+    const sdp_gemm_provider provs[2] = {SDP_GEMM_DNNL, SDP_GEMM_OPENBLAS};
+    for (int p = 0; p < 2; p++) peak[p] = measure_peak(provs[p]);
+    double ref = peak[gemm == SDP_GEMM_DNNL ? 0 : 1];
+    printf("  sgemm peak (%d^3, best of %d, %d threads): dnnl %.1f GFLOP/s, openblas %.1f "
+           "GFLOP/s\n",
+           PEAK_SIZE, PEAK_REPEATS, threads, peak[0], peak[1]);
+    fflush(stdout);
+
+    double ms[NPHASES], *samples[NPHASES], loss = 0;
+    for (int ph = 0; ph < NPHASES; ph++) {
+        samples[ph] = calloc((size_t)steps, sizeof(double));
+        SDP_CHECK(samples[ph], "out of memory");
+    }
+    for (int s = -WARMUP_STEPS; s < steps; s++) {
+        random_batch(&t, N);
+        loss = timed_step(&t, bm->B, bm->T, ms);
+        if (s >= 0)
+            for (int ph = 0; ph < NPHASES; ph++) samples[ph][s] = ms[ph];
+    }
+    double med[NPHASES];
+    for (int ph = 0; ph < NPHASES; ph++) {
+        med[ph] = median(samples[ph], steps);
+        free(samples[ph]);
+    }
+
+    double flops = sdp_tf_train_flops_per_token(&t.model, bm->T) * N;
+    double tok_s = N / (med[PH_TOTAL] * 1e-3);
+    double gflops = flops / (med[PH_TOTAL] * 1e-3) * 1e-9;
+    printf("  %d steps after %d warm-up, gemm %s, last loss %.3f, %.1f GFLOP/step\n", steps,
+           WARMUP_STEPS, sdp_gemm_provider_name(gemm), loss, flops * 1e-9);
+    printf("  median ms:");
+    for (int ph = 0; ph < NPHASES; ph++)
+        printf(" %s %.1f%s", PHASE_NAMES[ph], med[ph], ph < NPHASES - 1 ? "," : "\n");
+    printf("  RESULT %-6s %-8s threads %d: %8.0f tokens/s  %6.1f GFLOP/s  MFU %5.1f%% of %.1f\n",
+           bm->name, sdp_gemm_provider_name(gemm), threads, tok_s, gflops, 100.0 * gflops / ref,
+           ref);
+    fflush(stdout);
+    trainer_free(&t, &mem);
+}
+
+static const bench_model MODELS[] = {
+    {"gpt2", {SDP_STYLE_GPT, 12, 12, 768, 0, 1024, 50257, 50304, 0}, 4, 64},
+    {"bytes", {SDP_STYLE_GPT, 6, 6, 384, 0, 256, 256, 0, 0}, 8, 256},
+};
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 0;
+    int steps = argc > 2 ? atoi(argv[2]) : 5;
+    sdp_gemm_provider gemm = SDP_GEMM_DNNL;
+    const char *only = argc > 4 ? argv[4] : "all";
+    SDP_CHECK(threads >= 0 && steps >= 1 && steps <= MAX_STEPS &&
+                  (argc <= 3 || sdp_gemm_provider_parse(argv[3], &gemm)),
+              "usage: bench_train [threads (0 = all cores)] [steps 1..%d] [dnnl|openblas] "
+              "[all|gpt2|bytes]",
+              MAX_STEPS);
+    if (threads == 0) threads = omp_get_num_procs();
+    sdp_set_threads(threads);
+    int ran = 0;
+    for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS; i++) {
+        if (strcmp(only, "all") != 0 && strcmp(only, MODELS[i].name) != 0) continue;
+        bench_one(&MODELS[i], gemm, threads, steps);
+        ran++;
+    }
+    SDP_CHECK(ran > 0, "unknown model '%s': use all, gpt2 or bytes", only);
+    return 0;
+}
