@@ -71,7 +71,7 @@ static void build_segments(trainer *t) {
 
 static void trainer_init(trainer *t, const bench_model *bm, sdp_gemm_provider gemm, sdp_mem *mem) {
     memset(t, 0, sizeof *t);
-    sdp_tf_create(&t->model, &bm->cfg, NULL, bm->B, bm->T, SDP_TF_TRAIN, gemm, mem);
+    sdp_tf_create(&t->model, &bm->cfg, NULL, bm->B, bm->T, SDP_MODEL_TRAIN, gemm, mem);
     sdp_layout_init_values(&t->model.layout, t->model.params, 1234);
     sdp_opt_cfg oc = sdp_opt_defaults(SDP_OPT_ADAMW);
     sdp_optim_init(&t->opt, &oc, t->model.layout.numel, mem);

@@ -118,7 +118,7 @@ static void worker_build(worker *w, const mode *md, int rank, int world) {
                            (const int(*)[SDP_MAX_GROUPS])spec.kept, spec.scale);
     sdp_subnet_spec_free(&spec);
     const bool forward = md->mask == SDP_MASK_FORWARD;
-    sdp_tf_create(&w->model, &w->cfg, &shape, BATCH, SEQ, SDP_TF_TRAIN_BARE, SDP_GEMM_DNNL,
+    sdp_tf_create(&w->model, &w->cfg, &shape, BATCH, SEQ, SDP_MODEL_TRAIN_BARE, SDP_GEMM_DNNL,
                   &w->mem);
     sdp_tf_shape_free(&shape);
     sdp_subnet_map_build(&w->map, &w->full, &w->model.layout, &w->plan, rank, forward);
@@ -359,7 +359,7 @@ static void masked_gradient(double *g, const worker *w, int rank, int step) {
     if (w->plan.cfg.mask == SDP_MASK_BACKWARD) {
         sdp_mem mem = {0};
         sdp_tf ref;
-        sdp_tf_create(&ref, &w->cfg, NULL, BATCH, SEQ, SDP_TF_TRAIN, SDP_GEMM_DNNL, &mem);
+        sdp_tf_create(&ref, &w->cfg, NULL, BATCH, SEQ, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &mem);
         SDP_ASSERT(ref.layout.numel == w->model.layout.numel);
         memcpy(ref.params, w->model.params, ref.layout.numel * sizeof(float));
         forward_backward(&ref, rank, step);

@@ -34,7 +34,7 @@ static void gradient_check(sdp_tf_style style) {
     sdp_tf_config c = tiny(style);
     sdp_tf m;
     const int B = 2, T = 5, N = B * T;
-    sdp_tf_create(&m, &c, NULL, B, T, SDP_TF_TRAIN, SDP_GEMM_DNNL, &mem);
+    sdp_tf_create(&m, &c, NULL, B, T, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &mem);
     sdp_layout_init_values(&m.layout, m.params, 7);
     /* Larger-than-default weights make every path (norm gains, biases) matter. */
     sdp_rng r = sdp_rng_make(3, 0);

@@ -89,7 +89,7 @@ static void check_case(const equiv_case *c, tally *t) {
     sdp_tf_shape_from_keep(&shape, &cfg, spec.nblocks, spec.keep,
                            (const int(*)[SDP_MAX_GROUPS])spec.kept, spec.scale);
     sdp_tf compact;
-    sdp_tf_create(&compact, &cfg, &shape, BATCH, SEQ, SDP_TF_TRAIN, SDP_GEMM_DNNL, &mem);
+    sdp_tf_create(&compact, &cfg, &shape, BATCH, SEQ, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &mem);
     sdp_subnet_map map;
     sdp_subnet_map_build(&map, &full, &compact.layout, &plan, c->rank, true);
     sdp_rng rng = sdp_rng_make(77, (uint64_t)t->cases);
@@ -99,7 +99,7 @@ static void check_case(const equiv_case *c, tally *t) {
      * the spec's branch scale on every layer. */
     for (int l = 0; l < full_shape.n_layer; l++) full_shape.branch_scale[l] = spec.scale[l];
     sdp_tf whole;
-    sdp_tf_create(&whole, &cfg, &full_shape, BATCH, SEQ, SDP_TF_TRAIN, SDP_GEMM_DNNL, &mem);
+    sdp_tf_create(&whole, &cfg, &full_shape, BATCH, SEQ, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &mem);
     assert_int_equal(whole.layout.numel, full.numel);
     size_t mapped = 0;
     for (int i = 0; i < map.nruns; i++) {

@@ -66,6 +66,16 @@ typedef struct {
 /* Marks a tensor whose gradient is sliced (see sdp_grad_slices) in a gradient-offset table. */
 #define SDP_GRAD_SLICED (-2L)
 
+/* What a worker instantiates of a model, per block of the full model: whether the block is kept,
+ * how many atoms of each inner group, and the scale of its residual branch. Made by SDP
+ * (src/sdp/subnet.c); every model turns it into its own shape. */
+typedef struct {
+    int nblocks;
+    bool *keep;
+    int (*kept)[SDP_MAX_GROUPS];
+    float *scale;
+} sdp_subnet_spec;
+
 /* Builders used by models. */
 void sdp_layout_init(sdp_layout *L, int nblocks);
 void sdp_layout_free(sdp_layout *L);
@@ -80,5 +90,81 @@ const sdp_param *sdp_layout_find(const sdp_layout *L, const char *name);
 float sdp_param_init_value(const sdp_param *p, uint64_t seed, uint64_t index);
 /* Initialises every tensor of a full (unsliced) model. */
 void sdp_layout_init_values(const sdp_layout *L, float *params, uint64_t seed);
+
+/* ---- the interface every model implements ------------------------------------------------ */
+
+#include "sdp/ops.h"
+
+/* A batch: token models read tokens and targets [B*T]; image models read images [B, C, H, W]
+ * and labels [B] (T is 1). Targets and labels < 0 are ignored. */
+typedef struct {
+    int B, T;
+    const int *tokens, *targets;
+    const float *images;
+    const int *labels;
+} sdp_batch;
+
+/* Summed over the counted targets of a forward. */
+typedef struct {
+    double loss, count, correct; /* correct: argmax hits (classifiers only) */
+} sdp_metrics;
+
+typedef enum {
+    SDP_MODEL_INFER,      /* forward only */
+    SDP_MODEL_TRAIN,      /* forward and backward, with a gradient buffer of its own */
+    SDP_MODEL_TRAIN_BARE, /* forward and backward; the caller supplies gradients (use_grads) */
+} sdp_model_mode;
+
+/* Everything any model family needs to be built; each family reads its own fields. */
+typedef struct {
+    char arch[16];                  /* gpt, llama, resnet, vit */
+    int layers, heads, width, d_ff; /* transformers (and ViT) */
+    int seq_len, vocab;             /* token models */
+    float rope_theta;
+    int depth;                                   /* resnet: 20, 18, ... */
+    int in_channels, image_size, classes, patch; /* image models */
+} sdp_model_config;
+
+typedef struct sdp_model sdp_model;
+
+typedef struct {
+    void (*destroy)(sdp_model *m);
+    /* training: batch statistics where a model has them (batch norm) */
+    void (*forward)(sdp_model *m, const sdp_batch *b, bool training, sdp_metrics *out);
+    /* gradients of the last training forward, accumulated, scaled by dloss */
+    void (*backward)(sdp_model *m, float dloss);
+    /* as sdp_tf_use_grads */
+    void (*use_grads)(sdp_model *m, float *grads, const long *grad_offset,
+                      const sdp_grad_slices *slices);
+    /* model FLOPs of one training step (forward + backward) per token or image */
+    double (*train_flops_per_example)(const sdp_model *m);
+} sdp_model_ops;
+
+struct sdp_model {
+    const sdp_model_ops *ops;
+    const sdp_layout *layout; /* this (sub)network's tensors */
+    float *params;
+    /* Called after each local layer's backward, if set (starts gradient reductions early). */
+    void (*layer_done)(void *ctx, int layer);
+    void *layer_done_ctx;
+    void *impl;
+};
+
+typedef struct {
+    const char *arch;
+    bool images; /* reads images and labels rather than tokens */
+    /* Checks the configuration (failing with a clear message) and fills its defaults. */
+    void (*finish_config)(sdp_model_config *cfg);
+    /* Describes the full model's tensors without allocating them. */
+    void (*describe_full)(sdp_layout *full, const sdp_model_config *cfg);
+    /* Builds a (sub)network for batches of B examples (of T tokens); spec NULL: the full model. */
+    void (*create)(sdp_model *m, const sdp_model_config *cfg, const sdp_subnet_spec *spec, int B,
+                   int T, sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem);
+} sdp_model_family;
+
+/* The family of an architecture name, or NULL. */
+const sdp_model_family *sdp_model_family_find(const char *arch);
+/* The names, for messages ("gpt, llama, ..."), written into buf and returned. */
+const char *sdp_model_family_names(char *buf, size_t n);
 
 #endif

@@ -11,14 +11,6 @@
 #include "sdp/model.h"
 #include "sdp/plan.h"
 
-/* What a worker instantiates, per block of the full model. Models turn this into their shape. */
-typedef struct {
-    int nblocks;
-    bool *keep;                  /* block present */
-    int (*kept)[SDP_MAX_GROUPS]; /* atoms kept per inner group */
-    float *scale;                /* residual branch scale */
-} sdp_subnet_spec;
-
 /* Forward masking: owned blocks or owned chunks only, scaled by 1/C when the plan asks for it.
  * Otherwise (backward masking, data parallelism): the full model with scale 1. */
 void sdp_subnet_spec_make(sdp_subnet_spec *s, const sdp_plan *p, const sdp_layout *full, int rank);

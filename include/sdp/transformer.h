@@ -105,15 +105,9 @@ void sdp_tf_shape_from_keep(sdp_tf_shape *s, const sdp_tf_config *cfg, int nbloc
 /* Describes the parameter tensors of the (sub)network without allocating anything. */
 void sdp_tf_describe(sdp_layout *L, const sdp_tf_config *cfg, const sdp_tf_shape *shape);
 
-typedef enum {
-    SDP_TF_INFER,      /* forward only */
-    SDP_TF_TRAIN,      /* forward and backward, with a gradient buffer of its own */
-    SDP_TF_TRAIN_BARE, /* forward and backward; the caller supplies gradients (sdp_tf_use_grads) */
-} sdp_tf_mode;
-
 /* Builds a model with room for batches of B sequences of T tokens. shape may be NULL (full). */
 void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
-                   sdp_tf_mode mode, sdp_gemm_provider gemm, sdp_mem *mem);
+                   sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem);
 void sdp_tf_destroy(sdp_tf *m);
 /* Replaces the model's gradient buffer with a caller-owned one, where tensor i of the layout
  * keeps its gradient at grad_offset[i]; or nowhere when it is -1 (backward masking: no

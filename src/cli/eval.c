@@ -31,7 +31,7 @@ int cmd_eval(int argc, char **argv) {
     sdp_world_init(&w, &argc, &argv, e.threads);
     sdp_mem mem = {0};
     train_opts o;
-    sdp_tf m;
+    sdp_model m;
     load_run_model(&m, &o, e.run, 0, 0, &mem);
     sdp_tokens train, val, *split = &val;
     if (e.data[0]) {

@@ -5,7 +5,7 @@
 
 #include <stdlib.h>
 
-void load_run_model(sdp_tf *m, train_opts *o, const char *dir, int B, int T, sdp_mem *mem) {
+void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, sdp_mem *mem) {
     run_load_config(o, dir);
     char path[1024];
     run_path(path, sizeof path, dir, "model.safetensors");
@@ -17,10 +17,10 @@ void load_run_model(sdp_tf *m, train_opts *o, const char *dir, int B, int T, sdp
     SDP_CHECK(v, "%s has no sdp.vocab metadata: it was not written by sdp train", path);
     int vocab = atoi(v);
     sdp_st_close(&f, mem);
-    sdp_tf_config cfg = run_model_config(o, vocab);
-    sdp_tf_create(m, &cfg, NULL, B ? B : o->batch, T ? T : o->seq_len, SDP_TF_INFER, run_gemm(o),
-                  mem);
+    sdp_model_config cfg = run_model_config(o, vocab);
+    run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : o->seq_len, SDP_MODEL_INFER,
+                             run_gemm(o), mem);
     sdp_ckpt_buffer pb = {m->params, ""};
-    sdp_ckpt_load(&f, path, &m->layout, &pb, 1, mem);
+    sdp_ckpt_load(&f, path, m->layout, &pb, 1, mem);
     sdp_st_close(&f, mem);
 }

@@ -6,6 +6,6 @@
 
 /* Reads the run's configuration into o, builds its model for batches of B x T (0 = the run's
  * own batch and sequence length) and loads model.safetensors into it. */
-void load_run_model(sdp_tf *m, train_opts *o, const char *dir, int B, int T, sdp_mem *mem);
+void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, sdp_mem *mem);
 
 #endif

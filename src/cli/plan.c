@@ -47,17 +47,14 @@ typedef struct {
     double params, grads, optim, acts, scratch, buffers, sent;
 } worker_bytes;
 
-static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_tf_config *cfg,
+static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
                             const plan_opts *o, int rank) {
-    sdp_tf_shape shape;
-    run_worker_shape(&shape, p, full, cfg, rank);
     sdp_mem dry = {.dry = true};
-    sdp_tf m;
-    sdp_tf_create(&m, cfg, &shape, o->t.batch, o->t.seq_len, SDP_TF_TRAIN_BARE, SDP_GEMM_DNNL,
-                  &dry);
-    const size_t local = m.layout.numel;
-    sdp_tf_destroy(&m);
-    sdp_tf_shape_free(&shape);
+    sdp_model m;
+    run_create_worker_model(&m, cfg, p, full, rank, o->t.batch, o->t.seq_len, SDP_MODEL_TRAIN_BARE,
+                            SDP_GEMM_DNNL, &dry);
+    const size_t local = m.layout->numel;
+    m.ops->destroy(&m);
     sdp_worker_plan w;
     sdp_memplan_worker(p, full, rank, &w);
     const bool bf16 = strcmp(o->dtype, "bf16") == 0;
@@ -104,7 +101,7 @@ int cmd_plan(int argc, char **argv) {
                "allocating.");
     SDP_CHECK(!strcmp(o.dtype, "fp32") || !strcmp(o.dtype, "bf16"),
               "unknown --dtype '%s': use fp32 or bf16", o.dtype);
-    sdp_tf_config cfg = run_model_config(&o.t, o.t.vocab ? o.t.vocab : 256);
+    sdp_model_config cfg = run_model_config(&o.t, o.t.vocab ? o.t.vocab : 256);
     sdp_layout full;
     run_full_layout(&full, &cfg);
     sdp_plan_cfg pc = run_plan_config(&o.t, o.world);
@@ -123,9 +120,8 @@ int cmd_plan(int argc, char **argv) {
         printf("{\n  \"parameters\": %zu,\n  \"world\": %d,\n  \"workers\": [\n", full.numel,
                o.world);
     else {
-        printf("sdp plan: %s, %d layers, width %d, %.2fM parameters | N = %d workers | ",
-               sdp_tf_style_name(cfg.style), cfg.n_layer, cfg.d_model, (double)full.numel / 1e6,
-               o.world);
+        printf("sdp plan: %s, %d layers, width %d, %.2fM parameters | N = %d workers | ", cfg.arch,
+               cfg.layers, cfg.width, (double)full.numel / 1e6, o.world);
         if (pc.mask == SDP_MASK_NONE)
             printf("data parallelism");
         else

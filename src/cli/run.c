@@ -81,13 +81,16 @@ void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_
     }
 }
 
-sdp_tf_config run_model_config(const train_opts *o, int data_vocab) {
-    sdp_tf_config c = {0};
-    SDP_CHECK(sdp_tf_style_parse(o->model, &c.style), "unknown --model '%s': use gpt or llama",
-              o->model);
-    c.n_layer = o->layers;
-    c.n_head = o->heads;
-    c.d_model = o->width;
+sdp_model_config run_model_config(const train_opts *o, int data_vocab) {
+    sdp_model_config c = {0};
+    char names[128];
+    SDP_CHECK(strlen(o->model) < sizeof c.arch && sdp_model_family_find(o->model),
+              "unknown --model '%s': use %s", o->model,
+              sdp_model_family_names(names, sizeof names));
+    strcpy(c.arch, o->model);
+    c.layers = o->layers;
+    c.heads = o->heads;
+    c.width = o->width;
     c.d_ff = o->d_ff;
     c.seq_len = o->seq_len;
     c.vocab = o->vocab ? o->vocab : data_vocab;
@@ -95,8 +98,16 @@ sdp_tf_config run_model_config(const train_opts *o, int data_vocab) {
               "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",
               c.vocab, data_vocab);
     c.rope_theta = (float)o->rope_theta;
-    sdp_tf_config_finish(&c);
+    run_family(&c)->finish_config(&c);
     return c;
+}
+
+const sdp_model_family *run_family(const sdp_model_config *cfg) {
+    const sdp_model_family *f = sdp_model_family_find(cfg->arch);
+    char names[128];
+    SDP_CHECK(f, "unknown model '%s': use %s", cfg->arch,
+              sdp_model_family_names(names, sizeof names));
+    return f;
 }
 
 sdp_gemm_provider run_gemm(const train_opts *o) {
@@ -106,7 +117,7 @@ sdp_gemm_provider run_gemm(const train_opts *o) {
     return p;
 }
 
-double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, int *targets,
+double run_eval_loss(sdp_model *m, sdp_loader *loader, int batches, int *inputs, int *targets,
                      MPI_Comm comm) {
     double local[2] = {0, 0}; /* summed loss, tokens */
     uint64_t steps = sdp_loader_steps_per_epoch(loader);
@@ -114,28 +125,28 @@ double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, in
     sdp_loader_seek(loader, (sdp_loader_pos){0, 0});
     for (int b = 0; b < batches; b++) {
         sdp_loader_next(loader, inputs, targets);
-        local[0] += sdp_tf_forward(m, inputs, targets, loader->B, loader->T);
-        local[1] += m->n_targets;
+        sdp_batch b = {.B = loader->B, .T = loader->T, .tokens = inputs, .targets = targets};
+        sdp_metrics mt;
+        m->ops->forward(m, &b, false, &mt);
+        local[0] += mt.loss;
+        local[1] += mt.count;
     }
     double global[2];
     MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, comm);
     return global[1] > 0 ? global[0] / global[1] : NAN;
 }
 
-void run_worker_shape(sdp_tf_shape *shape, const sdp_plan *p, const sdp_layout *full,
-                      const sdp_tf_config *cfg, int rank) {
+void run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,
+                             const sdp_layout *full, int rank, int B, int T, sdp_model_mode mode,
+                             sdp_gemm_provider gemm, sdp_mem *mem) {
     sdp_subnet_spec spec;
     sdp_subnet_spec_make(&spec, p, full, rank);
-    sdp_tf_shape_from_keep(shape, cfg, spec.nblocks, spec.keep,
-                           (const int(*)[SDP_MAX_GROUPS])spec.kept, spec.scale);
+    run_family(cfg)->create(m, cfg, &spec, B, T, mode, gemm, mem);
     sdp_subnet_spec_free(&spec);
 }
 
-void run_full_layout(sdp_layout *full, const sdp_tf_config *cfg) {
-    sdp_tf_shape s;
-    sdp_tf_shape_full(&s, cfg);
-    sdp_tf_describe(full, cfg, &s);
-    sdp_tf_shape_free(&s);
+void run_full_layout(sdp_layout *full, const sdp_model_config *cfg) {
+    run_family(cfg)->describe_full(full, cfg);
 }
 
 sdp_plan_cfg run_plan_config(const train_opts *o, int world) {

@@ -8,27 +8,31 @@
 #include "sdp/comm.h"
 #include "sdp/data.h"
 #include "sdp/plan.h"
-#include "sdp/transformer.h"
+#include "sdp/model.h"
 #include "train_opts.h"
 
 /* Reads DIR/config.json into opts (fails clearly when the directory is not a run). */
 void run_load_config(train_opts *o, const char *dir);
 /* Loads the training data (and validation data when val is not NULL). */
 void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem);
-sdp_tf_config run_model_config(const train_opts *o, int data_vocab);
+/* The model configuration of a run (its defaults filled in); data_vocab is the vocabulary of the
+ * token data, used when --vocab is 0. */
+sdp_model_config run_model_config(const train_opts *o, int data_vocab);
+const sdp_model_family *run_family(const sdp_model_config *cfg);
 sdp_gemm_provider run_gemm(const train_opts *o);
 /* Mean loss per token over up to `batches` batches of this worker's share of `loader`,
  * averaged over the workers of comm (each of which must call it). Returns NAN when there is no
  * data. */
-double run_eval_loss(sdp_tf *m, sdp_loader *loader, int batches, int *inputs, int *targets,
+double run_eval_loss(sdp_model *m, sdp_loader *loader, int batches, int *inputs, int *targets,
                      MPI_Comm comm);
-/* The shape of worker `rank`'s (sub)network under a plan over the full layout. */
-void run_worker_shape(sdp_tf_shape *shape, const sdp_plan *p, const sdp_layout *full,
-                      const sdp_tf_config *cfg, int rank);
+/* Builds worker `rank`'s (sub)network under a plan over the full layout. */
+void run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,
+                             const sdp_layout *full, int rank, int B, int T, sdp_model_mode mode,
+                             sdp_gemm_provider gemm, sdp_mem *mem);
 /* The SDP plan options of a training configuration, for `world` workers. */
 sdp_plan_cfg run_plan_config(const train_opts *o, int world);
 /* Describes the full model of cfg. */
-void run_full_layout(sdp_layout *full, const sdp_tf_config *cfg);
+void run_full_layout(sdp_layout *full, const sdp_model_config *cfg);
 
 /* path = dir + "/" + name */
 void run_path(char *out, size_t n, const char *dir, const char *name);

@@ -4,6 +4,7 @@
 
 #include "sdp/check.h"
 #include "sdp/rng.h"
+#include "sdp/transformer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,13 +74,16 @@ int cmd_sample(int argc, char **argv) {
     sdp_world_init(&w, &argc, &argv, s.threads);
     sdp_mem mem = {0};
     train_opts o;
-    sdp_tf m;
-    load_run_model(&m, &o, s.run, 1, 0, &mem);
-    SDP_CHECK(m.cfg.vocab <= 256,
+    sdp_model model;
+    load_run_model(&model, &o, s.run, 1, 0, &mem);
+    SDP_CHECK(!strcmp(o.model, "gpt") || !strcmp(o.model, "llama"),
+              "sdp sample generates text; run %s trained a '%s' model", s.run, o.model);
+    sdp_tf *tf = model.impl; /* sampling needs the transformer's logits */
+    SDP_CHECK(tf->cfg.vocab <= 256,
               "this run has a %d-token vocabulary; sdp sample decodes only "
               "byte-level (text) runs",
-              m.cfg.vocab);
-    const int T = m.cfg.seq_len;
+              tf->cfg.vocab);
+    const int T = tf->cfg.seq_len;
     int *ctx = calloc((size_t)T, sizeof(int));
     SDP_CHECK(ctx, "out of memory");
     int n = 0;
@@ -92,8 +96,8 @@ int cmd_sample(int argc, char **argv) {
             memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof(int));
             n--;
         }
-        sdp_tf_forward(&m, ctx, NULL, 1, n);
-        int tok = sample_token(sdp_tf_logits_row(&m, n - 1), m.cfg.vocab, &s, &rng);
+        sdp_tf_forward(tf, ctx, NULL, 1, n);
+        int tok = sample_token(sdp_tf_logits_row(tf, n - 1), tf->cfg.vocab, &s, &rng);
         ctx[n++] = tok;
         if (w.rank == 0) {
             putchar(tok);

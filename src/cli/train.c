@@ -140,30 +140,29 @@ static void build_worker(trainer *t) {
     run_full_layout(&t->full, &t->cfg);
     sdp_plan_cfg pc = run_plan_config(&t->o, t->world.size);
     sdp_plan_build(&t->plan, &pc, &t->full);
-    sdp_tf_shape shape;
-    run_worker_shape(&shape, &t->plan, &t->full, &t->cfg, t->world.rank);
     const bool forward = pc.mask == SDP_MASK_FORWARD;
-    sdp_tf_create(&t->model, &t->cfg, &shape, t->o.batch, t->o.seq_len, SDP_TF_TRAIN_BARE,
-                  run_gemm(&t->o), &t->mem);
-    sdp_tf_shape_free(&shape);
-    sdp_subnet_map_build(&t->map, &t->full, &t->model.layout, &t->plan, t->world.rank, forward);
-    sdp_subnet_init_values(&t->map, &t->full, &t->model.layout, t->model.params,
+    t->gemm = run_gemm(&t->o);
+    run_create_worker_model(&t->model, &t->cfg, &t->plan, &t->full, t->world.rank, t->o.batch,
+                            t->o.seq_len, SDP_MODEL_TRAIN_BARE, t->gemm, &t->mem);
+    sdp_subnet_map_build(&t->map, &t->full, t->model.layout, &t->plan, t->world.rank, forward);
+    sdp_subnet_init_values(&t->map, &t->full, t->model.layout, t->model.params,
                            (uint64_t)t->o.seed);
-    int *layer_of = malloc(sizeof(int) * (size_t)(t->model.layout.nparams + 1));
+    int *layer_of = malloc(sizeof(int) * (size_t)(t->model.layout->nparams + 1));
     SDP_CHECK(layer_of, "out of memory");
-    for (int i = 0; i < t->model.layout.nparams; i++) layer_of[i] = t->model.layout.params[i].block;
+    for (int i = 0; i < t->model.layout->nparams; i++)
+        layer_of[i] = t->model.layout->params[i].block;
     sdp_sync_init(&t->sync, &t->plan, &t->map, layer_of, t->world.rank, t->world.size, &t->mem);
     free(layer_of);
 
     /* Gradients only for what the worker owns: whole tensors, or owned slices of tensors it
      * owns in part (neuron units under backward masking), computed as GEMMs on those slices. */
-    sdp_sync_grad_layout(&t->sync, &t->model.layout, &t->grad_offset, &t->grad_slices);
+    sdp_sync_grad_layout(&t->sync, t->model.layout, &t->grad_offset, &t->grad_slices);
     t->ngrads = t->sync.owned;
     t->grads = sdp_alloc(&t->mem, SDP_MEM_GRADS, t->ngrads * sizeof(float));
-    sdp_tf_use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
+    t->model.ops->use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
     sdp_opt_cfg oc = optimizer_config(&t->o);
     sdp_optim_init(&t->opt, &oc, t->sync.owned, &t->mem);
-    t->nsegs = sdp_sync_segments(&t->sync, &t->model.layout, t->o.decay_all, &t->segs);
+    t->nsegs = sdp_sync_segments(&t->sync, t->model.layout, t->o.decay_all, &t->segs);
 }
 
 static void setup(trainer *t, int argc, char **argv) {
@@ -194,20 +193,23 @@ static void on_layer_done(void *ctx, int layer) {
 }
 
 static step_result train_step(trainer *t) {
-    sdp_tf *m = &t->model;
+    sdp_model *m = &t->model;
     const int B = t->o.batch, T = t->o.seq_len, A = t->o.grad_accum;
     memset(t->grads, 0, t->ngrads * sizeof(float));
     const sdp_comm_bytes before = t->sync.bytes;
     double local[2] = {0, 0};
     for (int a = 0; a < A; a++) {
         sdp_loader_next(&t->train_loader, t->inputs, t->targets);
-        local[0] += sdp_tf_forward(m, t->inputs, t->targets, B, T);
-        local[1] += m->n_targets;
+        sdp_batch b = {.B = B, .T = T, .tokens = t->inputs, .targets = t->targets};
+        sdp_metrics mt;
+        m->ops->forward(m, &b, true, &mt);
+        local[0] += mt.loss;
+        local[1] += mt.count;
         const bool last = a == A - 1; /* only the last micro-batch completes the gradients */
         if (last) sdp_sync_grads_begin(&t->sync);
         m->layer_done = last ? on_layer_done : NULL;
         m->layer_done_ctx = t;
-        sdp_tf_backward(m, 1.0f / (float)(B * T * A));
+        m->ops->backward(m, 1.0f / (float)(B * T * A));
     }
     m->layer_done = NULL;
     sdp_sync_grads_end(&t->sync, t->grads);
@@ -229,7 +231,7 @@ static step_result train_step(trainer *t) {
     t->step++;
     /* Every worker processes its own tokens; FLOPs are this worker's (its subnetwork's). */
     t->tokens_seen += (double)B * T * A * t->world.size;
-    t->flops_done += (double)B * T * A * sdp_tf_train_flops_per_token(m, T);
+    t->flops_done += (double)B * T * A * m->ops->train_flops_per_example(m);
     return r;
 }
 

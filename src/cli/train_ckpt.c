@@ -13,8 +13,8 @@
 const float *full_params_on_rank0(trainer *t) {
     if (t->plan.cfg.mask != SDP_MASK_FORWARD) return t->model.params; /* every worker is full */
     if (is_rank0(t) && !t->has_full_model) {
-        sdp_tf_create(&t->full_model, &t->cfg, NULL, t->o.batch, t->o.seq_len, SDP_TF_INFER,
-                      t->model.gemm, &t->io_mem);
+        run_family(&t->cfg)->create(&t->full_model, &t->cfg, NULL, t->o.batch, t->o.seq_len,
+                                    SDP_MODEL_INFER, t->gemm, &t->io_mem);
         t->has_full_model = true;
     }
     sdp_sync_gather_full(&t->sync, t->model.params, false,

@@ -51,16 +51,14 @@ void open_metrics(trainer *t) {
 
 void print_start(const trainer *t) {
     if (!is_rank0(t)) return;
-    const sdp_tf_config *c = &t->cfg;
+    const sdp_model_config *c = &t->cfg;
     char p[32];
-    printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, vocab %d (padded %d), "
-           "seq %d\n",
-           sdp_tf_style_name(c->style), c->n_layer, c->n_head, c->d_model, c->d_ff, c->vocab,
-           c->vocab_padded, c->seq_len);
+    printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, vocab %d, seq %d\n", c->arch,
+           c->layers, c->heads, c->width, c->d_ff, c->vocab, c->seq_len);
     printf("  full model %.2fM parameters (%s) | workers %d | threads/worker %d (cores %d) | "
            "gemm %s\n",
            (double)t->full.numel / 1e6, sdp_fmt_bytes(p, sizeof p, (double)t->full.numel * 4),
-           t->world.size, t->world.threads, t->world.cores, sdp_gemm_provider_name(t->model.gemm));
+           t->world.size, t->world.threads, t->world.cores, sdp_gemm_provider_name(t->gemm));
     const sdp_plan_cfg *pc = &t->plan.cfg;
     if (pc->mask == SDP_MASK_NONE)
         printf("  data parallelism: every worker holds and trains the whole model\n");
@@ -73,7 +71,7 @@ void print_start(const trainer *t) {
     if (pc->mask != SDP_MASK_NONE) sdp_plan_print(&t->plan, &t->full, stdout);
     printf("  worker 0 holds %.2fM parameters, owns %.2fM | data %s: %zu train tokens, %zu val "
            "tokens | batch %d x %d x %d accum per worker | run dir %s\n",
-           (double)t->model.layout.numel / 1e6, (double)t->sync.owned / 1e6, t->o.data,
+           (double)t->model.layout->numel / 1e6, (double)t->sync.owned / 1e6, t->o.data,
            t->train_data.ntokens, t->val_data.ntokens, t->o.batch, t->o.seq_len, t->o.grad_accum,
            t->o.out);
     if (t->o.resume[0]) printf("  resumed at step %ld\n", t->step);
@@ -129,10 +127,10 @@ enum { COL_RSS = SDP_MEM_NCAT, COL_TOTAL, NCOLS };
  * in counting mode, plus gradients, optimizer state and one bucket of the whole model. */
 static void ddp_reference(const trainer *t, double *row) {
     sdp_mem dry = {.dry = true};
-    sdp_tf m;
-    sdp_tf_create(&m, &t->cfg, NULL, t->o.batch, t->o.seq_len, SDP_TF_TRAIN_BARE, t->model.gemm,
-                  &dry);
-    sdp_tf_destroy(&m);
+    sdp_model m;
+    run_family(&t->cfg)->create(&m, &t->cfg, NULL, t->o.batch, t->o.seq_len, SDP_MODEL_TRAIN_BARE,
+                                t->gemm, &dry);
+    m.ops->destroy(&m);
     for (int c = 0; c < SDP_MEM_NCAT; c++) row[c] = (double)dry.peak[c];
     const double n = (double)t->full.numel;
     row[SDP_MEM_GRADS] = n * 4;

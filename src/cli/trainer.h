@@ -22,11 +22,12 @@ typedef struct {
     sdp_loader train_loader, val_loader;
     bool has_val;
     /* the full model and the plan over it */
-    sdp_tf_config cfg;
+    sdp_model_config cfg;
+    sdp_gemm_provider gemm;
     sdp_layout full;
     sdp_plan plan;
     /* this worker's subnetwork */
-    sdp_tf model;
+    sdp_model model;
     sdp_subnet_map map;
     sdp_sync sync;
     /* Gradients are kept for owned elements only, bucket after bucket (see sync.h). */
@@ -38,7 +39,7 @@ typedef struct {
     sdp_opt_segment *segs;
     int nsegs;
     /* rank 0's copy of the full model, for evaluation and checkpoints under forward masking */
-    sdp_tf full_model;
+    sdp_model full_model;
     bool has_full_model;
     int *inputs, *targets;
     long step;

@@ -260,7 +260,7 @@ static void alloc_backward_buffers(sdp_tf *m) {
 }
 
 void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
-                   sdp_tf_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
+                   sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     sdp_tf_config_finish(&m->cfg);
@@ -282,7 +282,7 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     describe(&m->layout, &m->cfg, &m->shape, &m->off);
 
     m->params = sdp_alloc(mem, SDP_MEM_PARAMS, m->layout.numel * sizeof(float));
-    m->own_grads = mode == SDP_TF_TRAIN;
+    m->own_grads = mode == SDP_MODEL_TRAIN;
     if (m->own_grads) m->grads = sdp_alloc(mem, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
     m->goff = m->off;
     m->goff.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->goff.layers);
@@ -301,7 +301,7 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     m->lnf_rstd = acts(m, N);
     m->probs = acts(m, N * Vp);
     m->losses = acts(m, N);
-    if (mode != SDP_TF_INFER) alloc_backward_buffers(m);
+    if (mode != SDP_MODEL_INFER) alloc_backward_buffers(m);
     m->attn_scratch = sdp_alloc(mem, SDP_MEM_SCRATCH,
                                 sdp_attention_scratch_floats(T, m->head_size) * sizeof(float));
 }

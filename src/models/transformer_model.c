@@ -1,0 +1,96 @@
+/* The transformer (gpt and llama styles) behind the generic model interface (sdp/model.h). */
+#include "sdp/check.h"
+#include "sdp/model.h"
+#include "sdp/transformer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static sdp_tf *tf(const sdp_model *m) {
+    return m->impl;
+}
+
+static void destroy(sdp_model *m) {
+    sdp_tf_destroy(tf(m));
+    free(m->impl);
+    memset(m, 0, sizeof *m);
+}
+
+static void forward(sdp_model *m, const sdp_batch *b, bool training, sdp_metrics *out) {
+    (void)training; /* no batch statistics, no dropout */
+    sdp_tf *t = tf(m);
+    out->loss = sdp_tf_forward(t, b->tokens, b->targets, b->B, b->T);
+    out->count = t->n_targets;
+    out->correct = 0;
+}
+
+static void backward(sdp_model *m, float dloss) {
+    sdp_tf *t = tf(m);
+    t->layer_done = m->layer_done;
+    t->layer_done_ctx = m->layer_done_ctx;
+    sdp_tf_backward(t, dloss);
+}
+
+static void use_grads(sdp_model *m, float *grads, const long *grad_offset,
+                      const sdp_grad_slices *slices) {
+    sdp_tf_use_grads(tf(m), grads, grad_offset, slices);
+}
+
+static double train_flops_per_example(const sdp_model *m) {
+    return sdp_tf_train_flops_per_token(tf(m), tf(m)->T);
+}
+
+static const sdp_model_ops OPS = {destroy, forward, backward, use_grads, train_flops_per_example};
+
+static sdp_tf_config tf_config(const sdp_model_config *c) {
+    sdp_tf_config t = {0};
+    SDP_CHECK(sdp_tf_style_parse(c->arch, &t.style), "'%s' is not a transformer style", c->arch);
+    t.n_layer = c->layers;
+    t.n_head = c->heads;
+    t.d_model = c->width;
+    t.d_ff = c->d_ff;
+    t.seq_len = c->seq_len;
+    t.vocab = c->vocab;
+    t.rope_theta = c->rope_theta;
+    return t;
+}
+
+static void finish_config(sdp_model_config *c) {
+    sdp_tf_config t = tf_config(c);
+    sdp_tf_config_finish(&t);
+    c->d_ff = t.d_ff;
+    c->rope_theta = t.rope_theta;
+}
+
+static void describe_full(sdp_layout *full, const sdp_model_config *c) {
+    sdp_tf_config t = tf_config(c);
+    sdp_tf_config_finish(&t);
+    sdp_tf_shape s;
+    sdp_tf_shape_full(&s, &t);
+    sdp_tf_describe(full, &t, &s);
+    sdp_tf_shape_free(&s);
+}
+
+static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spec *spec, int B,
+                   int T, sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
+    sdp_tf_config t = tf_config(c);
+    sdp_tf_config_finish(&t);
+    sdp_tf_shape shape;
+    if (spec)
+        sdp_tf_shape_from_keep(&shape, &t, spec->nblocks, spec->keep,
+                               (const int(*)[SDP_MAX_GROUPS])spec->kept, spec->scale);
+    else
+        sdp_tf_shape_full(&shape, &t);
+    sdp_tf *impl = calloc(1, sizeof *impl);
+    SDP_CHECK(impl, "out of memory");
+    sdp_tf_create(impl, &t, &shape, B, T, mode, gemm, mem);
+    sdp_tf_shape_free(&shape);
+    memset(m, 0, sizeof *m);
+    m->ops = &OPS;
+    m->impl = impl;
+    m->layout = &impl->layout;
+    m->params = impl->params;
+}
+
+const sdp_model_family SDP_FAMILY_GPT = {"gpt", false, finish_config, describe_full, create};
+const sdp_model_family SDP_FAMILY_LLAMA = {"llama", false, finish_config, describe_full, create};
