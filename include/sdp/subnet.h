@@ -22,7 +22,8 @@ void sdp_subnet_spec_free(sdp_subnet_spec *s);
 typedef struct {
     size_t local, global, len;
     int unit;
-    int param; /* index into the local layout */
+    int param;   /* index into the local layout */
+    bool buffer; /* part of a non-trained tensor (see sdp_param.buffer) */
 } sdp_run;
 
 typedef struct {

@@ -92,6 +92,11 @@ void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, f
 /* The inverse: every rank takes its elements from a full buffer that is valid on all ranks. */
 void sdp_sync_scatter_full(const sdp_sync *s, const float *full, float *local, bool state_compact);
 
+/* Averages the non-trained tensors (batch-norm running statistics) of every owned unit over its
+ * owners (shared ones over every worker), so all owners hold the same values. Collective; call
+ * before evaluation and checkpoints. */
+void sdp_sync_average_buffers(sdp_sync *s, float *params);
+
 /* Compares a checksum of every owned unit's parameters and optimizer state across its owners;
  * fails naming the unit's owner group and the step when they differ. Collective. */
 void sdp_sync_check_replicas(sdp_sync *s, const float *params, const float *m, const float *v,

@@ -6,9 +6,10 @@
 #include <string.h>
 
 /* Elements of every unit and of the shared part, from tensor shapes alone: a group's tensors
- * hold the same number of elements per atom, so a chunk of w atoms holds w times that. */
-static void unit_sizes(const sdp_plan *p, const sdp_layout *full, size_t *unit_elems,
-                       size_t *shared) {
+ * hold the same number of elements per atom, so a chunk of w atoms holds w times that.
+ * trained_only leaves out non-trained tensors (batch-norm running statistics). */
+static void unit_sizes(const sdp_plan *p, const sdp_layout *full, bool trained_only,
+                       size_t *unit_elems, size_t *shared) {
     const size_t nb = (size_t)full->nblocks + 1;
     size_t *per_atom = calloc(nb * SDP_MAX_GROUPS, sizeof(size_t));
     size_t *all = calloc(nb, sizeof(size_t)); /* per block: every tensor */
@@ -16,6 +17,7 @@ static void unit_sizes(const sdp_plan *p, const sdp_layout *full, size_t *unit_e
     size_t total = 0;
     for (int i = 0; i < full->nparams; i++) {
         const sdp_param *t = &full->params[i];
+        if (trained_only && t->buffer) continue;
         total += t->numel;
         if (t->block < 0) continue;
         all[t->block] += t->numel;
@@ -32,7 +34,7 @@ static void unit_sizes(const sdp_plan *p, const sdp_layout *full, size_t *unit_e
                                   (size_t)un->width;
         in_units += unit_elems[u];
     }
-    *shared = total - in_units;
+    if (shared) *shared = total - in_units;
     free(per_atom);
     free(all);
 }
@@ -50,10 +52,14 @@ static uint64_t ring_bytes(size_t elems, int members) {
 void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp_worker_plan *out) {
     const int N = p->cfg.world;
     size_t *unit_elems = calloc((size_t)p->nunits + 1, sizeof(size_t));
-    size_t *group_elems = calloc((size_t)p->ngroups + 1, sizeof(size_t));
-    SDP_CHECK(unit_elems && group_elems, "out of memory");
+    size_t *group_elems = calloc((size_t)p->ngroups + 1, sizeof(size_t)); /* trained */
+    size_t *group_all = calloc((size_t)p->ngroups + 1, sizeof(size_t));   /* with buffers */
+    SDP_CHECK(unit_elems && group_elems && group_all, "out of memory");
     size_t shared;
-    unit_sizes(p, full, unit_elems, &shared);
+    unit_sizes(p, full, false, unit_elems, NULL);
+    for (int u = 0; u < p->nunits; u++) group_all[p->units[u].owner_group] += unit_elems[u];
+    memset(unit_elems, 0, sizeof(size_t) * (size_t)p->nunits);
+    unit_sizes(p, full, true, unit_elems, &shared);
     for (int u = 0; u < p->nunits; u++) group_elems[p->units[u].owner_group] += unit_elems[u];
 
     memset(out, 0, sizeof *out);
@@ -70,17 +76,19 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
         if (og->nmembers == N) continue;
         if (member(og, rank) && og->nmembers > 1)
             out->sent_per_step += ring_bytes(group_elems[g], og->nmembers);
-        /* Backward masking: the group's publisher sends its units to every non-owner. */
+        /* Backward masking: the group's publisher sends its units (running statistics too) to
+         * every non-owner. */
         if (p->cfg.mask == SDP_MASK_BACKWARD && og->members[g % og->nmembers] == rank)
             out->sent_per_step +=
-                (uint64_t)group_elems[g] * sizeof(float) * (uint64_t)(N - og->nmembers);
+                (uint64_t)group_all[g] * sizeof(float) * (uint64_t)(N - og->nmembers);
     }
     /* Backward masking publishes through a buffer as large as the largest group. */
     out->bucket_elems = 0;
     if (p->cfg.mask == SDP_MASK_BACKWARD)
         for (int g = 0; g < p->ngroups; g++)
-            if (group_elems[g] > out->bucket_elems) out->bucket_elems = group_elems[g];
+            if (group_all[g] > out->bucket_elems) out->bucket_elems = group_all[g];
     out->grad_elems = out->owned; /* gradients are kept for owned elements only, in every mode */
     free(unit_elems);
     free(group_elems);
+    free(group_all);
 }

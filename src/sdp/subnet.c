@@ -63,14 +63,15 @@ typedef struct {
     int n, cap;
 } run_list;
 
-static void push(run_list *l, size_t local, size_t global, size_t len, int unit, int param) {
+static void push(run_list *l, size_t local, size_t global, size_t len, int unit, int param,
+                 bool buffer) {
     if (len == 0) return;
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 256;
         l->runs = realloc(l->runs, (size_t)l->cap * sizeof *l->runs);
         SDP_CHECK(l->runs, "out of memory");
     }
-    l->runs[l->n++] = (sdp_run){local, global, len, unit, param};
+    l->runs[l->n++] = (sdp_run){local, global, len, unit, param, buffer};
 }
 
 static int full_block_index(const sdp_layout *full, int global_index) {
@@ -133,21 +134,25 @@ static void map_group_tensor(run_list *l, const sdp_param *lp, const sdp_param *
                 size_t rows = (size_t)k->len[c] * atom;
                 size_t grow = (size_t)s * seg_full + (size_t)k->atom[c] * atom;
                 push(l, lp->offset + local_row * inner, fp->offset + grow * inner, rows * inner,
-                     k->unit[c], pi);
+                     k->unit[c], pi, lp->buffer);
                 local_row += rows;
             }
     } else {
-        SDP_ASSERT(lp->axis == 1 && lp->ndim == 2);
-        const size_t rows = (size_t)lp->shape[0], lcols = (size_t)lp->shape[1],
-                     gcols = (size_t)fp->shape[1];
+        /* Axis 1 of a [rows, cols, ...] tensor, seen as [rows, cols * trail]: each index along
+         * axis 1 spans `trail` elements (a conv kernel's spatial block). */
+        SDP_ASSERT(lp->axis == 1 && lp->ndim >= 2);
+        const size_t rows = (size_t)lp->shape[0];
+        /* from the full tensor: a compact one may have no columns at all */
+        const size_t trail = fp->numel / ((size_t)fp->shape[0] * (size_t)fp->shape[1]);
+        const size_t lcols = (size_t)lp->shape[1] * trail, gcols = (size_t)fp->shape[1] * trail;
         for (size_t r = 0; r < rows; r++) {
             size_t lc = 0;
             for (int s = 0; s < lp->segments; s++)
                 for (int c = 0; c < k->n; c++) {
-                    size_t cols = (size_t)k->len[c] * atom;
-                    size_t gc = (size_t)s * seg_full + (size_t)k->atom[c] * atom;
+                    size_t cols = (size_t)k->len[c] * atom * trail;
+                    size_t gc = ((size_t)s * seg_full + (size_t)k->atom[c] * atom) * trail;
                     push(l, lp->offset + r * lcols + lc, fp->offset + r * gcols + gc, cols,
-                         k->unit[c], pi);
+                         k->unit[c], pi, lp->buffer);
                     lc += cols;
                 }
         }
@@ -162,7 +167,7 @@ void sdp_subnet_map_build(sdp_subnet_map *m, const sdp_layout *full, const sdp_l
         const sdp_param *fp = sdp_layout_find(full, lp->name);
         SDP_ASSERT(fp && fp->ndim == lp->ndim);
         if (lp->block < 0) { /* stem or head: shared */
-            push(&l, lp->offset, fp->offset, lp->numel, -1, pi);
+            push(&l, lp->offset, fp->offset, lp->numel, -1, pi, lp->buffer);
             continue;
         }
         const int fb = full_block_index(full, local->blocks[lp->block].global_index);
@@ -171,7 +176,7 @@ void sdp_subnet_map_build(sdp_subnet_map *m, const sdp_layout *full, const sdp_l
             /* Whole-block tensors belong to the block unit, or are shared in neuron mode. */
             int u = p->cfg.unit == SDP_UNIT_BLOCK ? sdp_plan_unit_of(p, fb, -1, 0) : -1;
             SDP_ASSERT(lp->numel == fp->numel);
-            push(&l, lp->offset, fp->offset, lp->numel, u, pi);
+            push(&l, lp->offset, fp->offset, lp->numel, u, pi, lp->buffer);
             continue;
         }
         const sdp_group *fg = &full->blocks[fb].groups[lp->group];

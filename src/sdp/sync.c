@@ -22,6 +22,11 @@ static const sdp_run *run_at(const sdp_sync *s, int i) {
     return &s->map->runs[i];
 }
 
+/* Owned and trained: the runs that have gradients and optimizer state. */
+static bool trained(const sdp_sync *s, const sdp_run *r) {
+    return !r->buffer && sdp_run_owned(r, s->plan, s->rank);
+}
+
 typedef struct {
     size_t global;
     int run;
@@ -68,7 +73,7 @@ static void add_bucket(sdp_sync *s, int group, MPI_Comm comm, int nmembers, cons
     SDP_CHECK(b->runs, "out of memory");
     for (int i = 0; i < s->map->nruns; i++) {
         const sdp_run *r = run_at(s, i);
-        if (sdp_run_owned(r, s->plan, s->rank) && group_of_run(s, r) == group) {
+        if (trained(s, r) && group_of_run(s, r) == group) {
             b->runs[b->nruns++] = i;
             b->count += r->len;
         }
@@ -158,7 +163,7 @@ int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool decay_all
     int n = 0;
     for (int i = 0; i < s->map->nruns; i++) {
         const sdp_run *r = run_at(s, i);
-        if (!sdp_run_owned(r, s->plan, s->rank)) continue;
+        if (!trained(s, r)) continue;
         bool decay = decay_all || local->params[r->param].decay;
         size_t g = s->grad_index[i];
         sdp_opt_segment *last = n ? &(*segs)[n - 1] : NULL;
@@ -191,11 +196,12 @@ static void slices_of(const sdp_sync *s, const sdp_param *lp, int pi, sdp_grad_s
     int cap = 0;
     for (int i = 0; i < s->map->nruns; i++) cap += s->map->runs[i].param == pi;
     slices_alloc(out, cap, lp->axis);
-    const size_t cols = lp->ndim == 2 ? (size_t)lp->shape[1] : 1;
-    const size_t inner = lp->axis == 0 ? lp->numel / (size_t)lp->shape[0] : 1;
+    /* Tensors are seen as [shape[0], numel / shape[0]]. */
+    const size_t cols = lp->numel / (size_t)lp->shape[0];
+    const size_t inner = lp->axis == 0 ? cols : 1;
     for (int i = 0; i < s->map->nruns; i++) {
         const sdp_run *r = run_at(s, i);
-        if (r->param != pi || !sdp_run_owned(r, s->plan, s->rank)) continue;
+        if (r->param != pi || !trained(s, r)) continue;
         const size_t at = r->local - lp->offset;
         const long dst = (long)s->grad_index[i];
         if (lp->axis == 0) {
@@ -230,7 +236,7 @@ void sdp_sync_grad_layout(const sdp_sync *s, const sdp_layout *local, long **gra
     for (int i = 0; i < s->map->nruns; i++) {
         const sdp_run *r = run_at(s, i);
         total[r->param]++;
-        if (!sdp_run_owned(r, s->plan, s->rank)) continue;
+        if (!trained(s, r)) continue;
         if (owned[r->param]++ == 0)
             off[r->param] = (long)s->grad_index[i];
         else if (s->grad_index[i] != next[r->param])
@@ -386,8 +392,9 @@ static size_t local_index(const sdp_sync *s, int i, bool state_compact) {
 }
 
 /* Whether this worker is the one that provides run i when the full model is assembled. */
-static bool provides(const sdp_sync *s, int i) {
+static bool provides(const sdp_sync *s, int i, bool state_compact) {
     const sdp_run *r = run_at(s, i);
+    if (state_compact && r->buffer) return false; /* no optimizer state */
     if (r->unit < 0) return s->rank == 0;
     return publisher_of(s->plan, s->plan->units[r->unit].owner_group) == s->rank;
 }
@@ -396,10 +403,10 @@ void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, f
     /* Each rank sends (global offset, length) pairs and the values of the runs it provides. */
     size_t nr = 0, ne = 0;
     for (int i = 0; i < s->map->nruns; i++)
-        if (provides(s, i)) nr++, ne += run_at(s, i)->len;
+        if (provides(s, i, state_compact)) nr++, ne += run_at(s, i)->len;
     if (s->rank == 0) {
         for (int i = 0; i < s->map->nruns; i++)
-            if (provides(s, i))
+            if (provides(s, i, state_compact))
                 memcpy(full + run_at(s, i)->global, local + local_index(s, i, state_compact),
                        run_at(s, i)->len * sizeof(float));
         for (int src = 1; src < s->world; src++) {
@@ -426,7 +433,7 @@ void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, f
     float *vals = malloc(sizeof(float) * (ne + 1));
     SDP_CHECK(pairs && vals, "out of memory assembling the full model");
     for (int i = 0, j = 0, at = 0; i < s->map->nruns; i++) {
-        if (!provides(s, i)) continue;
+        if (!provides(s, i, state_compact)) continue;
         pairs[2 * j] = run_at(s, i)->global;
         pairs[2 * j + 1] = run_at(s, i)->len;
         memcpy(vals + at, local + local_index(s, i, state_compact),
@@ -444,7 +451,7 @@ void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, f
 
 void sdp_sync_scatter_full(const sdp_sync *s, const float *full, float *local, bool state_compact) {
     for (int i = 0; i < s->map->nruns; i++) {
-        if (state_compact && !sdp_run_owned(run_at(s, i), s->plan, s->rank)) continue;
+        if (state_compact && !trained(s, run_at(s, i))) continue;
         memcpy(local + local_index(s, i, state_compact), full + run_at(s, i)->global,
                run_at(s, i)->len * sizeof(float));
     }
@@ -487,4 +494,39 @@ void sdp_sync_check_replicas(sdp_sync *s, const float *params, const float *m, c
                       step, who, bk->nruns);
         }
     }
+}
+
+/* ---- non-trained state ----------------------------------------------------------------------- */
+
+void sdp_sync_average_buffers(sdp_sync *s, float *params) {
+    int *runs = malloc(sizeof(int) * (size_t)(s->map->nruns + 1));
+    SDP_CHECK(runs, "out of memory");
+    for (int b = 0; b < s->nbuckets; b++) {
+        const sdp_bucket *bk = &s->buckets[b];
+        int n = 0;
+        size_t count = 0;
+        for (int i = 0; i < s->map->nruns; i++) {
+            const sdp_run *r = run_at(s, i);
+            if (r->buffer && sdp_run_owned(r, s->plan, s->rank) &&
+                group_of_run(s, r) == bk->group) {
+                runs[n++] = i;
+                count += r->len;
+            }
+        }
+        if (bk->nmembers == 1 || count == 0) continue;
+        sort_by_global(s->map, runs, n);
+        float *pack = malloc(sizeof(float) * count);
+        SDP_CHECK(pack, "out of memory averaging running statistics");
+        for (size_t at = 0, j = 0; j < (size_t)n; at += run_at(s, runs[j])->len, j++)
+            memcpy(pack + at, params + run_at(s, runs[j])->local,
+                   run_at(s, runs[j])->len * sizeof(float));
+        MPI_Allreduce(MPI_IN_PLACE, pack, (int)count, MPI_FLOAT, MPI_SUM, bk->comm);
+        count_ring_allreduce(s, count, bk->nmembers);
+        const float inv = 1.0f / (float)bk->nmembers;
+        for (size_t at = 0, j = 0; j < (size_t)n; at += run_at(s, runs[j])->len, j++)
+            for (size_t e = 0; e < run_at(s, runs[j])->len; e++)
+                params[run_at(s, runs[j])->local + e] = pack[at + e] * inv;
+        free(pack);
+    }
+    free(runs);
 }
