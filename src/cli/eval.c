@@ -1,5 +1,6 @@
 /* sdp eval: the validation loss of a trained run, on its own data or another. */
 #include "commands.h"
+#include "batches.h"
 #include "load_run.h"
 
 #include "sdp/check.h"
@@ -33,25 +34,24 @@ int cmd_eval(int argc, char **argv) {
     train_opts o;
     sdp_model m;
     load_run_model(&m, &o, e.run, 0, 0, &mem);
-    sdp_tokens train, val, *split = &val;
-    if (e.data[0]) {
+    if (e.data[0]) { /* another file: all of it is evaluated */
         strcpy(o.data, e.data);
-        o.val_frac = 0;
-        run_load_data(&o, &train, NULL, &mem);
-        split = &train;
-    } else {
-        run_load_data(&o, &train, &val, &mem);
-        SDP_CHECK(val.ntokens > 0, "the run has no validation split: pass --data FILE");
+        o.val_frac = 0.999999;
+        o.val_data[0] = 0;
     }
-    sdp_loader L;
-    sdp_loader_init(&L, split, o.batch, o.seq_len, w.rank, w.size, (uint64_t)o.seed, false, &mem);
-    size_t N = (size_t)o.batch * o.seq_len;
-    int *in = sdp_alloc(&mem, SDP_MEM_DATA, N * sizeof(int));
-    int *tg = sdp_alloc(&mem, SDP_MEM_DATA, N * sizeof(int));
-    double loss = run_eval_loss(&m, &L, e.batches, in, tg, MPI_COMM_WORLD);
-    if (w.rank == 0)
-        printf("eval %s: loss %.4f nats/token (%.4f bits/token), perplexity %.3f\n", e.run, loss,
-               loss / log(2.0), exp(loss));
+    batch_source data;
+    batches_open(&data, &o, run_images(&o), w.rank, w.size, false, &mem);
+    SDP_CHECK(data.has_val, "the run has no validation split: pass --data FILE");
+    sdp_metrics v = batches_evaluate(&data, &m, e.batches, MPI_COMM_WORLD);
+    const double loss = v.loss / v.count;
+    if (w.rank == 0) {
+        if (data.images)
+            printf("eval %s: test loss %.4f, test accuracy %.2f%% (%.0f images)\n", e.run, loss,
+                   100 * v.correct / v.count, v.count);
+        else
+            printf("eval %s: loss %.4f nats/token (%.4f bits/token), perplexity %.3f\n", e.run,
+                   loss, loss / log(2.0), exp(loss));
+    }
     sdp_world_finalize();
     return 0;
 }

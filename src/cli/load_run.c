@@ -3,6 +3,7 @@
 #include "sdp/check.h"
 #include "sdp/ckpt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, sdp_mem *mem) {
@@ -15,9 +16,11 @@ void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, 
     sdp_st_read(&f, path, mem);
     const char *v = sdp_st_meta(&f, "sdp.vocab");
     SDP_CHECK(v, "%s has no sdp.vocab metadata: it was not written by sdp train", path);
-    int vocab = atoi(v);
+    run_data_shape shape = {.vocab = atoi(v)};
+    const char *img = sdp_st_meta(&f, "sdp.image_shape");
+    if (img) sscanf(img, "%d %d %d", &shape.channels, &shape.image_size, &shape.classes);
     sdp_st_close(&f, mem);
-    sdp_model_config cfg = run_model_config(o, vocab);
+    sdp_model_config cfg = run_model_config(o, shape);
     run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : o->seq_len, SDP_MODEL_INFER,
                              run_gemm(o), mem);
     sdp_ckpt_buffer pb = {m->params, ""};

@@ -19,11 +19,11 @@ typedef struct {
     bool json;
 } plan_opts;
 
-static const char *SHARED_OPTS[] = {"model",        "layers",     "heads",      "width",
-                                    "d-ff",         "seq-len",    "vocab",      "batch",
-                                    "optimizer",    "sdp-mask",   "sdp-unit",   "sdp-owners",
-                                    "sdp-coverage", "sdp-assign", "sdp-chunks", "sdp-seed",
-                                    "branch-scale", "seed",       NULL};
+static const char *SHARED_OPTS[] = {
+    "model",        "layers",     "heads",      "width",    "d-ff",         "seq-len",
+    "vocab",        "batch",      "optimizer",  "sdp-mask", "sdp-unit",     "sdp-owners",
+    "sdp-coverage", "sdp-assign", "sdp-chunks", "sdp-seed", "branch-scale", "seed",
+    "depth",        "channels",   "dataset",    NULL};
 
 static opt_spec *plan_specs(void) {
     static const opt_spec extra[] = {
@@ -91,6 +91,24 @@ static void print_json_row(const worker_bytes *b, int rank, bool last) {
            last ? "" : ",");
 }
 
+/* The data a plan assumes: --vocab (default 256) for token models, the dataset's images for
+ * image models. */
+static run_data_shape data_shape_of(const train_opts *o) {
+    run_data_shape s = {.vocab = o->vocab ? o->vocab : 256};
+    if (!run_images(o)) return s;
+    s.vocab = 0;
+    if (!strcmp(o->dataset, "fashion-mnist") || !strcmp(o->dataset, "mnist"))
+        s.channels = 1, s.image_size = 28, s.classes = 10;
+    else if (!strcmp(o->dataset, "cifar10"))
+        s.channels = 3, s.image_size = 32, s.classes = 10;
+    else if (!strcmp(o->dataset, "cifar100"))
+        s.channels = 3, s.image_size = 32, s.classes = 100;
+    else
+        sdp_fatal("unknown --dataset '%s': use fashion-mnist, mnist, cifar10 or cifar100",
+                  o->dataset);
+    return s;
+}
+
 int cmd_plan(int argc, char **argv) {
     plan_opts o;
     memset(&o, 0, sizeof o);
@@ -101,7 +119,7 @@ int cmd_plan(int argc, char **argv) {
                "allocating.");
     SDP_CHECK(!strcmp(o.dtype, "fp32") || !strcmp(o.dtype, "bf16"),
               "unknown --dtype '%s': use fp32 or bf16", o.dtype);
-    sdp_model_config cfg = run_model_config(&o.t, o.t.vocab ? o.t.vocab : 256);
+    sdp_model_config cfg = run_model_config(&o.t, data_shape_of(&o.t));
     sdp_layout full;
     run_full_layout(&full, &cfg);
     sdp_plan_cfg pc = run_plan_config(&o.t, o.world);

@@ -81,7 +81,13 @@ void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_
     }
 }
 
-sdp_model_config run_model_config(const train_opts *o, int data_vocab) {
+bool run_images(const train_opts *o) {
+    const sdp_model_family *f = sdp_model_family_find(o->model);
+    return f && f->images;
+}
+
+sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
+    const int data_vocab = data.vocab;
     sdp_model_config c = {0};
     char names[128];
     SDP_CHECK(strlen(o->model) < sizeof c.arch && sdp_model_family_find(o->model),
@@ -93,6 +99,11 @@ sdp_model_config run_model_config(const train_opts *o, int data_vocab) {
     c.width = o->width;
     c.d_ff = o->d_ff;
     c.seq_len = o->seq_len;
+    c.depth = o->depth;
+    c.in_channels = data.channels;
+    c.image_size = data.image_size;
+    c.classes = data.classes;
+    if (run_images(o)) c.width = o->channels;
     c.vocab = o->vocab ? o->vocab : data_vocab;
     SDP_CHECK(c.vocab >= data_vocab,
               "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",
@@ -115,25 +126,6 @@ sdp_gemm_provider run_gemm(const train_opts *o) {
     SDP_CHECK(sdp_gemm_provider_parse(o->gemm, &p), "unknown --gemm '%s': use dnnl or openblas",
               o->gemm);
     return p;
-}
-
-double run_eval_loss(sdp_model *m, sdp_loader *loader, int batches, int *inputs, int *targets,
-                     MPI_Comm comm) {
-    double local[2] = {0, 0}; /* summed loss, tokens */
-    uint64_t steps = sdp_loader_steps_per_epoch(loader);
-    if ((uint64_t)batches > steps) batches = (int)steps;
-    sdp_loader_seek(loader, (sdp_loader_pos){0, 0});
-    for (int b = 0; b < batches; b++) {
-        sdp_loader_next(loader, inputs, targets);
-        sdp_batch b = {.B = loader->B, .T = loader->T, .tokens = inputs, .targets = targets};
-        sdp_metrics mt;
-        m->ops->forward(m, &b, false, &mt);
-        local[0] += mt.loss;
-        local[1] += mt.count;
-    }
-    double global[2];
-    MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, comm);
-    return global[1] > 0 ? global[0] / global[1] : NAN;
 }
 
 void run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,

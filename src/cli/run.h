@@ -15,16 +15,16 @@
 void run_load_config(train_opts *o, const char *dir);
 /* Loads the training data (and validation data when val is not NULL). */
 void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem);
-/* The model configuration of a run (its defaults filled in); data_vocab is the vocabulary of the
- * token data, used when --vocab is 0. */
-sdp_model_config run_model_config(const train_opts *o, int data_vocab);
+/* The model configuration of a run (its defaults filled in) for data with this vocabulary (token
+ * models, used when --vocab is 0) or these images (image models). */
+typedef struct {
+    int vocab, channels, image_size, classes;
+} run_data_shape;
+sdp_model_config run_model_config(const train_opts *o, run_data_shape data);
+/* Whether the run's model reads images. */
+bool run_images(const train_opts *o);
 const sdp_model_family *run_family(const sdp_model_config *cfg);
 sdp_gemm_provider run_gemm(const train_opts *o);
-/* Mean loss per token over up to `batches` batches of this worker's share of `loader`,
- * averaged over the workers of comm (each of which must call it). Returns NAN when there is no
- * data. */
-double run_eval_loss(sdp_model *m, sdp_loader *loader, int batches, int *inputs, int *targets,
-                     MPI_Comm comm);
 /* Builds worker `rank`'s (sub)network under a plan over the full layout. */
 void run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,
                              const sdp_layout *full, int rank, int B, int T, sdp_model_mode mode,

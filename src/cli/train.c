@@ -121,22 +121,18 @@ static void choose_run_dir(trainer *t) {
 }
 
 static void load_data(trainer *t) {
-    run_load_data(&t->o, &t->train_data, &t->val_data, &t->mem);
-    t->has_val = t->val_data.ntokens > 0;
-    /* Loaders first: they reject data too small for the batch before any model exists. */
-    sdp_loader_init(&t->train_loader, &t->train_data, t->o.batch, t->o.seq_len, t->world.rank,
-                    t->world.size, (uint64_t)t->o.seed, true, &t->mem);
-    if (t->has_val) /* rank 0 evaluates the assembled model alone under forward masking */
-        sdp_loader_init(&t->val_loader, &t->val_data, t->o.batch, t->o.seq_len,
-                        t->o.sdp_mask[0] == 'f' ? 0 : t->world.rank,
-                        t->o.sdp_mask[0] == 'f' ? 1 : t->world.size, (uint64_t)t->o.seed, false,
-                        &t->mem);
+    /* Under forward masking rank 0 evaluates the assembled model alone. */
+    const bool eval_alone = strcmp(t->o.sdp_mask, "forward") == 0;
+    batches_open(&t->data, &t->o, run_images(&t->o), t->world.rank, t->world.size, eval_alone,
+                 &t->mem);
 }
 
 /* The worker's subnetwork: its shape from the plan, its map onto the full model, the
  * owner-group communicators, and gradients and optimizer state for what it owns. */
 static void build_worker(trainer *t) {
-    t->cfg = run_model_config(&t->o, t->train_data.vocab);
+    run_data_shape shape = {.vocab = batches_vocab(&t->data)};
+    batches_image_shape(&t->data, &shape.channels, &shape.image_size, &shape.classes);
+    t->cfg = run_model_config(&t->o, shape);
     run_full_layout(&t->full, &t->cfg);
     sdp_plan_cfg pc = run_plan_config(&t->o, t->world.size);
     sdp_plan_build(&t->plan, &pc, &t->full);
@@ -173,9 +169,6 @@ static void setup(trainer *t, int argc, char **argv) {
     choose_run_dir(t);
     load_data(t);
     build_worker(t);
-    size_t N = (size_t)t->o.batch * t->o.seq_len;
-    t->inputs = sdp_alloc(&t->mem, SDP_MEM_DATA, N * sizeof(int));
-    t->targets = sdp_alloc(&t->mem, SDP_MEM_DATA, N * sizeof(int));
 }
 
 /* ---- one step ------------------------------------------------------------------------------ */
@@ -194,13 +187,13 @@ static void on_layer_done(void *ctx, int layer) {
 
 static step_result train_step(trainer *t) {
     sdp_model *m = &t->model;
-    const int B = t->o.batch, T = t->o.seq_len, A = t->o.grad_accum;
+    const int B = t->data.B, T = t->data.T, A = t->o.grad_accum;
     memset(t->grads, 0, t->ngrads * sizeof(float));
     const sdp_comm_bytes before = t->sync.bytes;
     double local[2] = {0, 0};
     for (int a = 0; a < A; a++) {
-        sdp_loader_next(&t->train_loader, t->inputs, t->targets);
-        sdp_batch b = {.B = B, .T = T, .tokens = t->inputs, .targets = t->targets};
+        sdp_batch b;
+        batches_next(&t->data, &b);
         sdp_metrics mt;
         m->ops->forward(m, &b, true, &mt);
         local[0] += mt.loss;
@@ -230,7 +223,7 @@ static step_result train_step(trainer *t) {
     t->step_bytes_recv += t->sync.bytes.recv - before.recv;
     t->step++;
     /* Every worker processes its own tokens; FLOPs are this worker's (its subnetwork's). */
-    t->tokens_seen += (double)B * T * A * t->world.size;
+    t->examples_seen += (double)B * T * A * t->world.size;
     t->flops_done += (double)B * T * A * m->ops->train_flops_per_example(m);
     return r;
 }
@@ -239,21 +232,19 @@ static step_result train_step(trainer *t) {
 
 /* Evaluation always runs the full model: under forward masking rank 0 assembles it and evaluates
  * alone; otherwise every worker holds the whole current model and evaluates its share. */
-static double validate(trainer *t) {
-    if (!t->has_val) return NAN;
-    double v;
+static sdp_metrics validate(trainer *t) {
+    sdp_metrics v = {NAN, 0, NAN};
+    if (!t->data.has_val) return v;
+    sdp_sync_average_buffers(&t->sync, t->model.params); /* running statistics agree */
     if (t->plan.cfg.mask == SDP_MASK_FORWARD) {
-        const float *full = full_params_on_rank0(t);
-        v = 0;
-        if (is_rank0(t)) {
-            (void)full;
-            v = run_eval_loss(&t->full_model, &t->val_loader, t->o.val_batches, t->inputs,
-                              t->targets, MPI_COMM_SELF);
-        }
-        MPI_Bcast(&v, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        full_params_on_rank0(t);
+        if (is_rank0(t))
+            v = batches_evaluate(&t->data, &t->full_model, t->o.val_batches, MPI_COMM_SELF);
+        double b[3] = {v.loss, v.count, v.correct};
+        MPI_Bcast(b, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        v = (sdp_metrics){b[0], b[1], b[2]};
     } else {
-        v = run_eval_loss(&t->model, &t->val_loader, t->o.val_batches, t->inputs, t->targets,
-                          MPI_COMM_WORLD);
+        v = batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_WORLD);
     }
     return v;
 }
@@ -274,7 +265,8 @@ int cmd_train(int argc, char **argv) {
     print_start(&t);
 
     const double t0 = now_s();
-    double window_t = t0, window_loss = 0, final_val = NAN;
+    double window_t = t0, window_loss = 0;
+    sdp_metrics final_val = {NAN, 0, NAN};
     int window_steps = 0;
     const long first = t.step;
     while (t.step < t.o.steps) {

@@ -13,7 +13,7 @@
 const float *full_params_on_rank0(trainer *t) {
     if (t->plan.cfg.mask != SDP_MASK_FORWARD) return t->model.params; /* every worker is full */
     if (is_rank0(t) && !t->has_full_model) {
-        run_family(&t->cfg)->create(&t->full_model, &t->cfg, NULL, t->o.batch, t->o.seq_len,
+        run_family(&t->cfg)->create(&t->full_model, &t->cfg, NULL, t->data.B, t->data.T,
                                     SDP_MODEL_INFER, t->gemm, &t->io_mem);
         t->has_full_model = true;
     }
@@ -39,6 +39,7 @@ static float *state_buffer(const trainer *t, int i) {
 }
 
 void save_checkpoint(trainer *t) {
+    sdp_sync_average_buffers(&t->sync, t->model.params); /* running statistics agree */
     const float *params = full_params_on_rank0(t);
     const char *names[2];
     int ns = state_names(t, names);
@@ -51,12 +52,16 @@ void save_checkpoint(trainer *t) {
         bufs[i] = (sdp_ckpt_buffer){full, names[i]};
     }
     if (is_rank0(t)) {
-        char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16], path[1024];
+        char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16], shape[64],
+            path[1024];
         snprintf(step, sizeof step, "%ld", t->step);
         snprintf(opt_t, sizeof opt_t, "%ld", t->opt.t);
-        snprintf(ep, sizeof ep, "%llu", (unsigned long long)t->train_loader.pos.epoch);
-        snprintf(es, sizeof es, "%llu", (unsigned long long)t->train_loader.pos.step);
-        snprintf(tok, sizeof tok, "%.17g", t->tokens_seen);
+        const sdp_loader_pos pos = batches_pos(&t->data);
+        snprintf(ep, sizeof ep, "%llu", (unsigned long long)pos.epoch);
+        snprintf(es, sizeof es, "%llu", (unsigned long long)pos.step);
+        snprintf(tok, sizeof tok, "%.17g", t->examples_seen);
+        snprintf(shape, sizeof shape, "%d %d %d", t->cfg.in_channels, t->cfg.image_size,
+                 t->cfg.classes);
         snprintf(fl, sizeof fl, "%.17g", t->flops_done);
         snprintf(vocab, sizeof vocab, "%d", t->cfg.vocab);
         snprintf(world, sizeof world, "%d", t->world.size);
@@ -78,6 +83,8 @@ void save_checkpoint(trainer *t) {
                               vocab,
                               "sdp.world",
                               world,
+                              "sdp.image_shape",
+                              shape,
                               NULL};
         /* Optimizer first: a model file then always has a matching optimizer file. */
         run_path(path, sizeof path, t->o.out, "optim.safetensors");
@@ -123,8 +130,8 @@ void load_checkpoint(trainer *t) {
     t->opt.t = meta_long(&of, "sdp.opt_t", opath);
     sdp_loader_pos pos = {(uint64_t)meta_long(&of, "sdp.loader_epoch", opath),
                           (uint64_t)meta_long(&of, "sdp.loader_step", opath)};
-    sdp_loader_seek(&t->train_loader, pos);
-    t->tokens_seen = strtod(sdp_st_meta(&of, "sdp.tokens"), NULL);
+    batches_seek(&t->data, pos);
+    t->examples_seen = strtod(sdp_st_meta(&of, "sdp.tokens"), NULL);
     t->flops_done = strtod(sdp_st_meta(&of, "sdp.flops"), NULL);
     sdp_st_close(&of, &t->io_mem);
     sdp_free(&t->io_mem, full);

@@ -5,7 +5,7 @@
 #define F(field) offsetof(train_opts, field)
 
 const opt_spec TRAIN_OPTS[] = {
-    {"model", OPT_STR, F(model), "gpt", "model style: gpt or llama", 0},
+    {"model", OPT_STR, F(model), "gpt", "model: gpt or llama (text), resnet (images)", 0},
     {"layers", OPT_INT, F(layers), "6", "transformer layers", 1},
     {"heads", OPT_INT, F(heads), "6", "attention heads per layer", 1},
     {"width", OPT_INT, F(width), "384", "model width (residual stream)", 1},
@@ -13,7 +13,15 @@ const opt_spec TRAIN_OPTS[] = {
     {"seq-len", OPT_INT, F(seq_len), "256", "tokens per sequence", 1},
     {"vocab", OPT_INT, F(vocab), "0", "vocabulary size; 0 = from the data", 0},
     {"rope-theta", OPT_FLOAT, F(rope_theta), "10000", "RoPE base (llama)", 1},
-    {"data", OPT_STR, F(data), "", "training data: a text file, or a glob of llm.c .bin shards", 0},
+    {"depth", OPT_INT, F(depth), "20", "resnet depth: 20 (3 stages, CIFAR style) or 18", 1},
+    {"channels", OPT_INT, F(channels), "0", "resnet base channels; 0 = 16 (depth 20), 64 (18)", 0},
+    {"data", OPT_STR, F(data), "",
+     "text file or llm.c shard glob (token models); dataset directory (image models)", 0},
+    {"dataset", OPT_STR, F(dataset), "fashion-mnist",
+     "image models: fashion-mnist, mnist, cifar10 or cifar100", 0},
+    {"crop-pad", OPT_INT, F(crop_pad), "-1",
+     "image models: random-crop padding; -1 = image size / 8, 0 = off", -1},
+    {"flip", OPT_FLAG, F(flip), "false", "image models: random horizontal flips", 0},
     {"val-data", OPT_STR, F(val_data), "", "validation shards (glob); text uses --val-frac", 0},
     {"val-frac", OPT_FLOAT, F(val_frac), "0.1", "fraction of a text file held out for validation",
      0},

@@ -8,10 +8,13 @@ typedef struct {
     /* model */
     char model[OPT_STR_MAX];
     int layers, heads, width, d_ff, seq_len, vocab;
+    int depth, channels; /* resnet */
     double rope_theta;
     /* data */
-    char data[OPT_STR_MAX], val_data[OPT_STR_MAX];
+    char data[OPT_STR_MAX], val_data[OPT_STR_MAX], dataset[OPT_STR_MAX];
     double val_frac;
+    int crop_pad;
+    bool flip;
     /* optimisation */
     int batch, grad_accum, steps, warmup;
     double lr, lr_min, weight_decay, beta1, beta2, eps, momentum, clip;

@@ -69,11 +69,12 @@ void print_start(const trainer *t) {
                sdp_plan_coverage(&t->plan), sdp_assign_kind_name(pc->assign),
                sdp_branch_scale_name(pc->scale));
     if (pc->mask != SDP_MASK_NONE) sdp_plan_print(&t->plan, &t->full, stdout);
-    printf("  worker 0 holds %.2fM parameters, owns %.2fM | data %s: %zu train tokens, %zu val "
-           "tokens | batch %d x %d x %d accum per worker | run dir %s\n",
-           (double)t->model.layout->numel / 1e6, (double)t->sync.owned / 1e6, t->o.data,
-           t->train_data.ntokens, t->val_data.ntokens, t->o.batch, t->o.seq_len, t->o.grad_accum,
-           t->o.out);
+    const char *unit = t->data.images ? "images" : "tokens";
+    printf("  worker 0 holds %.2fM parameters, owns %.2fM | data %s: %zu train %s, %zu val %s | "
+           "batch %d x %d x %d accum per worker | run dir %s\n",
+           (double)t->model.layout->numel / 1e6, (double)t->sync.owned / 1e6,
+           t->data.images ? t->o.dataset : t->o.data, batches_train_examples(&t->data), unit,
+           batches_val_examples(&t->data), unit, t->data.B, t->data.T, t->o.grad_accum, t->o.out);
     if (t->o.resume[0]) printf("  resumed at step %ld\n", t->step);
     fflush(stdout);
 }
@@ -90,32 +91,44 @@ static void fmt_duration(char *buf, size_t n, double s) {
 void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
                   double elapsed) {
     if (!is_rank0(t)) return;
-    const double tokens = (double)t->o.batch * t->o.seq_len * t->o.grad_accum * nsteps;
+    const double tokens = (double)t->data.B * t->data.T * t->o.grad_accum * nsteps;
     const double tok_s = tokens / dt, ms = 1000.0 * dt / nsteps;
     char mem[32], eta[32];
     sdp_fmt_bytes(mem, sizeof mem, (double)t->mem.total_cur);
     fmt_duration(eta, sizeof eta, (double)(t->o.steps - t->step) * dt / nsteps);
-    printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s/worker | %7.1f ms/step | "
+    printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f %s/s/worker | %7.1f ms/step | "
            "mem %s | eta %s\n",
-           t->step, t->o.steps, loss, lr, norm, tok_s, ms, mem, eta);
+           t->step, t->o.steps, loss, lr, norm, tok_s, t->data.images ? "img" : "tok", ms, mem,
+           eta);
     fflush(stdout);
     fprintf(t->metrics,
             "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.6g,"
             "\"ms_per_step\":%.6g,\"tokens\":%.17g,\"flops\":%.17g,\"mem_bytes\":%zu,"
             "\"elapsed_s\":%.3f}\n",
-            t->step, loss, lr, norm, tok_s, ms, t->tokens_seen, t->flops_done, t->mem.total_cur,
+            t->step, loss, lr, norm, tok_s, ms, t->examples_seen, t->flops_done, t->mem.total_cur,
             elapsed);
     fflush(t->metrics);
 }
 
-void log_validation(trainer *t, double v, double elapsed) {
-    if (!is_rank0(t) || isnan(v)) return;
-    printf("step %5ld/%d | val loss %.4f (%.4f bits/token)\n", t->step, t->o.steps, v,
-           v / log(2.0));
-    fprintf(t->metrics,
-            "{\"step\":%ld,\"val_loss\":%.9g,\"tokens\":%.17g,\"flops\":%.17g,"
-            "\"elapsed_s\":%.3f}\n",
-            t->step, v, t->tokens_seen, t->flops_done, elapsed);
+void log_validation(trainer *t, sdp_metrics val, double elapsed) {
+    if (!is_rank0(t) || !(val.count > 0)) return;
+    const double v = val.loss / val.count;
+    if (t->data.images) {
+        const double acc = val.correct / val.count;
+        printf("step %5ld/%d | test loss %.4f | test accuracy %.2f%% (%.0f images)\n", t->step,
+               t->o.steps, v, 100 * acc, val.count);
+        fprintf(t->metrics,
+                "{\"step\":%ld,\"val_loss\":%.9g,\"val_accuracy\":%.9g,\"tokens\":%.17g,"
+                "\"flops\":%.17g,\"elapsed_s\":%.3f}\n",
+                t->step, v, acc, t->examples_seen, t->flops_done, elapsed);
+    } else {
+        printf("step %5ld/%d | val loss %.4f (%.4f bits/token)\n", t->step, t->o.steps, v,
+               v / log(2.0));
+        fprintf(t->metrics,
+                "{\"step\":%ld,\"val_loss\":%.9g,\"tokens\":%.17g,\"flops\":%.17g,"
+                "\"elapsed_s\":%.3f}\n",
+                t->step, v, t->examples_seen, t->flops_done, elapsed);
+    }
     fflush(t->metrics);
 }
 
@@ -128,7 +141,7 @@ enum { COL_RSS = SDP_MEM_NCAT, COL_TOTAL, NCOLS };
 static void ddp_reference(const trainer *t, double *row) {
     sdp_mem dry = {.dry = true};
     sdp_model m;
-    run_family(&t->cfg)->create(&m, &t->cfg, NULL, t->o.batch, t->o.seq_len, SDP_MODEL_TRAIN_BARE,
+    run_family(&t->cfg)->create(&m, &t->cfg, NULL, t->data.B, t->data.T, SDP_MODEL_TRAIN_BARE,
                                 t->gemm, &dry);
     m.ops->destroy(&m);
     for (int c = 0; c < SDP_MEM_NCAT; c++) row[c] = (double)dry.peak[c];
@@ -172,7 +185,7 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
     free(txt);
 }
 
-void print_summary(trainer *t, double final_val, double wall) {
+void print_summary(trainer *t, sdp_metrics val, double wall) {
     const int N = t->world.size;
     double mine[NCOLS];
     for (int c = 0; c < SDP_MEM_NCAT; c++) mine[c] = (double)t->mem.peak[c];
@@ -188,7 +201,12 @@ void print_summary(trainer *t, double final_val, double wall) {
     const long steps = t->step > 0 ? t->step : 1;
     write_memory_json(t, all, sent_all, steps);
     free(sent_all);
-    printf("\nsummary: %ld steps in %.1f s, final val loss %.4f\n", t->step, wall, final_val);
+    const double final_val = val.count > 0 ? val.loss / val.count : NAN;
+    if (t->data.images)
+        printf("\nsummary: %ld steps in %.1f s, test loss %.4f, test accuracy %.2f%%\n", t->step,
+               wall, final_val, val.count > 0 ? 100 * val.correct / val.count : NAN);
+    else
+        printf("\nsummary: %ld steps in %.1f s, final val loss %.4f\n", t->step, wall, final_val);
     printf("  memory per worker, peak bytes by category (what training holds; the DDP row is "
            "data parallelism's figure for the same model and batch):\n");
     printf("  %-10s", "worker");

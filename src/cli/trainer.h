@@ -4,6 +4,7 @@
 #ifndef SDP_CLI_TRAINER_H
 #define SDP_CLI_TRAINER_H
 
+#include "batches.h"
 #include "run.h"
 
 #include "sdp/optim.h"
@@ -18,9 +19,7 @@ typedef struct {
     sdp_world world;
     sdp_mem mem;    /* what training holds: the figures compared with data parallelism */
     sdp_mem io_mem; /* evaluation copies and checkpoint buffers, reported apart */
-    sdp_tokens train_data, val_data;
-    sdp_loader train_loader, val_loader;
-    bool has_val;
+    batch_source data;
     /* the full model and the plan over it */
     sdp_model_config cfg;
     sdp_gemm_provider gemm;
@@ -41,9 +40,8 @@ typedef struct {
     /* rank 0's copy of the full model, for evaluation and checkpoints under forward masking */
     sdp_model full_model;
     bool has_full_model;
-    int *inputs, *targets;
     long step;
-    double tokens_seen, flops_done;
+    double examples_seen, flops_done;          /* tokens or images, over all workers */
     uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
     FILE *metrics;
 } trainer;
@@ -64,7 +62,7 @@ void write_run_files(trainer *t);
 void print_start(const trainer *t);
 void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
                   double elapsed);
-void log_validation(trainer *t, double val_loss, double elapsed);
-void print_summary(trainer *t, double final_val, double wall);
+void log_validation(trainer *t, sdp_metrics val, double elapsed);
+void print_summary(trainer *t, sdp_metrics final_val, double wall);
 
 #endif

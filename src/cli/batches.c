@@ -1,0 +1,148 @@
+#include "batches.h"
+
+#include "run.h"
+#include "sdp/check.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- opening ------------------------------------------------------------------------------ */
+
+static void open_images(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
+    const char *dir = o->data[0] ? o->data : NULL;
+    if (!strcmp(o->dataset, "fashion-mnist") || !strcmp(o->dataset, "mnist")) {
+        sdp_images_load_idx(&s->train_img, dir, "train", mem);
+        sdp_images_load_idx(&s->test_img, dir, "test", mem);
+    } else if (!strcmp(o->dataset, "cifar10") || !strcmp(o->dataset, "cifar100")) {
+        SDP_CHECK(dir, "--dataset %s needs --data DIR, the directory of its binary version",
+                  o->dataset);
+        void (*load)(sdp_images *, const char *, const char *, sdp_mem *) =
+            !strcmp(o->dataset, "cifar10") ? sdp_images_load_cifar10 : sdp_images_load_cifar100;
+        load(&s->train_img, dir, "train", mem);
+        load(&s->test_img, dir, "test", mem);
+    } else {
+        sdp_fatal("unknown --dataset '%s' for an image model: use fashion-mnist, mnist, cifar10 "
+                  "or cifar100",
+                  o->dataset);
+    }
+    s->norm = sdp_images_norm_stats(&s->train_img); /* the test split reuses them */
+    const int pad = o->crop_pad >= 0 ? o->crop_pad : s->train_img.H / 8;
+    sdp_augment aug = {pad, o->flip};
+    sdp_image_loader_init(&s->train_il, &s->train_img, s->B, rank, world, (uint64_t)o->seed, true,
+                          aug, &s->norm, mem);
+    const size_t px = (size_t)s->B * s->train_img.C * s->train_img.H * s->train_img.W;
+    s->pixels = sdp_alloc(mem, SDP_MEM_DATA, px * sizeof(float));
+    s->labels = sdp_alloc(mem, SDP_MEM_DATA, (size_t)s->B * sizeof(int));
+    s->has_val = s->test_img.n > 0;
+}
+
+static void open_tokens(batch_source *s, const train_opts *o, int rank, int world, bool eval_alone,
+                        sdp_mem *mem) {
+    run_load_data(o, &s->train_tok, &s->val_tok, mem);
+    s->has_val = s->val_tok.ntokens > 0;
+    /* Loaders first: they reject data too small for the batch before any model exists. */
+    sdp_loader_init(&s->train_tl, &s->train_tok, s->B, s->T, rank, world, (uint64_t)o->seed, true,
+                    mem);
+    if (s->has_val)
+        sdp_loader_init(&s->val_tl, &s->val_tok, s->B, s->T, eval_alone ? 0 : rank,
+                        eval_alone ? 1 : world, (uint64_t)o->seed, false, mem);
+    const size_t n = (size_t)s->B * s->T;
+    s->tokens = sdp_alloc(mem, SDP_MEM_DATA, n * sizeof(int));
+    s->targets = sdp_alloc(mem, SDP_MEM_DATA, n * sizeof(int));
+}
+
+void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
+                  bool eval_alone, sdp_mem *mem) {
+    memset(s, 0, sizeof *s);
+    s->images = images;
+    s->B = o->batch;
+    s->T = images ? 1 : o->seq_len;
+    s->eval_rank = eval_alone ? 0 : rank;
+    s->eval_world = eval_alone ? 1 : world;
+    if (images)
+        open_images(s, o, rank, world, mem);
+    else
+        open_tokens(s, o, rank, world, eval_alone, mem);
+}
+
+/* ---- training batches ----------------------------------------------------------------------- */
+
+void batches_next(batch_source *s, sdp_batch *b) {
+    memset(b, 0, sizeof *b);
+    b->B = s->B;
+    b->T = s->T;
+    if (s->images) {
+        sdp_image_loader_next(&s->train_il, s->pixels, s->labels);
+        b->images = s->pixels;
+        b->labels = s->labels;
+    } else {
+        sdp_loader_next(&s->train_tl, s->tokens, s->targets);
+        b->tokens = s->tokens;
+        b->targets = s->targets;
+    }
+}
+
+sdp_loader_pos batches_pos(const batch_source *s) {
+    return s->images ? s->train_il.pos : s->train_tl.pos;
+}
+
+void batches_seek(batch_source *s, sdp_loader_pos pos) {
+    if (s->images)
+        sdp_image_loader_seek(&s->train_il, pos);
+    else
+        sdp_loader_seek(&s->train_tl, pos);
+}
+
+int batches_vocab(const batch_source *s) {
+    return s->images ? 0 : s->train_tok.vocab;
+}
+
+void batches_image_shape(const batch_source *s, int *channels, int *size, int *classes) {
+    *channels = s->images ? s->train_img.C : 0;
+    *size = s->images ? s->train_img.H : 0;
+    *classes = s->images ? s->train_img.nclasses : 0;
+}
+
+size_t batches_train_examples(const batch_source *s) {
+    return s->images ? s->train_img.n : s->train_tok.ntokens;
+}
+
+size_t batches_val_examples(const batch_source *s) {
+    return s->images ? s->test_img.n : s->val_tok.ntokens;
+}
+
+/* ---- evaluation ------------------------------------------------------------------------------ */
+
+sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm) {
+    sdp_metrics total = {0, 0, 0};
+    if (!s->has_val) return (sdp_metrics){NAN, 0, NAN};
+    sdp_batch b = {.B = s->B, .T = s->T};
+    if (s->images) {
+        sdp_image_eval E;
+        sdp_image_eval_init(&E, &s->test_img, s->B, s->eval_rank, s->eval_world, &s->norm);
+        const uint64_t steps = sdp_image_eval_steps(&E);
+        b.images = s->pixels;
+        b.labels = s->labels;
+        for (uint64_t i = 0; i < steps; i++) {
+            if (sdp_image_eval_next(&E, s->pixels, s->labels) == 0) continue;
+            sdp_metrics mt;
+            m->ops->forward(m, &b, false, &mt);
+            total.loss += mt.loss, total.count += mt.count, total.correct += mt.correct;
+        }
+    } else {
+        uint64_t steps = sdp_loader_steps_per_epoch(&s->val_tl);
+        if ((uint64_t)max_batches < steps) steps = (uint64_t)max_batches;
+        sdp_loader_seek(&s->val_tl, (sdp_loader_pos){0, 0});
+        b.tokens = s->tokens;
+        b.targets = s->targets;
+        for (uint64_t i = 0; i < steps; i++) {
+            sdp_loader_next(&s->val_tl, s->tokens, s->targets);
+            sdp_metrics mt;
+            m->ops->forward(m, &b, false, &mt);
+            total.loss += mt.loss, total.count += mt.count, total.correct += mt.correct;
+        }
+    }
+    double v[3] = {total.loss, total.count, total.correct};
+    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, comm);
+    return (sdp_metrics){v[0], v[1], v[2]};
+}

@@ -1,0 +1,50 @@
+/* Where a run's batches come from: token data (text or llm.c shards) for token models, or an
+ * image dataset (Fashion-MNIST, CIFAR-10/100) for image models. The trainer and sdp eval see
+ * only batches, a position to save and restore, and an evaluation pass. */
+#ifndef SDP_CLI_BATCHES_H
+#define SDP_CLI_BATCHES_H
+
+#include <mpi.h>
+
+#include "sdp/data.h"
+#include "sdp/images.h"
+#include "sdp/model.h"
+#include "train_opts.h"
+
+typedef struct {
+    bool images;
+    int B, T; /* T = 1 for images */
+    /* token data */
+    sdp_tokens train_tok, val_tok;
+    sdp_loader train_tl, val_tl;
+    /* image data */
+    sdp_images train_img, test_img;
+    sdp_image_norm norm;
+    sdp_image_loader train_il;
+    /* the current batch */
+    int *tokens, *targets, *labels;
+    float *pixels;
+    bool has_val;
+    int eval_rank, eval_world; /* who shares an evaluation pass */
+} batch_source;
+
+/* Opens the run's data for worker rank of world. When eval_alone, rank 0 evaluates alone (the
+ * assembled full model under forward masking); otherwise every worker evaluates its share. */
+void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
+                  bool eval_alone, sdp_mem *mem);
+/* The next training batch of this worker. */
+void batches_next(batch_source *s, sdp_batch *b);
+sdp_loader_pos batches_pos(const batch_source *s);
+void batches_seek(batch_source *s, sdp_loader_pos pos);
+/* Token vocabulary of the data (0 for images), and image geometry (0 for tokens). */
+int batches_vocab(const batch_source *s);
+void batches_image_shape(const batch_source *s, int *channels, int *size, int *classes);
+/* Training examples: tokens or images. */
+size_t batches_train_examples(const batch_source *s);
+size_t batches_val_examples(const batch_source *s);
+
+/* Loss, count and correct predictions over the validation data, summed over the workers of
+ * comm: for tokens up to max_batches batches per worker, for images the whole test split. */
+sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm);
+
+#endif
