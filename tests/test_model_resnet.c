@@ -585,11 +585,24 @@ static void no_channels(void *ctx) {
     sdp_resnet_config_finish(&c);
 }
 
+static void label_out_of_range(void *ctx) {
+    (void)ctx;
+    sdp_resnet_config c = tiny();
+    sdp_mem mem = {0};
+    sdp_resnet *m =
+        sdp_resnet_create(&c, NULL, BATCH, SDP_MODEL_INFER, SDP_GEMM_DNNL, SDP_CONV_DNNL, &mem);
+    float images[BATCH * IN_CH * SIZE * SIZE] = {0};
+    int labels[BATCH] = {0, CLASSES, 1};
+    sdp_metrics out;
+    sdp_resnet_forward(m, images, labels, BATCH, false, &out);
+}
+
 static void test_config_errors(void **state) {
     (void)state;
     tu_expect_fatal(bad_depth, NULL, "--depth 19 is not a CIFAR ResNet depth");
     tu_expect_fatal(tiny_images, NULL, "4x4 images are too small for 4 stages");
     tu_expect_fatal(no_channels, NULL, "0 input channels");
+    tu_expect_fatal(label_out_of_range, NULL, "label 3 is outside the model's 3 classes");
     const sdp_model_family *f = sdp_model_family_find("resnet");
     assert_non_null(f);
     assert_true(f->images);
@@ -675,6 +688,18 @@ static void check_equivalence(sdp_unit_kind unit, sdp_assign_kind assign, sdp_br
     sdp_rng rng = sdp_rng_make(21, (uint64_t)t->cases);
     tu_fill(cp, cl->numel, &rng, 0.4f);
     place(&full, wp, cl, cp, &plan, rank, true);
+    if (unit == SDP_UNIT_BLOCK) { /* the engine's map places everything as `place` does */
+        sdp_subnet_map map;
+        sdp_subnet_map_build(&map, &full, cl, &plan, rank, true);
+        size_t mapped = 0;
+        for (int i = 0; i < map.nruns; i++) {
+            const sdp_run *run = &map.runs[i];
+            assert_memory_equal(wp + run->global, cp + run->local, run->len * sizeof(float));
+            mapped += run->len;
+        }
+        assert_int_equal(mapped, cl->numel);
+        sdp_subnet_map_free(&map);
+    }
 
     float images[BATCH * IN_CH * SIZE * SIZE];
     int labels[BATCH];

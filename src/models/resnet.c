@@ -273,7 +273,8 @@ struct sdp_resnet {
     float *g, *s, *t1, *t2, *dpooled;
     size_t max_act;
     int last_B;
-    bool has_loss; /* probs hold the probabilities of a training forward with labels */
+    bool has_loss;   /* probs hold the probabilities of a training forward with labels */
+    bool has_logits; /* probs hold the logits of a forward without labels */
 };
 
 static float *P(const sdp_resnet *r, int t) {
@@ -474,10 +475,10 @@ void sdp_resnet_use_grads(sdp_resnet *r, float *grads, const long *grad_offset,
     const sdp_layout *L = &r->layout;
     for (int i = 0; i < L->nparams; i++) {
         const long g = grad_offset[i];
+        r->goff[i] = L->params[i].buffer ? -1 : g; /* buffers never get gradients */
+        if (L->params[i].buffer) continue;
         SDP_ASSERT(g >= 0 || g == -1 || g == SDP_GRAD_SLICED);
-        SDP_ASSERT(g == -1 || !L->params[i].buffer);
         SDP_ASSERT(g != SDP_GRAD_SLICED || (slices && L->params[i].numel <= r->gscratch_floats));
-        r->goff[i] = g;
     }
 }
 
@@ -555,6 +556,7 @@ void sdp_resnet_forward(sdp_resnet *r, const float *images, const int *labels, i
     sdp_linear_fwd(r->gemm, r->probs, r->pooled, P(r, r->fc_w), P(r, r->fc_b), B, C, K);
     r->last_B = B;
     r->has_loss = false;
+    r->has_logits = !labels;
     *out = (sdp_metrics){0};
     if (!labels) return;
     for (int i = 0; i < B; i++)
@@ -569,7 +571,7 @@ void sdp_resnet_forward(sdp_resnet *r, const float *images, const int *labels, i
 }
 
 const float *sdp_resnet_logits(const sdp_resnet *r, int i) {
-    SDP_ASSERT(i >= 0 && i < r->last_B);
+    SDP_ASSERT(r->has_logits && i >= 0 && i < r->last_B);
     return r->probs + (size_t)i * r->cfg.classes;
 }
 
