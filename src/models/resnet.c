@@ -311,10 +311,10 @@ static const sdp_conv_plan *plan_for(sdp_resnet *r, int ic, int size, int oc, in
 
 static conv_bn make_conv_bn(sdp_resnet *r, conv_bn_tensors t, int ic, int in_size, int oc, int k,
                             int stride) {
-    conv_bn u = {t,    plan_for(r, ic, in_size, oc, k, stride),
-                 oc,   (in_size + stride - 1) / stride,
-                 NULL, NULL,
-                 NULL};
+    conv_bn u = {.t = t,
+                 .plan = plan_for(r, ic, in_size, oc, k, stride),
+                 .C = oc,
+                 .size = (in_size + stride - 1) / stride};
     r->flops += (double)oc * ic * k * k * u.size * u.size;
     if (oc == 0) return u;
     u.conv = acts(r, act_size(r, oc, u.size));
