@@ -25,8 +25,10 @@ typedef struct {
     int axis;             /* the axis along which the group's width runs (group >= 0) */
     int segments;         /* that axis holds `segments` consecutive copies of the group width */
     bool decay;           /* weight decay applies */
-    bool buffer;          /* not trained (batch-norm running statistics): no gradient, no optimizer
-                             state; averaged among its owners before evaluation and checkpoints */
+    bool buffer;          /* state, not trained (batch-norm running statistics): no gradient or
+                           * optimizer state; mapped, published and checkpointed like a parameter,
+                           * averaged among its owners before evaluation and checkpoints
+                           * (sdp_layout_add leaves it false; a model sets it afterwards) */
     sdp_init_kind init;
     float init_std;
 } sdp_param;

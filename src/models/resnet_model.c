@@ -1,0 +1,69 @@
+/* The CIFAR ResNet behind the generic model interface (sdp/model.h): arch "resnet", images. */
+#include "sdp/check.h"
+#include "sdp/model.h"
+#include "sdp/resnet.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* oneDNN's primitives: docs/vision_kernels.md has the measurements against im2col + GEMM. */
+static const sdp_conv_algo CONV_ALGO = SDP_CONV_DNNL;
+
+static sdp_resnet *net(const sdp_model *m) {
+    return m->impl;
+}
+
+static void destroy(sdp_model *m) {
+    sdp_resnet_destroy(net(m));
+    memset(m, 0, sizeof *m);
+}
+
+static void forward(sdp_model *m, const sdp_batch *b, bool training, sdp_metrics *out) {
+    SDP_CHECK(b->images, "resnet: the batch has no images: feed an image dataset "
+                         "(Fashion-MNIST or CIFAR)");
+    sdp_resnet_forward(net(m), b->images, b->labels, b->B, training, out);
+}
+
+static void backward(sdp_model *m, float dloss) {
+    sdp_resnet_backward(net(m), dloss, m->layer_done, m->layer_done_ctx);
+}
+
+static void use_grads(sdp_model *m, float *grads, const long *grad_offset,
+                      const sdp_grad_slices *slices) {
+    sdp_resnet_use_grads(net(m), grads, grad_offset, slices);
+}
+
+static double train_flops_per_example(const sdp_model *m) {
+    return sdp_resnet_train_flops_per_image(net(m));
+}
+
+static const sdp_model_ops OPS = {destroy, forward, backward, use_grads, train_flops_per_example};
+
+static sdp_resnet_config resnet_config(const sdp_model_config *c) {
+    return (sdp_resnet_config){c->depth, c->width, c->in_channels, c->image_size, c->classes};
+}
+
+static void finish_config(sdp_model_config *c) {
+    sdp_resnet_config r = resnet_config(c);
+    sdp_resnet_config_finish(&r);
+    c->width = r.width;
+}
+
+static void describe_full(sdp_layout *full, const sdp_model_config *c) {
+    sdp_resnet_config r = resnet_config(c);
+    sdp_resnet_describe(full, &r, NULL);
+}
+
+static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spec *spec, int B,
+                   int T, sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
+    SDP_CHECK(T <= 1, "resnet: images have no sequence length (got T = %d): use T = 1", T);
+    sdp_resnet_config r = resnet_config(c);
+    sdp_resnet *impl = sdp_resnet_create(&r, spec, B, mode, gemm, CONV_ALGO, mem);
+    memset(m, 0, sizeof *m);
+    m->ops = &OPS;
+    m->impl = impl;
+    m->layout = sdp_resnet_layout(impl);
+    m->params = sdp_resnet_params(impl);
+}
+
+const sdp_model_family SDP_FAMILY_RESNET = {"resnet", true, finish_config, describe_full, create};
