@@ -30,6 +30,8 @@ static void open_images(batch_source *s, const train_opts *o, int rank, int worl
     sdp_augment aug = {pad, o->flip};
     sdp_image_loader_init(&s->train_il, &s->train_img, s->B, rank, world, (uint64_t)o->seed, true,
                           aug, &s->norm, mem);
+    sdp_image_loader_init(&s->calib_il, &s->train_img, s->B, 0, 1, (uint64_t)o->seed + 1, true,
+                          (sdp_augment){0, false}, &s->norm, mem);
     const size_t px = (size_t)s->B * s->train_img.C * s->train_img.H * s->train_img.W;
     s->pixels = sdp_alloc(mem, SDP_MEM_DATA, px * sizeof(float));
     s->labels = sdp_alloc(mem, SDP_MEM_DATA, (size_t)s->B * sizeof(int));
@@ -80,6 +82,13 @@ void batches_next(batch_source *s, sdp_batch *b) {
         b->tokens = s->tokens;
         b->targets = s->targets;
     }
+}
+
+void batches_calibration(batch_source *s, int i, sdp_batch *b) {
+    SDP_ASSERT(s->images);
+    if (i == 0) sdp_image_loader_seek(&s->calib_il, (sdp_loader_pos){0, 0});
+    sdp_image_loader_next(&s->calib_il, s->pixels, s->labels);
+    *b = (sdp_batch){.B = s->B, .T = 1, .images = s->pixels, .labels = s->labels};
 }
 
 sdp_loader_pos batches_pos(const batch_source *s) {

@@ -21,6 +21,7 @@ typedef struct {
     sdp_images train_img, test_img;
     sdp_image_norm norm;
     sdp_image_loader train_il;
+    sdp_image_loader calib_il; /* training images for batch-norm recalibration, its own stream */
     /* the current batch */
     int *tokens, *targets, *labels;
     float *pixels;
@@ -34,6 +35,9 @@ void batches_open(batch_source *s, const train_opts *o, bool images, int rank, i
                   bool eval_alone, sdp_mem *mem);
 /* The next training batch of this worker. */
 void batches_next(batch_source *s, sdp_batch *b);
+/* Batch i of the recalibration stream: training images without augmentation, the same sequence
+ * every time it restarts at i = 0, independent of training's position. Image data only. */
+void batches_calibration(batch_source *s, int i, sdp_batch *b);
 sdp_loader_pos batches_pos(const batch_source *s);
 void batches_seek(batch_source *s, sdp_loader_pos pos);
 /* Token vocabulary of the data (0 for images), and image geometry (0 for tokens). */

@@ -138,8 +138,8 @@ static void build_worker(trainer *t) {
     sdp_plan_build(&t->plan, &pc, &t->full);
     const bool forward = pc.mask == SDP_MASK_FORWARD;
     t->gemm = run_gemm(&t->o);
-    run_create_worker_model(&t->model, &t->cfg, &t->plan, &t->full, t->world.rank, t->o.batch,
-                            t->o.seq_len, SDP_MODEL_TRAIN_BARE, t->gemm, &t->mem);
+    run_create_worker_model(&t->model, &t->cfg, &t->plan, &t->full, t->world.rank, t->data.B,
+                            t->data.T, SDP_MODEL_TRAIN_BARE, t->gemm, &t->mem);
     sdp_subnet_map_build(&t->map, &t->full, t->model.layout, &t->plan, t->world.rank, forward);
     sdp_subnet_init_values(&t->map, &t->full, t->model.layout, t->model.params,
                            (uint64_t)t->o.seed);

@@ -10,6 +10,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Running statistics gathered from subnetworks describe the subnetworks, not the assembled
+ * model, whose blocks all add to the residual stream at once: re-estimate them on training
+ * batches, from scratch, before the assembled model is evaluated or saved. */
+static void recalibrate_running_stats(trainer *t) {
+    const sdp_layout *L = t->full_model.layout;
+    bool any = false;
+    for (int i = 0; i < L->nparams; i++) {
+        const sdp_param *p = &L->params[i];
+        if (!p->buffer) continue;
+        any = true;
+        for (size_t j = 0; j < p->numel; j++)
+            t->full_model.params[p->offset + j] = sdp_param_init_value(p, 0, j);
+    }
+    for (int i = 0; any && i < t->o.bn_recal_batches; i++) {
+        sdp_batch b;
+        sdp_metrics mt;
+        batches_calibration(&t->data, i, &b);
+        t->full_model.ops->forward(&t->full_model, &b, true, &mt);
+    }
+}
+
 const float *full_params_on_rank0(trainer *t) {
     if (t->plan.cfg.mask != SDP_MASK_FORWARD) return t->model.params; /* every worker is full */
     if (is_rank0(t) && !t->has_full_model) {
@@ -19,6 +40,7 @@ const float *full_params_on_rank0(trainer *t) {
     }
     sdp_sync_gather_full(&t->sync, t->model.params, false,
                          is_rank0(t) ? t->full_model.params : NULL);
+    if (is_rank0(t) && t->data.images) recalibrate_running_stats(t);
     return is_rank0(t) ? t->full_model.params : NULL;
 }
 

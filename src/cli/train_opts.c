@@ -22,6 +22,10 @@ const opt_spec TRAIN_OPTS[] = {
     {"crop-pad", OPT_INT, F(crop_pad), "-1",
      "image models: random-crop padding; -1 = image size / 8, 0 = off", -1},
     {"flip", OPT_FLAG, F(flip), "false", "image models: random horizontal flips", 0},
+    {"bn-recal-batches", OPT_INT, F(bn_recal_batches), "50",
+     "forward masking: training batches that re-estimate the assembled model's batch-norm "
+     "statistics before evaluation and checkpoints",
+     0},
     {"val-data", OPT_STR, F(val_data), "", "validation shards (glob); text uses --val-frac", 0},
     {"val-frac", OPT_FLOAT, F(val_frac), "0.1", "fraction of a text file held out for validation",
      0},

@@ -13,7 +13,7 @@ typedef struct {
     /* data */
     char data[OPT_STR_MAX], val_data[OPT_STR_MAX], dataset[OPT_STR_MAX];
     double val_frac;
-    int crop_pad;
+    int crop_pad, bn_recal_batches;
     bool flip;
     /* optimisation */
     int batch, grad_accum, steps, warmup;
