@@ -14,7 +14,7 @@ typedef struct {
     char dir[OPT_STR_MAX];
     train_opts o;
     long steps;
-    double train_loss, val_loss, flops, tok_s, elapsed;
+    double train_loss, val_loss, val_acc, flops, tok_s, elapsed;
     double state_bytes, total_bytes, peak_rss, sent;
     int world;
 } run_figures;
@@ -41,6 +41,7 @@ static void read_metrics(run_figures *f) {
             tok += number(o, "tokens_per_s"), ntok++;
         }
         if (!isnan(number(o, "val_loss"))) f->val_loss = number(o, "val_loss");
+        if (!isnan(number(o, "val_accuracy"))) f->val_acc = number(o, "val_accuracy");
         if (!isnan(number(o, "elapsed_s"))) f->elapsed = number(o, "elapsed_s");
         cJSON_Delete(o);
     }
@@ -77,7 +78,7 @@ static void read_memory(run_figures *f) {
 
 static void load_run(run_figures *f, const char *dir) {
     memset(f, 0, sizeof *f);
-    f->train_loss = f->val_loss = NAN;
+    f->train_loss = f->val_loss = f->val_acc = NAN;
     SDP_CHECK(strlen(dir) < sizeof f->dir, "path too long: %s", dir);
     strcpy(f->dir, dir);
     run_load_config(&f->o, dir);
@@ -92,9 +93,10 @@ static const char *mib(char *b, size_t n, double bytes) {
 }
 
 static void print_table(const run_figures *r, int n) {
-    printf("| run | mode | unit | N | k | steps | TFLOP/worker | train loss | val loss | "
-           "tok/s/worker | params+grads+opt MiB | total MiB | peak RSS MiB | sent/step MiB |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| run | mode | unit | N | k | steps | TFLOP/worker | train loss | val loss | val acc | "
+           "examples/s/worker | params+grads+opt MiB | total MiB | peak RSS MiB | sent/step MiB "
+           "|\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         const run_figures *f = &r[i];
         const bool ddp = strcmp(f->o.sdp_mask, "none") == 0;
@@ -106,11 +108,15 @@ static void print_table(const run_figures *r, int n) {
         else
             snprintf(k, sizeof k, "%g", f->o.sdp_coverage * f->world);
         const char *name = strrchr(f->dir, '/') ? strrchr(f->dir, '/') + 1 : f->dir;
-        printf("| %s | %s | %s | %d | %s | %ld | %.4g | %.4f | %.4f | %.0f | %s | %s | %s | %s |\n",
-               name, ddp ? "DDP" : f->o.sdp_mask, ddp ? "-" : f->o.sdp_unit, f->world, k, f->steps,
-               f->flops / 1e12, f->train_loss, f->val_loss, f->tok_s,
-               mib(a, sizeof a, f->state_bytes), mib(b, sizeof b, f->total_bytes),
-               mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
+        char acc[32] = "-";
+        if (!isnan(f->val_acc)) snprintf(acc, sizeof acc, "%.2f%%", 100 * f->val_acc);
+        printf(
+            "| %s | %s | %s | %d | %s | %ld | %.4g | %.4f | %.4f | %s | %.0f | %s | %s | %s | %s "
+            "|\n",
+            name, ddp ? "DDP" : f->o.sdp_mask, ddp ? "-" : f->o.sdp_unit, f->world, k, f->steps,
+            f->flops / 1e12, f->train_loss, f->val_loss, acc, f->tok_s,
+            mib(a, sizeof a, f->state_bytes), mib(b, sizeof b, f->total_bytes),
+            mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
     }
 }
 
@@ -118,7 +124,8 @@ int cmd_report(int argc, char **argv) {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: sdp report RUN_DIR...\n"
                "Prints a Markdown table of each run's final figures: mode, unit, N, k, steps,\n"
-               "FLOPs per worker, final train and validation loss, tokens/s per worker, the\n"
+               "FLOPs per worker, final train and validation loss (and accuracy for image\n"
+               "models), tokens or images per second per worker, the\n"
                "largest worker's memory (training bytes; peak RSS over ranks 1..N-1, as rank 0\n"
                "also holds the evaluation copy of the model), and bytes sent per step.\n");
         return 0;
