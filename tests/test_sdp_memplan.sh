@@ -4,10 +4,11 @@
 source "$(dirname "$0")/lib.sh"
 make_text "$WORK/text.txt" 40000
 MODEL=(--layers 4 --heads 4 --width 32 --seq-len 16 --batch 2)
+DATA=(--data "$WORK/text.txt")
 check() {
   local n=$1; shift
   local name="N=$n $*"
-  timeout 120 "$MPIEXEC" -n "$n" --oversubscribe "$SDP_BIN" train --data "$WORK/text.txt" \
+  timeout 120 "$MPIEXEC" -n "$n" --oversubscribe "$SDP_BIN" train "${DATA[@]}" \
     "${MODEL[@]}" --steps 2 --val-every 0 --threads 1 --out "$WORK/run" "$@" >"$WORK/log" 2>&1 \
     || { fail "$name: training failed"; cat "$WORK/log"; return; }
   "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --json "$@" >"$WORK/plan.json" 2>&1 \
@@ -31,4 +32,15 @@ check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2
 check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
 check 4 --sdp-mask forward --sdp-unit block --sdp-assign random --model llama
 check 4 --sdp-mask backward --sdp-unit block --sdp-owners 1 --optimizer sgd
+
+# The ResNet on Fashion-MNIST: batch-norm buffers, 4-D convolution weights split by channel.
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  MODEL=(--model resnet --depth 8 --channels 4 --batch 4 --optimizer sgd)
+  DATA=(--bn-recal-batches 2)
+  check 4 --sdp-mask forward --sdp-unit block
+  check 4 --sdp-mask forward --sdp-unit neuron
+  check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
+else
+  echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+fi
 finish

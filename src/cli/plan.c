@@ -51,7 +51,8 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
                             const plan_opts *o, int rank) {
     sdp_mem dry = {.dry = true};
     sdp_model m;
-    run_create_worker_model(&m, cfg, p, full, rank, o->t.batch, o->t.seq_len, SDP_MODEL_TRAIN_BARE,
+    const int T = run_images(&o->t) ? 1 : o->t.seq_len; /* images have no sequence */
+    run_create_worker_model(&m, cfg, p, full, rank, o->t.batch, T, SDP_MODEL_TRAIN_BARE,
                             SDP_GEMM_DNNL, &dry);
     const size_t local = m.layout->numel;
     m.ops->destroy(&m);
