@@ -9,29 +9,7 @@
 
 enum { SIDE = 32, PLANE = SIDE * SIDE, RECORD_PIXELS = 3 * PLANE };
 
-typedef struct {
-    char dir[512];
-} fixture;
-
-static int setup(void **state) {
-    fixture *fx = calloc(1, sizeof *fx);
-    const char *base = getenv("SDP_TEST_TMP");
-    if (!base || !*base) base = "/tmp";
-    mkdir(base, 0755); /* ctest's test_tmp may not exist yet */
-    snprintf(fx->dir, sizeof fx->dir, "%s/sdp_cifar_XXXXXX", base);
-    if (!mkdtemp(fx->dir)) return -1;
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *fx = *state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
-    int rc = system(cmd);
-    free(fx);
-    return rc == 0 ? 0 : -1;
-}
+typedef tu_tmpdir fixture;
 
 /* Records as the test means them: rgb[i][c][y][x] and the label bytes of record i. */
 typedef struct {
@@ -271,11 +249,13 @@ static void test_label_range(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_cifar10_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cifar100_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_missing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_sizes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_label_range, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cifar10_round_trip, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_cifar100_round_trip, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_missing, tu_tmpdir_setup, tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_sizes, tu_tmpdir_setup, tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_label_range, tu_tmpdir_setup, tu_tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,29 +9,7 @@
 #include <time.h>
 #include <zlib.h>
 
-typedef struct {
-    char dir[512];
-} fixture;
-
-static int setup(void **state) {
-    fixture *fx = calloc(1, sizeof *fx);
-    const char *base = getenv("SDP_TEST_TMP");
-    if (!base || !*base) base = "/tmp";
-    mkdir(base, 0755); /* ctest's test_tmp may not exist yet */
-    snprintf(fx->dir, sizeof fx->dir, "%s/sdp_idx_XXXXXX", base);
-    if (!mkdtemp(fx->dir)) return -1;
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *fx = *state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
-    int rc = system(cmd);
-    free(fx);
-    return rc == 0 ? 0 : -1;
-}
+typedef tu_tmpdir fixture;
 
 /* ---- writing IDX files byte by byte ------------------------------------------------------- */
 
@@ -337,13 +315,13 @@ static void test_inconsistent(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_prefers_gz, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip, tu_tmpdir_setup, tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_prefers_gz, tu_tmpdir_setup, tu_tmpdir_teardown),
         cmocka_unit_test(test_real_fashion_mnist),
-        cmocka_unit_test_setup_teardown(test_missing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wrong_magic, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_inconsistent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing, tu_tmpdir_setup, tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_magic, tu_tmpdir_setup, tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_truncated, tu_tmpdir_setup, tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_inconsistent, tu_tmpdir_setup, tu_tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,29 +6,7 @@
 
 #include <sys/stat.h>
 
-typedef struct {
-    char dir[512];
-} fixture;
-
-static int setup(void **state) {
-    fixture *fx = calloc(1, sizeof *fx);
-    const char *base = getenv("SDP_TEST_TMP");
-    if (!base || !*base) base = "/tmp";
-    mkdir(base, 0755); /* ctest's test_tmp may not exist yet */
-    snprintf(fx->dir, sizeof fx->dir, "%s/sdp_shards_XXXXXX", base);
-    if (!mkdtemp(fx->dir)) return -1;
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *fx = *state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
-    int rc = system(cmd);
-    free(fx);
-    return rc == 0 ? 0 : -1;
-}
+typedef tu_tmpdir fixture;
 
 /* What llm.c's write_datafile does: header[0] magic, [1] version, [2] token count, the rest of
  * the 256 int32 zero, then the tokens as uint16. The header fields are parameters so that the
@@ -181,9 +159,11 @@ static void test_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip_sorted, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_vocab_from_largest_id, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip_sorted, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_vocab_from_largest_id, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_errors, tu_tmpdir_setup, tu_tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

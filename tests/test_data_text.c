@@ -6,29 +6,7 @@
 
 #include <sys/stat.h>
 
-typedef struct {
-    char dir[512];
-} fixture;
-
-static int setup(void **state) {
-    fixture *fx = calloc(1, sizeof *fx);
-    const char *base = getenv("SDP_TEST_TMP");
-    if (!base || !*base) base = "/tmp";
-    mkdir(base, 0755); /* ctest's test_tmp may not exist yet */
-    snprintf(fx->dir, sizeof fx->dir, "%s/sdp_text_XXXXXX", base);
-    if (!mkdtemp(fx->dir)) return -1;
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *fx = *state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
-    int rc = system(cmd);
-    free(fx);
-    return rc == 0 ? 0 : -1;
-}
+typedef tu_tmpdir fixture;
 
 static void write_bytes(const char *path, const unsigned char *bytes, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -174,10 +152,11 @@ static void test_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_split_sizes_and_contents, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_no_val_split, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_sizes_and_contents, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_no_val_split, tu_tmpdir_setup, tu_tmpdir_teardown),
         cmocka_unit_test(test_tinyshakespeare),
-        cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_errors, tu_tmpdir_setup, tu_tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,6 +93,34 @@ static inline void tu_expect_fatal(void (*fn)(void *), void *ctx, const char *ne
                     needle, status, buf);
         fail();
     }
+}
+
+/* A fresh directory per test, under $SDP_TEST_TMP (ctest's) or /tmp, removed afterwards. Use
+ * tu_tmpdir_setup and tu_tmpdir_teardown as a cmocka test's setup and teardown; the state is a
+ * tu_tmpdir whose dir names the directory. */
+typedef struct {
+    char dir[512];
+} tu_tmpdir;
+
+static inline int tu_tmpdir_setup(void **state) {
+    tu_tmpdir *t = calloc(1, sizeof *t);
+    const char *base = getenv("SDP_TEST_TMP");
+    if (!t) return -1;
+    if (!base || !*base) base = "/tmp";
+    mkdir(base, 0755); /* ctest's test_tmp may not exist yet */
+    snprintf(t->dir, sizeof t->dir, "%s/sdp_test_XXXXXX", base);
+    if (!mkdtemp(t->dir)) return -1;
+    *state = t;
+    return 0;
+}
+
+static inline int tu_tmpdir_teardown(void **state) {
+    tu_tmpdir *t = *state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
+    int rc = system(cmd);
+    free(t);
+    return rc == 0 ? 0 : -1;
 }
 
 #endif
