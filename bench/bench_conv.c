@@ -1,9 +1,9 @@
 /* Throughput of conv2d forward, backward-data and backward-weights at the ResNet-18 CIFAR layer
- * shapes, batch 64, for each algorithm, against the measured sgemm peak. Every pass counts
- * 2 * B * OC * OH * OW * IC * KH * KW FLOPs; times include the layout reorders and the gradient
- * accumulation, i.e. the whole kernel call. Best of `repeats` calls after one warm-up; the
- * algorithms alternate call by call, so a busy machine slows both alike.
- * Usage: bench_conv [threads] [repeats] [dnnl|im2col|both] */
+ * shapes (and those of a ResNet-20-style network), batch 64, for each algorithm, against the
+ * measured sgemm peak. Every pass counts 2 * B * OC * OH * OW * IC * KH * KW FLOPs; times include
+ * the layout reorders and the gradient accumulation, i.e. the whole kernel call. Best of `repeats`
+ * calls after one warm-up; the algorithms alternate call by call, so a busy machine slows both
+ * alike. Usage: bench_conv [threads] [repeats] [dnnl|im2col|both] */
 #include "sdp/bench.h"
 #include "sdp/check.h"
 #include "sdp/ops_vision.h"
@@ -29,6 +29,13 @@ static const layer LAYERS[] = {
     {"128->128 16x16", {BATCH, 128, 16, 16, 128, 3, 3, 1, 1, 1, 1}},
     {"256->256 8x8", {BATCH, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1}},
     {"512->512 4x4", {BATCH, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}},
+    /* ResNet-18's downsampling: the first conv of a stage and its 1x1 shortcut */
+    {"64->128 s2 32x32", {BATCH, 64, 32, 32, 128, 3, 3, 2, 2, 1, 1}},
+    {"1x1 64->128 s2", {BATCH, 64, 32, 32, 128, 1, 1, 2, 2, 0, 0}},
+    /* the small ResNet-20-style network: 16, 32, 64 channels */
+    {"r20 16->16 32x32", {BATCH, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1}},
+    {"r20 32->32 16x16", {BATCH, 32, 16, 16, 32, 3, 3, 1, 1, 1, 1}},
+    {"r20 64->64 8x8", {BATCH, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1}},
 };
 
 static double now(void) {
