@@ -130,10 +130,10 @@ int main(int argc, char **argv) {
     sdp_set_threads(threads);
 
     double peak = sdp_measure_sgemm_peak(SDP_GEMM_DNNL, PEAK_SIZE, repeats);
-    printf("threads %d, batch %d, sgemm peak (dnnl, %d^3) %.1f GFLOP/s; %% is of that peak\n",
-           threads, BATCH, PEAK_SIZE, peak);
-    printf("%-17s %-6s | %-31s | %-31s | %-31s\n", "layer", "algo", "forward", "backward data",
-           "backward weights");
+    double peak_openblas = sdp_measure_sgemm_peak(SDP_GEMM_OPENBLAS, PEAK_SIZE, repeats);
+    printf("threads %d, batch %d, sgemm peak at %d^3: dnnl %.1f GFLOP/s, openblas %.1f GFLOP/s; "
+           "%% is of the dnnl peak\n",
+           threads, BATCH, PEAK_SIZE, peak, peak_openblas);
     bool use[NALGOS];
     for (int a = 0; a < NALGOS; a++) use[a] = both || ALGOS[a] == only;
     for (size_t k = 0; k < sizeof LAYERS / sizeof LAYERS[0]; k++)
