@@ -134,6 +134,8 @@ int main(int argc, char **argv) {
     printf("threads %d, batch %d, sgemm peak at %d^3: dnnl %.1f GFLOP/s, openblas %.1f GFLOP/s; "
            "%% is of the dnnl peak\n",
            threads, BATCH, PEAK_SIZE, peak, peak_openblas);
+    printf("%-17s %-6s | %-31s | %-31s | %-31s\n", "layer", "algo", "forward", "backward data",
+           "backward weights");
     bool use[NALGOS];
     for (int a = 0; a < NALGOS; a++) use[a] = both || ALGOS[a] == only;
     for (size_t k = 0; k < sizeof LAYERS / sizeof LAYERS[0]; k++)
