@@ -1,8 +1,9 @@
 /* Throughput of conv2d forward, backward-data and backward-weights at the ResNet-18 CIFAR layer
- * shapes, batch 64, for each algorithm, against the measured sgemm peak. Every pass counts
- * 2 * B * OC * OH * OW * IC * KH * KW FLOPs; times include the layout reorders and the gradient
- * accumulation, i.e. the whole kernel call. Best of `repeats` calls after one warm-up.
- * Usage: bench_conv [threads] [repeats] [dnnl|im2col|both] */
+ * shapes (and those of a ResNet-20-style network), batch 64, for each algorithm, against the
+ * measured sgemm peak. Every pass counts 2 * B * OC * OH * OW * IC * KH * KW FLOPs; times include
+ * the layout reorders and the gradient accumulation, i.e. the whole kernel call. Best of `repeats`
+ * calls after one warm-up; the algorithms alternate call by call, so a busy machine slows both
+ * alike. Usage: bench_conv [threads] [repeats] [dnnl|im2col|both] */
 #include "sdp/bench.h"
 #include "sdp/check.h"
 #include "sdp/ops_vision.h"
@@ -28,6 +29,13 @@ static const layer LAYERS[] = {
     {"128->128 16x16", {BATCH, 128, 16, 16, 128, 3, 3, 1, 1, 1, 1}},
     {"256->256 8x8", {BATCH, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1}},
     {"512->512 4x4", {BATCH, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}},
+    /* ResNet-18's downsampling: the first conv of a stage and its 1x1 shortcut */
+    {"64->128 s2 32x32", {BATCH, 64, 32, 32, 128, 3, 3, 2, 2, 1, 1}},
+    {"1x1 64->128 s2", {BATCH, 64, 32, 32, 128, 1, 1, 2, 2, 0, 0}},
+    /* the small ResNet-20-style network: 16, 32, 64 channels */
+    {"r20 16->16 32x32", {BATCH, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1}},
+    {"r20 32->32 16x16", {BATCH, 32, 16, 16, 32, 3, 3, 1, 1, 1, 1}},
+    {"r20 64->64 8x8", {BATCH, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1}},
 };
 
 static double now(void) {
@@ -44,79 +52,94 @@ static float *random_floats(size_t n, sdp_rng *rng) {
 }
 
 typedef enum { FWD, BWD_DATA, BWD_WEIGHTS, NPASSES } pass;
+enum { NALGOS = 2 };
+static const sdp_conv_algo ALGOS[NALGOS] = {SDP_CONV_DNNL, SDP_CONV_IM2COL};
 
 typedef struct {
-    const sdp_conv_plan *plan;
     float *inp, *w, *out, *dout, *dinp, *dw, *scratch;
 } buffers;
 
-static void run_pass(const buffers *b, pass p) {
+static void run_pass(const sdp_conv_plan *plan, const buffers *b, pass p) {
     switch (p) {
     case FWD:
-        sdp_conv2d_fwd(b->plan, b->out, b->inp, b->w, NULL, b->scratch);
+        sdp_conv2d_fwd(plan, b->out, b->inp, b->w, NULL, b->scratch);
         return;
     case BWD_DATA:
-        sdp_conv2d_bwd(b->plan, b->dinp, NULL, NULL, b->dout, NULL, b->w, b->scratch);
+        sdp_conv2d_bwd(plan, b->dinp, NULL, NULL, b->dout, NULL, b->w, b->scratch);
         return;
     default:
-        sdp_conv2d_bwd(b->plan, NULL, b->dw, NULL, b->dout, b->inp, NULL, b->scratch);
+        sdp_conv2d_bwd(plan, NULL, b->dw, NULL, b->dout, b->inp, NULL, b->scratch);
         return;
     }
 }
 
-static void bench_layer(const layer *l, sdp_conv_algo algo, int repeats, double peak) {
-    sdp_conv_plan plan;
-    sdp_conv_plan_init(&plan, &l->shape, algo, SDP_GEMM_DNNL);
+/* The algorithms take turns call by call, so that both see the same load on a shared machine. */
+static void bench_layer(const layer *l, const bool use[NALGOS], int repeats, double peak) {
     const sdp_conv_shape *s = &l->shape;
-    size_t n_in = (size_t)s->B * s->IC * s->H * s->W, n_w = (size_t)s->OC * s->IC * s->KH * s->KW;
-    size_t n_out = (size_t)s->B * s->OC * plan.OH * plan.OW;
-    sdp_rng rng = sdp_rng_make(1, 0);
-    buffers b = {&plan,
-                 random_floats(n_in, &rng),
-                 random_floats(n_w, &rng),
-                 random_floats(n_out, &rng),
-                 random_floats(n_out, &rng),
-                 random_floats(n_in, &rng),
-                 random_floats(n_w, &rng),
-                 random_floats(sdp_conv_scratch_floats(&plan), &rng)};
-    double flops = 2.0 * n_out * s->IC * s->KH * s->KW;
-    printf("%-17s %-6s", l->name, sdp_conv_algo_name(algo));
-    for (pass p = 0; p < NPASSES; p++) {
-        double best = 1e30;
-        for (int r = -1; r < repeats; r++) { /* r = -1 is the warm-up */
-            double t0 = now();
-            run_pass(&b, p);
-            double dt = now() - t0;
-            if (r >= 0 && dt < best) best = dt;
-        }
-        double gflops = flops / best * 1e-9;
-        printf(" | %7.2f ms %6.1f GFLOP/s %3.0f%%", 1e3 * best, gflops, 100 * gflops / peak);
+    sdp_conv_plan plans[NALGOS];
+    size_t scratch = 0;
+    for (int a = 0; a < NALGOS; a++) {
+        if (!use[a]) continue;
+        sdp_conv_plan_init(&plans[a], s, ALGOS[a], SDP_GEMM_DNNL);
+        size_t need = sdp_conv_scratch_floats(&plans[a]);
+        scratch = need > scratch ? need : scratch;
     }
-    printf("   scratch %.1f MiB\n", sdp_conv_scratch_floats(&plan) * 4.0 / (1 << 20));
+    int OH = (s->H + 2 * s->pad_h - s->KH) / s->stride_h + 1;
+    int OW = (s->W + 2 * s->pad_w - s->KW) / s->stride_w + 1;
+    size_t n_in = (size_t)s->B * s->IC * s->H * s->W, n_w = (size_t)s->OC * s->IC * s->KH * s->KW;
+    size_t n_out = (size_t)s->B * s->OC * OH * OW;
+    sdp_rng rng = sdp_rng_make(1, 0);
+    buffers b = {random_floats(n_in, &rng),   random_floats(n_w, &rng),  random_floats(n_out, &rng),
+                 random_floats(n_out, &rng),  random_floats(n_in, &rng), random_floats(n_w, &rng),
+                 random_floats(scratch, &rng)};
+    double best[NALGOS][NPASSES];
+    for (pass p = 0; p < NPASSES; p++)
+        for (int a = 0; a < NALGOS; a++) best[a][p] = 1e30;
+    for (pass p = 0; p < NPASSES; p++)
+        for (int r = -1; r < repeats; r++) /* r = -1 is the warm-up */
+            for (int a = 0; a < NALGOS; a++) {
+                if (!use[a]) continue;
+                double t0 = now();
+                run_pass(&plans[a], &b, p);
+                double dt = now() - t0;
+                if (r >= 0 && dt < best[a][p]) best[a][p] = dt;
+            }
+    double flops = 2.0 * n_out * s->IC * s->KH * s->KW;
+    for (int a = 0; a < NALGOS; a++) {
+        if (!use[a]) continue;
+        printf("%-17s %-6s", l->name, sdp_conv_algo_name(ALGOS[a]));
+        for (pass p = 0; p < NPASSES; p++) {
+            double gflops = flops / best[a][p] * 1e-9;
+            printf(" | %7.2f ms %6.1f GFLOP/s %3.0f%%", 1e3 * best[a][p], gflops,
+                   100 * gflops / peak);
+        }
+        printf("   scratch %.1f MiB\n", sdp_conv_scratch_floats(&plans[a]) * 4.0 / (1 << 20));
+        sdp_conv_plan_free(&plans[a]);
+    }
     free(b.inp), free(b.w), free(b.out), free(b.dout), free(b.dinp), free(b.dw), free(b.scratch);
-    sdp_conv_plan_free(&plan);
 }
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : omp_get_max_threads();
     int repeats = argc > 2 ? atoi(argv[2]) : 3;
     const char *which = argc > 3 ? argv[3] : "both";
-    sdp_conv_algo only;
+    sdp_conv_algo only = SDP_CONV_DNNL;
     bool both = strcmp(which, "both") == 0;
     SDP_CHECK(threads >= 1 && repeats >= 1 && (both || sdp_conv_algo_parse(which, &only)),
               "usage: bench_conv [threads >= 1] [repeats >= 1] [dnnl|im2col|both]");
     sdp_set_threads(threads);
 
     double peak = sdp_measure_sgemm_peak(SDP_GEMM_DNNL, PEAK_SIZE, repeats);
-    printf("threads %d, batch %d, sgemm peak (dnnl, %d^3) %.1f GFLOP/s; %% is of that peak\n",
-           threads, BATCH, PEAK_SIZE, peak);
+    double peak_openblas = sdp_measure_sgemm_peak(SDP_GEMM_OPENBLAS, PEAK_SIZE, repeats);
+    printf("threads %d, batch %d, sgemm peak at %d^3: dnnl %.1f GFLOP/s, openblas %.1f GFLOP/s; "
+           "%% is of the dnnl peak\n",
+           threads, BATCH, PEAK_SIZE, peak, peak_openblas);
     printf("%-17s %-6s | %-31s | %-31s | %-31s\n", "layer", "algo", "forward", "backward data",
            "backward weights");
+    bool use[NALGOS];
+    for (int a = 0; a < NALGOS; a++) use[a] = both || ALGOS[a] == only;
     for (size_t k = 0; k < sizeof LAYERS / sizeof LAYERS[0]; k++)
-        for (int a = 0; a < 2; a++) {
-            sdp_conv_algo algo = a == 0 ? SDP_CONV_DNNL : SDP_CONV_IM2COL;
-            if (both || algo == only) bench_layer(&LAYERS[k], algo, repeats, peak);
-        }
+        bench_layer(&LAYERS[k], use, repeats, peak);
     double peak_after = sdp_measure_sgemm_peak(SDP_GEMM_DNNL, PEAK_SIZE, repeats);
     printf("sgemm peak again at the end: %.1f GFLOP/s (a large change means a busy machine)\n",
            peak_after);

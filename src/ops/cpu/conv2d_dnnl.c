@@ -153,7 +153,7 @@ static descs make_descs(const sdp_conv_plan *plan, bool user) {
                    plain_desc(s->B, s->OC, plan->OH, plan->OW, act)};
 }
 
-/* Creates the three convolution descriptors; the caller destroys them. */
+/* Creates the three convolution descriptors; make_pass takes them over. */
 static void make_conv_pds(const sdp_conv_plan *plan, dnnl_engine_t engine,
                           dnnl_primitive_desc_t pds[3]) {
     const sdp_conv_shape *s = &plan->shape;
