@@ -133,62 +133,94 @@ static void print_memory(const sdp_mem *mem) {
     printf(" total %s\n", sdp_fmt_bytes(buf, sizeof buf, (double)mem->total_cur));
 }
 
-static double measure_peak(sdp_gemm_provider prov) {
-    return sdp_measure_sgemm_peak(prov, PEAK_SIZE, PEAK_REPEATS);
+/* Best GFLOP/s of each provider on a square product; [0] dnnl, [1] openblas. */
+static void measure_peaks(double peak[2]) {
+    peak[0] = sdp_measure_sgemm_peak(SDP_GEMM_DNNL, PEAK_SIZE, PEAK_REPEATS);
+    peak[1] = sdp_measure_sgemm_peak(SDP_GEMM_OPENBLAS, PEAK_SIZE, PEAK_REPEATS);
 }
 
-static void bench_one(const bench_model *bm, sdp_gemm_provider gemm, int threads, int steps) {
-    sdp_mem mem = {0};
-    trainer t;
-    trainer_init(&t, bm, gemm, &mem);
-    const sdp_tf_config *c = &t.model.cfg;
-    const int N = bm->B * bm->T;
-    printf("\n%s: %s, %d layers, %d heads, width %d, vocab %d (padded %d), T=%d, B=%d, "
-           "%.1fM params\n",
-           bm->name, sdp_tf_style_name(c->style), c->n_layer, c->n_head, c->d_model, c->vocab,
-           c->vocab_padded, bm->T, bm->B, 1e-6 * (double)t.model.layout.numel);
-    print_memory(&mem);
+typedef struct {
+    const char *model;
+    sdp_gemm_provider gemm;
+    double tok_s, gflops, peak, mfu;
+    double med[NPHASES], best_total;
+} bench_result;
 
-    /* The yardstick is timed right before the steps it judges. */
-    double peak[2];
-    const sdp_gemm_provider provs[2] = {SDP_GEMM_DNNL, SDP_GEMM_OPENBLAS};
-    for (int p = 0; p < 2; p++) peak[p] = measure_peak(provs[p]);
-    double ref = peak[gemm == SDP_GEMM_DNNL ? 0 : 1];
-    printf("  sgemm peak (%d^3, best of %d, %d threads): dnnl %.1f GFLOP/s, openblas %.1f "
-           "GFLOP/s\n",
-           PEAK_SIZE, PEAK_REPEATS, threads, peak[0], peak[1]);
-    fflush(stdout);
-
+/* Warm-up steps, then `steps` timed ones: the median of each phase and the fastest total. */
+static double run_steps(trainer *t, const bench_model *bm, int steps, double med[NPHASES],
+                        double *best_total) {
     double ms[NPHASES], *samples[NPHASES], loss = 0;
     for (int ph = 0; ph < NPHASES; ph++) {
         samples[ph] = calloc((size_t)steps, sizeof(double));
         SDP_CHECK(samples[ph], "out of memory");
     }
     for (int s = -WARMUP_STEPS; s < steps; s++) {
-        random_batch(&t, N);
-        loss = timed_step(&t, bm->B, bm->T, ms);
+        random_batch(t, bm->B * bm->T);
+        loss = timed_step(t, bm->B, bm->T, ms);
         if (s >= 0)
             for (int ph = 0; ph < NPHASES; ph++) samples[ph][s] = ms[ph];
     }
-    double med[NPHASES];
     for (int ph = 0; ph < NPHASES; ph++) {
         med[ph] = median(samples[ph], steps);
+        if (ph == PH_TOTAL) *best_total = samples[ph][0]; /* sorted by median() */
         free(samples[ph]);
     }
+    return loss;
+}
+
+static bench_result bench_one(const bench_model *bm, sdp_gemm_provider gemm, int threads,
+                              int steps) {
+    sdp_mem mem = {0};
+    trainer t;
+    trainer_init(&t, bm, gemm, &mem);
+    const sdp_tf_config *c = &t.model.cfg;
+    const int N = bm->B * bm->T;
+    const int used = gemm == SDP_GEMM_DNNL ? 0 : 1;
+    printf("\n%s: %s, %d layers, %d heads, width %d, vocab %d (padded %d), T=%d, B=%d, "
+           "%.1fM params\n",
+           bm->name, sdp_tf_style_name(c->style), c->n_layer, c->n_head, c->d_model, c->vocab,
+           c->vocab_padded, bm->T, bm->B, 1e-6 * (double)t.model.layout.numel);
+    print_memory(&mem);
+
+    /* The yardstick is timed right before the steps it judges, and again after them: on a
+     * shared machine a large change means the figures are not to be trusted. */
+    double peak[2], after[2];
+    measure_peaks(peak);
+    printf("  sgemm peak (%d^3, best of %d, %d threads): dnnl %.1f GFLOP/s, openblas %.1f "
+           "GFLOP/s\n",
+           PEAK_SIZE, PEAK_REPEATS, threads, peak[0], peak[1]);
+    fflush(stdout);
+    bench_result r = {bm->name, gemm, .peak = peak[used]};
+    double loss = run_steps(&t, bm, steps, r.med, &r.best_total);
+    measure_peaks(after);
 
     double flops = sdp_tf_train_flops_per_token(&t.model, bm->T) * N;
-    double tok_s = N / (med[PH_TOTAL] * 1e-3);
-    double gflops = flops / (med[PH_TOTAL] * 1e-3) * 1e-9;
+    r.tok_s = N / (r.med[PH_TOTAL] * 1e-3);
+    r.gflops = flops / (r.med[PH_TOTAL] * 1e-3) * 1e-9;
+    r.mfu = 100.0 * r.gflops / r.peak;
     printf("  %d steps after %d warm-up, gemm %s, last loss %.3f, %.1f GFLOP/step\n", steps,
            WARMUP_STEPS, sdp_gemm_provider_name(gemm), loss, flops * 1e-9);
     printf("  median ms:");
     for (int ph = 0; ph < NPHASES; ph++)
-        printf(" %s %.1f%s", PHASE_NAMES[ph], med[ph], ph < NPHASES - 1 ? "," : "\n");
-    printf("  RESULT %-6s %-8s threads %d: %8.0f tokens/s  %6.1f GFLOP/s  MFU %5.1f%% of %.1f\n",
-           bm->name, sdp_gemm_provider_name(gemm), threads, tok_s, gflops, 100.0 * gflops / ref,
-           ref);
+        printf(" %s %.1f%s", PHASE_NAMES[ph], r.med[ph], ph < NPHASES - 1 ? "," : "");
+    printf(" (fastest step %.1f)\n", r.best_total);
+    double drift = after[used] / peak[used] - 1.0;
+    printf("  %s peak after the steps %.1f GFLOP/s (%+.0f%%)%s\n", sdp_gemm_provider_name(gemm),
+           after[used], 100.0 * drift,
+           drift > 0.1 || drift < -0.1 ? ": the machine's speed changed, run again" : "");
     fflush(stdout);
     trainer_free(&t, &mem);
+    return r;
+}
+
+static void print_table(const bench_result *r, int n, int threads) {
+    printf("\n%-6s %-8s %7s %9s %8s %7s %8s | median ms: %7s %7s %8s %10s\n", "model", "gemm",
+           "threads", "tokens/s", "GFLOP/s", "MFU", "peak", "step", "forward", "backward",
+           "clip+adamw");
+    for (int i = 0; i < n; i++)
+        printf("%-6s %-8s %7d %9.0f %8.1f %6.1f%% %8.1f | %18.1f %7.1f %8.1f %10.1f\n", r[i].model,
+               sdp_gemm_provider_name(r[i].gemm), threads, r[i].tok_s, r[i].gflops, r[i].mfu,
+               r[i].peak, r[i].med[PH_TOTAL], r[i].med[PH_FWD], r[i].med[PH_BWD], r[i].med[PH_OPT]);
 }
 
 static const bench_model MODELS[] = {
@@ -208,12 +240,13 @@ int main(int argc, char **argv) {
               MAX_STEPS);
     if (threads == 0) threads = omp_get_num_procs();
     sdp_set_threads(threads);
+    enum { NMODELS = sizeof MODELS / sizeof *MODELS };
+    bench_result results[NMODELS];
     int ran = 0;
-    for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS; i++) {
-        if (strcmp(only, "all") != 0 && strcmp(only, MODELS[i].name) != 0) continue;
-        bench_one(&MODELS[i], gemm, threads, steps);
-        ran++;
-    }
+    for (int i = 0; i < NMODELS; i++)
+        if (strcmp(only, "all") == 0 || strcmp(only, MODELS[i].name) == 0)
+            results[ran++] = bench_one(&MODELS[i], gemm, threads, steps);
     SDP_CHECK(ran > 0, "unknown model '%s': use all, gpt2 or bytes", only);
+    print_table(results, ran, threads);
     return 0;
 }

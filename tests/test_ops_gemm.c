@@ -78,6 +78,21 @@ static void test_all_transposes_both_providers(void **state) {
                     check_one(PROVIDERS[p], ta, tb, shapes[s], 0.75f, -0.5f, false);
 }
 
+/* oneDNN's C = A B^T is split into one band of columns (N > M) or rows per thread: bands of
+ * uneven width, at 2 and 3 threads, must join into the same product with strided operands. */
+static void test_banded_a_bt(void **state) {
+    (void)state;
+    const shape shapes[] = {{40, 300, 70}, {300, 40, 70}, {130, 129, 33}};
+    for (int threads = 2; threads <= 3; threads++) {
+        sdp_set_threads(threads);
+        for (int s = 0; s < 3; s++) {
+            check_one(SDP_GEMM_DNNL, false, true, shapes[s], 0.75f, -0.5f, false);
+            check_one(SDP_GEMM_DNNL, false, true, shapes[s], 1.0f, 0.0f, true);
+        }
+    }
+    sdp_set_threads(2);
+}
+
 /* With beta = 0, C is output only: stale contents (even NaN) must not leak into the result. */
 static void test_beta_zero_ignores_c(void **state) {
     (void)state;
@@ -171,6 +186,7 @@ int main(void) {
     sdp_set_threads(2); /* exercise the libraries' threaded paths even under OMP_NUM_THREADS=1 */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_transposes_both_providers),
+        cmocka_unit_test(test_banded_a_bt),
         cmocka_unit_test(test_beta_zero_ignores_c),
         cmocka_unit_test(test_empty_dimensions),
         cmocka_unit_test(test_deterministic),

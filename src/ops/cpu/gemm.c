@@ -47,6 +47,46 @@ static void gemm_openblas(bool ta, bool tb, int M, int N, int K, float alpha, co
                 K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* C = A B^T is the forward of every linear layer (weights [out, in]). For the skinny products of
+ * training (256 tokens against a 768 x 3072 weight) oneDNN's own threading splits the work so
+ * that each thread packs (nearly) all of B, and with a long K it falls to 140 GFLOP/s on 2 cores
+ * where 200 is reached otherwise. Splitting C here into one band per thread, along the longer of
+ * M and N, and running oneDNN single-threaded on each band measured 5-35% faster on every such
+ * shape of GPT-2 124M and up to 15% on 2048-token batches. The other layouts measured the same
+ * or worse this way and are left to oneDNN. Each band is a fixed sub-product for a given thread
+ * count, so results stay reproducible. */
+enum {
+    SPLIT_ALIGN = 16,   /* bands start on whole 64-byte lines of C */
+    SPLIT_MIN_BAND = 64 /* narrower bands leave oneDNN's kernels short of work */
+};
+
+static int round_up(int x, int m) {
+    return (x + m - 1) / m * m;
+}
+
+static void gemm_dnnl_abt_banded(int M, int N, int K, float alpha, const float *A, int lda,
+                                 const float *B, int ldb, float beta, float *C, int ldc) {
+    const int nth = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const bool split_cols = N > M;
+    const int len = split_cols ? N : M;
+    const int band = round_up((len + nth - 1) / nth, SPLIT_ALIGN);
+    if (nth == 1 || band < SPLIT_MIN_BAND) {
+        gemm_dnnl(false, true, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#pragma omp parallel num_threads(nth)
+    {
+        const int lo = omp_get_thread_num() * band;
+        const int hi = lo + band < len ? lo + band : len;
+        if (lo < hi && split_cols) /* rows lo..hi of B are columns lo..hi of C */
+            gemm_dnnl(false, true, M, hi - lo, K, alpha, A, lda, B + (size_t)lo * ldb, ldb, beta,
+                      C + lo, ldc);
+        else if (lo < hi)
+            gemm_dnnl(false, true, hi - lo, N, K, alpha, A + (size_t)lo * lda, lda, B, ldb, beta,
+                      C + (size_t)lo * ldc, ldc);
+    }
+}
+
 /* K = 0 is an empty sum, C = beta C; oneDNN leaves C unscaled then, so it is done here. */
 static void scale_c(int M, int N, float beta, float *C, int ldc) {
     for (int m = 0; m < M; m++)
@@ -66,7 +106,10 @@ void sdp_gemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N, int K, flo
     }
     switch (prov) {
     case SDP_GEMM_DNNL:
-        gemm_dnnl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if (!ta && tb)
+            gemm_dnnl_abt_banded(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        else
+            gemm_dnnl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     case SDP_GEMM_OPENBLAS:
         gemm_openblas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
