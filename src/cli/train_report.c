@@ -53,8 +53,12 @@ void print_start(const trainer *t) {
     if (!is_rank0(t)) return;
     const sdp_model_config *c = &t->cfg;
     char p[32];
-    printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, vocab %d, seq %d\n", c->arch,
-           c->layers, c->heads, c->width, c->d_ff, c->vocab, c->seq_len);
+    if (t->data.images)
+        printf("sdp train: %s, depth %d, base channels %d, %dx%dx%d images, %d classes\n", c->arch,
+               c->depth, c->width, c->in_channels, c->image_size, c->image_size, c->classes);
+    else
+        printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, vocab %d, seq %d\n", c->arch,
+               c->layers, c->heads, c->width, c->d_ff, c->vocab, c->seq_len);
     printf("  full model %.2fM parameters (%s) | workers %d | threads/worker %d (cores %d) | "
            "gemm %s\n",
            (double)t->full.numel / 1e6, sdp_fmt_bytes(p, sizeof p, (double)t->full.numel * 4),
