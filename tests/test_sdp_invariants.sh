@@ -87,6 +87,21 @@ for opt in "sgd 1e-6" "adamw 1e-4"; do
     fail "$1: 4 workers x batch 2 differ from 1 worker x batch 8 beyond $2: $out"
   fi
 done
+# Gradient accumulation: 2 micro-batches of 4 read the same 8 sequences as one batch of 8 and
+# must give the same model (SGD, tolerance as above). So must 4 workers x 1 x 2 micro-batches:
+# rank r reads sequences 8s + r and 8s + 4 + r, together batch 8's.
+train_on 1 "$WORK/accum1" "${E[@]}" --optimizer sgd --eps 1e-6 --batch 4 --grad-accum 2 &&
+if out=$("$SDP_mpi_st_diff" "$WORK/accum1/model.safetensors" "$WORK/dp1_sgd/model.safetensors" 1e-6 0); then
+  pass "sgd: 1 worker x batch 4 x 2 micro-batches = 1 worker x batch 8 within 1e-6 ($out)"
+else
+  fail "sgd: gradient accumulation differs from the larger batch: $out"
+fi
+train_on 4 "$WORK/accum4" "${E[@]}" --optimizer sgd --eps 1e-6 --batch 1 --grad-accum 2 &&
+if out=$("$SDP_mpi_st_diff" "$WORK/accum4/model.safetensors" "$WORK/dp1_sgd/model.safetensors" 1e-6 0); then
+  pass "sgd: 4 workers x batch 1 x 2 micro-batches = 1 worker x batch 8 within 1e-6 ($out)"
+else
+  fail "sgd: 4 workers with gradient accumulation differ from 1 worker x batch 8: $out"
+fi
 train_on 1 "$WORK/quarter" "${E[@]}" --optimizer adamw --eps 1e-6 --batch 2 &&
 if out=$("$SDP_mpi_st_diff" "$WORK/quarter/model.safetensors" "$WORK/dp1_adamw/model.safetensors" 1e-4 0); then
   fail "control: a quarter of the data gave the same model within 1e-4 ($out)"
