@@ -63,9 +63,8 @@ static void build_segments(trainer *t) {
     t->segs = calloc((size_t)L->nparams, sizeof *t->segs);
     SDP_CHECK(t->segs, "out of memory");
     for (int i = 0; i < L->nparams; i++)
-        t->segs[i] = (sdp_opt_segment){L->params[i].offset, L->params[i].numel,
-                                       L->params[i].decay, L->params[i].offset,
-                                       L->params[i].offset};
+        t->segs[i] = (sdp_opt_segment){L->params[i].offset, L->params[i].numel, L->params[i].decay,
+                                       L->params[i].offset, L->params[i].offset};
     t->nsegs = L->nparams;
 }
 
