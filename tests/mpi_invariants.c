@@ -390,6 +390,26 @@ static long check_grads(const mode *md, int rank, int world, double *worst_overa
     double worst = 0;
     if (w.ngrads != w.sync.owned)
         problem(&pr, "rank %d: gradients should be kept for owned elements only", rank);
+    /* No backward below the lowest owned block: the floor is the lowest block holding an owned
+     * run, or -1 (the whole pass) when the worker owns a stem tensor. */
+    int expect_floor = w.model.layout.nblocks;
+    for (int i = 0; i < w.map.nruns; i++) {
+        const sdp_run *r = &w.map.runs[i];
+        if (!owns(&w, r->unit, rank)) continue;
+        const int b = w.model.layout.params[r->param].block;
+        if (sdp_param_is_stem(&w.model.layout, r->param))
+            expect_floor = -1;
+        else if (b >= 0 && b < expect_floor && expect_floor >= 0)
+            expect_floor = b;
+    }
+    if (w.model.backward_floor != expect_floor)
+        problem(&pr, "rank %d: backward stops at layer %d, expected %d", rank,
+                w.model.backward_floor, expect_floor);
+    int truncated = w.model.backward_floor > 0, any_truncated = 0;
+    MPI_Allreduce(&truncated, &any_truncated, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (md->mask == SDP_MASK_BACKWARD && md->unit == SDP_UNIT_BLOCK && md->owners < world &&
+        !any_truncated && rank == 0)
+        problem(&pr, "backward masking with block units and k < N: no worker skipped any layer");
     const size_t n = w.full.numel;
     const int step = 100;
     memset(w.grads, 0, w.ngrads * sizeof(float));

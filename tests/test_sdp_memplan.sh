@@ -40,6 +40,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   check 4 --sdp-mask forward --sdp-unit block
   check 4 --sdp-mask forward --sdp-unit neuron
   check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
+  check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
 else
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi

@@ -89,6 +89,14 @@ int sdp_layout_add(sdp_layout *L, const char *name, int ndim, const int64_t *sha
                    float init_std);
 const sdp_param *sdp_layout_find(const sdp_layout *L, const char *name);
 
+/* A stem tensor: shared (block -1) and declared before every block's tensors, i.e. consumed
+ * below all blocks (embeddings, a ResNet's first conv). */
+bool sdp_param_is_stem(const sdp_layout *L, int i);
+/* The lowest local block a backward pass must reach for the tensors that have gradients
+ * (grad_offset[i] != -1): -1 when a stem tensor has one (the whole pass), else the lowest block
+ * with one, else nblocks (the head alone). */
+int sdp_layout_backward_floor(const sdp_layout *L, const long *grad_offset);
+
 /* Deterministic initial value of element `index` of the full-model tensor `name`: the same on
  * every rank and for every subnetwork, so a compact model initialises as a slice of the full. */
 float sdp_param_init_value(const sdp_param *p, uint64_t seed, uint64_t index);

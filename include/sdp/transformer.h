@@ -61,6 +61,7 @@ typedef struct {
     sdp_tf_offsets goff;            /* of gradients (-1: this worker computes no gradient there) */
     bool own_grads;                 /* grads was allocated by the model */
     const sdp_grad_slices *gslices; /* per tensor, for SDP_GRAD_SLICED gradients */
+    int backward_floor; /* lowest layer the backward reaches; -1: down to the embeddings */
     /* Called after each layer's backward (local layer index), e.g. to start gradient
      * all-reduces while the layers below are still running. NULL: no call. */
     void (*layer_done)(void *ctx, int layer);

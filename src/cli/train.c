@@ -62,7 +62,7 @@ static sdp_opt_cfg optimizer_config(const train_opts *o) {
     c.eps = (float)o->eps;
     c.momentum = (float)o->momentum;
     c.nesterov = o->nesterov;
-    c.weight_decay = (float)o->weight_decay;
+    if (o->weight_decay >= 0) c.weight_decay = (float)o->weight_decay;
     SDP_CHECK(o->beta1 < 1 && o->beta2 < 1, "--beta1 and --beta2 must be below 1");
     return c;
 }

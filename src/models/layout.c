@@ -97,3 +97,21 @@ void sdp_layout_init_values(const sdp_layout *L, float *params, uint64_t seed) {
         for (size_t j = 0; j < p->numel; j++) dst[j] = sdp_param_init_value(p, seed, j);
     }
 }
+
+bool sdp_param_is_stem(const sdp_layout *L, int i) {
+    if (L->params[i].block >= 0) return false;
+    for (int j = 0; j < i; j++)
+        if (L->params[j].block >= 0) return false;
+    return true;
+}
+
+int sdp_layout_backward_floor(const sdp_layout *L, const long *grad_offset) {
+    int floor = L->nblocks;
+    for (int i = 0; i < L->nparams; i++) {
+        if (grad_offset[i] == -1) continue;
+        const sdp_param *p = &L->params[i];
+        if (sdp_param_is_stem(L, i)) return -1;
+        if (p->block >= 0 && p->block < floor) floor = p->block;
+    }
+    return floor;
+}

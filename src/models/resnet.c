@@ -273,8 +273,9 @@ struct sdp_resnet {
     float *g, *s, *t1, *t2, *dpooled;
     size_t max_act;
     int last_B;
-    bool has_loss;   /* probs hold the probabilities of a training forward with labels */
-    bool has_logits; /* probs hold the logits of a forward without labels */
+    bool has_loss;      /* probs hold the probabilities of a training forward with labels */
+    int backward_floor; /* lowest block the backward reaches; -1: down to the stem */
+    bool has_logits;    /* probs hold the logits of a forward without labels */
 };
 
 static float *P(const sdp_resnet *r, int t) {
@@ -357,6 +358,7 @@ static void init_grads(sdp_resnet *r) {
     r->goff = malloc(sizeof(long) * (size_t)(L->nparams + 1));
     SDP_CHECK(r->goff, "out of memory");
     r->own_grads = r->mode == SDP_MODEL_TRAIN;
+    r->backward_floor = -1;
     if (r->own_grads) r->grads = sdp_alloc(r->mem, SDP_MEM_GRADS, L->numel * sizeof(float));
     for (int i = 0; i < L->nparams; i++)
         r->goff[i] = r->own_grads && !L->params[i].buffer ? (long)L->params[i].offset : -1;
@@ -480,6 +482,8 @@ void sdp_resnet_use_grads(sdp_resnet *r, float *grads, const long *grad_offset,
         SDP_ASSERT(g >= 0 || g == -1 || g == SDP_GRAD_SLICED);
         SDP_ASSERT(g != SDP_GRAD_SLICED || (slices && L->params[i].numel <= r->gscratch_floats));
     }
+    /* Nothing below the lowest block with a gradient needs the backward pass. */
+    r->backward_floor = sdp_layout_backward_floor(L, r->goff);
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
@@ -685,9 +689,14 @@ void sdp_resnet_backward(sdp_resnet *r, float dloss, void (*layer_done)(void *ct
     SDP_ASSERT(r->grads || r->mode == SDP_MODEL_TRAIN_BARE);
     const int B = r->last_B, S = r->cfg.image_size;
     head_bwd(r, dloss, B);
-    for (int i = r->nblocks - 1; i >= 0; i--) {
+    const int floor = r->backward_floor > 0 ? r->backward_floor : 0;
+    for (int i = r->nblocks - 1; i >= floor; i--) {
         block_bwd(r, &r->blocks[i], i ? r->blocks[i - 1].out : r->stem_out, B);
         if (layer_done) layer_done(ctx, i);
+    }
+    if (r->backward_floor >= 0) {
+        r->has_loss = false;
+        return;
     }
     zero(r->s, act_size(r, r->cfg.width, S));
     sdp_relu_bwd(r->s, r->g, r->stem_out, (size_t)B * r->cfg.width * S * S);

@@ -283,6 +283,7 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
 
     m->params = sdp_alloc(mem, SDP_MEM_PARAMS, m->layout.numel * sizeof(float));
     m->own_grads = mode == SDP_MODEL_TRAIN;
+    m->backward_floor = -1;
     if (m->own_grads) m->grads = sdp_alloc(mem, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
     m->goff = m->off;
     m->goff.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->goff.layers);
@@ -402,6 +403,8 @@ void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
     m->own_grads = false;
     m->grads = grads;
     m->gslices = slices;
+    /* Nothing below the lowest layer with a gradient needs the backward pass. */
+    m->backward_floor = sdp_layout_backward_floor(&m->layout, grad_offset);
     const sdp_layout *L = &m->layout;
     m->goff.wte = grad_offset_of(L, m->off.wte, grad_offset);
     m->goff.wpe = grad_offset_of(L, m->off.wpe, grad_offset);
@@ -567,11 +570,13 @@ void sdp_tf_backward(sdp_tf *m, float dloss) {
     zero(m->d_res, NC);
     norm_bwd(m, m->d_res, m->d_norm, top, m->lnf_mean, m->lnf_rstd, m->off.lnf_w, m->goff.lnf_w,
              m->goff.lnf_b, N);
-    for (int i = L - 1; i >= 0; i--) {
+    const int floor = m->backward_floor > 0 ? m->backward_floor : 0;
+    for (int i = L - 1; i >= floor; i--) {
         layer_backward(m, i, i > 0 ? m->layers[i - 1].out : m->embed, B, T);
         if (m->layer_done) m->layer_done(m->layer_done_ctx, i);
     }
-    sdp_embed_bwd(G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T, C);
+    if (m->backward_floor < 0)
+        sdp_embed_bwd(G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T, C);
     m->has_targets = false; /* probs now hold gradients */
 }
 

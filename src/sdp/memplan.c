@@ -1,6 +1,7 @@
 #include "sdp/memplan.h"
 
 #include "sdp/check.h"
+#include "sdp/subnet.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,13 +14,18 @@ static void unit_sizes(const sdp_plan *p, const sdp_layout *full, bool trained_o
     const size_t nb = (size_t)full->nblocks + 1;
     size_t *per_atom = calloc(nb * SDP_MAX_GROUPS, sizeof(size_t));
     size_t *all = calloc(nb, sizeof(size_t)); /* per block: every tensor */
-    SDP_CHECK(per_atom && all, "out of memory");
+    size_t *stem = calloc((size_t)p->nunits + 1, sizeof(size_t));
+    SDP_CHECK(per_atom && all && stem, "out of memory");
     size_t total = 0;
     for (int i = 0; i < full->nparams; i++) {
         const sdp_param *t = &full->params[i];
         if (trained_only && t->buffer) continue;
         total += t->numel;
-        if (t->block < 0) continue;
+        if (t->block < 0) {
+            int u = sdp_subnet_shared_unit(p, full, i);
+            if (u >= 0) stem[u] += t->numel;
+            continue;
+        }
         all[t->block] += t->numel;
         if (t->group >= 0)
             per_atom[(size_t)t->block * SDP_MAX_GROUPS + (size_t)t->group] +=
@@ -32,11 +38,13 @@ static void unit_sizes(const sdp_plan *p, const sdp_layout *full, bool trained_o
                             ? all[un->block]
                             : per_atom[(size_t)un->block * SDP_MAX_GROUPS + (size_t)un->group] *
                                   (size_t)un->width;
+        unit_elems[u] += stem[u];
         in_units += unit_elems[u];
     }
     if (shared) *shared = total - in_units;
     free(per_atom);
     free(all);
+    free(stem);
 }
 
 static bool member(const sdp_owner_group *g, int rank) {
