@@ -50,22 +50,6 @@ typedef struct {
     sdp_rng rng;
 } trainer;
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* One segment per trainable tensor; buffers (running statistics) are not the optimizer's. */
 static void init_optimizer(trainer *t, sdp_mem *mem) {
     const sdp_layout *L = sdp_resnet_layout(t->model);
@@ -114,32 +98,21 @@ static double timed_step(trainer *t, double ms[NPHASES]) {
     const size_t n = sdp_resnet_layout(t->model)->numel;
     float *grads = sdp_resnet_grads(t->model), *params = sdp_resnet_params(t->model);
     sdp_metrics m;
-    double t0 = now_ms();
+    double t0 = sdp_bench_now_ms();
     memset(grads, 0, n * sizeof(float));
-    double t1 = now_ms();
+    double t1 = sdp_bench_now_ms();
     sdp_resnet_forward(t->model, t->images, t->labels, BATCH, true, &m);
-    double t2 = now_ms();
+    double t2 = sdp_bench_now_ms();
     sdp_resnet_backward(t->model, 1.0f / BATCH, NULL, NULL);
-    double t3 = now_ms();
+    double t3 = sdp_bench_now_ms();
     sdp_optim_step(&t->opt, params, grads, t->segs, t->nsegs, LR);
-    double t4 = now_ms();
+    double t4 = sdp_bench_now_ms();
     ms[PH_ZERO] = t1 - t0;
     ms[PH_FWD] = t2 - t1;
     ms[PH_BWD] = t3 - t2;
     ms[PH_OPT] = t4 - t3;
     ms[PH_TOTAL] = t4 - t0;
     return m.loss / m.count;
-}
-
-static void print_memory(const sdp_mem *mem) {
-    const sdp_memcat cats[] = {SDP_MEM_PARAMS, SDP_MEM_GRADS,   SDP_MEM_OPTIM,
-                               SDP_MEM_ACTS,   SDP_MEM_SCRATCH, SDP_MEM_DATA};
-    char buf[32];
-    printf("  memory:");
-    for (size_t i = 0; i < sizeof cats / sizeof *cats; i++)
-        printf(" %s %s,", sdp_memcat_name(cats[i]),
-               sdp_fmt_bytes(buf, sizeof buf, (double)mem->cur[cats[i]]));
-    printf(" total %s\n", sdp_fmt_bytes(buf, sizeof buf, (double)mem->total_cur));
 }
 
 static void bench_one(const bench_model *bm, sdp_conv_algo algo, int threads, int steps) {
@@ -153,7 +126,7 @@ static void bench_one(const bench_model *bm, sdp_conv_algo algo, int threads, in
     printf("\n%s: depth %d, width %d, %dx%dx%d images, %d classes, B=%d, %.3fM trainable params\n",
            bm->name, c->depth, c->width, c->in_channels, c->image_size, c->image_size, c->classes,
            BATCH, 1e-6 * (double)trainable);
-    print_memory(&mem);
+    sdp_bench_print_memory(&mem);
     const double peak = sdp_measure_sgemm_peak(SDP_GEMM_DNNL, PEAK_SIZE, PEAK_REPEATS);
     printf("  sgemm peak (dnnl, %d^3, best of %d, %d threads): %.1f GFLOP/s\n", PEAK_SIZE,
            PEAK_REPEATS, threads, peak);
@@ -172,7 +145,7 @@ static void bench_one(const bench_model *bm, sdp_conv_algo algo, int threads, in
     }
     double med[NPHASES];
     for (int ph = 0; ph < NPHASES; ph++) {
-        med[ph] = median(samples[ph], steps);
+        med[ph] = sdp_bench_median(samples[ph], steps);
         free(samples[ph]);
     }
     const double flops = sdp_resnet_train_flops_per_image(t.model) * BATCH;

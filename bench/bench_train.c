@@ -41,22 +41,6 @@ typedef struct {
     sdp_rng rng;
 } trainer;
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* One segment per tensor, decaying as the layout says (what `sdp train` does by default). */
 static void build_segments(trainer *t) {
     const sdp_layout *L = &t->model.layout;
@@ -102,34 +86,23 @@ static void random_batch(trainer *t, int n) {
 static double timed_step(trainer *t, int B, int T, double ms[NPHASES]) {
     sdp_tf *m = &t->model;
     const size_t n = m->layout.numel;
-    double t0 = now_ms();
+    double t0 = sdp_bench_now_ms();
     memset(m->grads, 0, n * sizeof(float));
-    double t1 = now_ms();
+    double t1 = sdp_bench_now_ms();
     double loss = sdp_tf_forward(m, t->inputs, t->targets, B, T);
-    double t2 = now_ms();
+    double t2 = sdp_bench_now_ms();
     sdp_tf_backward(m, 1.0f / (float)(B * T));
-    double t3 = now_ms();
+    double t3 = sdp_bench_now_ms();
     double norm = sqrt(sdp_sumsq(m->grads, n));
     sdp_scale(m->grads, n, sdp_clip_scale(norm, CLIP));
     sdp_optim_step(&t->opt, m->params, m->grads, t->segs, t->nsegs, LR);
-    double t4 = now_ms();
+    double t4 = sdp_bench_now_ms();
     ms[PH_ZERO] = t1 - t0;
     ms[PH_FWD] = t2 - t1;
     ms[PH_BWD] = t3 - t2;
     ms[PH_OPT] = t4 - t3;
     ms[PH_TOTAL] = t4 - t0;
     return loss / (double)(B * T);
-}
-
-static void print_memory(const sdp_mem *mem) {
-    const sdp_memcat cats[] = {SDP_MEM_PARAMS, SDP_MEM_GRADS,   SDP_MEM_OPTIM,
-                               SDP_MEM_ACTS,   SDP_MEM_SCRATCH, SDP_MEM_DATA};
-    char buf[32];
-    printf("  memory:");
-    for (size_t i = 0; i < sizeof cats / sizeof *cats; i++)
-        printf(" %s %s,", sdp_memcat_name(cats[i]),
-               sdp_fmt_bytes(buf, sizeof buf, (double)mem->cur[cats[i]]));
-    printf(" total %s\n", sdp_fmt_bytes(buf, sizeof buf, (double)mem->total_cur));
 }
 
 /* Best GFLOP/s of each provider on a square product; [0] dnnl, [1] openblas. */
@@ -160,8 +133,8 @@ static double run_steps(trainer *t, const bench_model *bm, int steps, double med
             for (int ph = 0; ph < NPHASES; ph++) samples[ph][s] = ms[ph];
     }
     for (int ph = 0; ph < NPHASES; ph++) {
-        med[ph] = median(samples[ph], steps);
-        if (ph == PH_TOTAL) *best_total = samples[ph][0]; /* sorted by median() */
+        med[ph] = sdp_bench_median(samples[ph], steps);
+        if (ph == PH_TOTAL) *best_total = samples[ph][0]; /* sorted by sdp_bench_median() */
         free(samples[ph]);
     }
     return loss;
@@ -179,7 +152,7 @@ static bench_result bench_one(const bench_model *bm, sdp_gemm_provider gemm, int
            "%.1fM params\n",
            bm->name, sdp_tf_style_name(c->style), c->n_layer, c->n_head, c->d_model, c->vocab,
            c->vocab_padded, bm->T, bm->B, 1e-6 * (double)t.model.layout.numel);
-    print_memory(&mem);
+    sdp_bench_print_memory(&mem);
 
     /* The yardstick is timed right before the steps it judges, and again after them: on a
      * shared machine a large change means the figures are not to be trusted. */

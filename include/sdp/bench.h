@@ -3,6 +3,7 @@
 #ifndef SDP_BENCH_H
 #define SDP_BENCH_H
 
+#include "sdp/mem.h"
 #include "sdp/ops.h"
 
 #include <stdbool.h>
@@ -13,5 +14,12 @@ double sdp_measure_sgemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N,
                          int repeats);
 /* The same for a square size x size x size product: the practical sgemm peak. */
 double sdp_measure_sgemm_peak(sdp_gemm_provider prov, int size, int repeats);
+
+/* A monotonic clock in milliseconds. */
+double sdp_bench_now_ms(void);
+/* The median of x[0..n) (sorts x). */
+double sdp_bench_median(double *x, int n);
+/* One line of bytes by category. */
+void sdp_bench_print_memory(const sdp_mem *mem);
 
 #endif

@@ -1,5 +1,6 @@
 /* Timing of sgemm for a given shape, used as the practical peak of the machine. */
 #include "sdp/bench.h"
+#include <stdio.h>
 #include "sdp/check.h"
 
 #include <stdlib.h>
@@ -44,4 +45,31 @@ double sdp_measure_sgemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N,
 
 double sdp_measure_sgemm_peak(sdp_gemm_provider prov, int size, int repeats) {
     return sdp_measure_sgemm(prov, false, false, size, size, size, repeats);
+}
+
+double sdp_bench_now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double sdp_bench_median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+void sdp_bench_print_memory(const sdp_mem *mem) {
+    const sdp_memcat cats[] = {SDP_MEM_PARAMS, SDP_MEM_GRADS,   SDP_MEM_OPTIM,
+                               SDP_MEM_ACTS,   SDP_MEM_SCRATCH, SDP_MEM_DATA};
+    char buf[32];
+    printf("  memory:");
+    for (size_t i = 0; i < sizeof cats / sizeof *cats; i++)
+        printf(" %s %s,", sdp_memcat_name(cats[i]),
+               sdp_fmt_bytes(buf, sizeof buf, (double)mem->cur[cats[i]]));
+    printf(" total %s\n", sdp_fmt_bytes(buf, sizeof buf, (double)mem->total_cur));
 }
