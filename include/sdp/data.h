@@ -41,6 +41,15 @@ typedef struct {
     uint64_t step; /* batches taken in this epoch */
 } sdp_loader_pos;
 
+/* What every loader shares (src/data/epoch.c): the order of n items in an epoch, the identity or
+ * a Fisher-Yates shuffle seeded by (seed, epoch); and positions, where a step at or past the end
+ * of an epoch means the start of a later one. */
+void sdp_epoch_order(uint32_t *perm, size_t n, uint64_t seed, uint64_t epoch, bool shuffle);
+sdp_loader_pos sdp_loader_pos_normalize(sdp_loader_pos pos, uint64_t steps_per_epoch);
+/* One batch on; rolls into the next epoch eagerly (so a saved position is always readable) and
+ * returns true when it did. */
+bool sdp_loader_pos_advance(sdp_loader_pos *pos, uint64_t steps_per_epoch);
+
 /* Splits the tokens into sequences of T+1 tokens at stride T, shuffles their order each epoch
  * with a seeded permutation (or keeps it when shuffle is false), and hands rank r of `world`
  * the batches it alone reads: batch s of rank r takes sequences [(s*world + r)*B, ... + B). */

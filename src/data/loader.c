@@ -24,15 +24,7 @@ static void count_sequences(sdp_loader *L, sdp_mem *mem) {
 /* The permutation depends only on (seed, epoch), so any rank can rebuild any epoch's order
  * on its own: that is what makes the streams disjoint without communication and resumable. */
 static void build_permutation(sdp_loader *L) {
-    for (size_t i = 0; i < L->nseq; i++) L->perm[i] = (uint32_t)i;
-    if (!L->shuffle) return;
-    sdp_rng rng = sdp_rng_make(L->seed, L->pos.epoch);
-    for (size_t i = L->nseq - 1; i > 0; i--) {
-        size_t j = (size_t)sdp_rng_below(&rng, i + 1);
-        uint32_t tmp = L->perm[i];
-        L->perm[i] = L->perm[j];
-        L->perm[j] = tmp;
-    }
+    sdp_epoch_order(L->perm, L->nseq, L->seed, L->pos.epoch, L->shuffle);
 }
 
 void sdp_loader_init(sdp_loader *L, const sdp_tokens *src, int B, int T, int rank, int world,
@@ -106,20 +98,11 @@ void sdp_loader_next(sdp_loader *L, int *inputs, int *targets) {
         size_t off = (size_t)b * (size_t)L->T;
         copy_sequence(L, L->perm[first + (size_t)b], inputs + off, targets + off);
     }
-    /* Roll over eagerly, so a saved position is always a batch that can be read. */
-    L->pos.step++;
-    if (L->pos.step == sdp_loader_steps_per_epoch(L)) {
-        L->pos.epoch++;
-        L->pos.step = 0;
-        build_permutation(L);
-    }
+    if (sdp_loader_pos_advance(&L->pos, sdp_loader_steps_per_epoch(L))) build_permutation(L);
 }
 
 void sdp_loader_seek(sdp_loader *L, sdp_loader_pos pos) {
-    /* A position at or past the end of an epoch means the start of a later one. */
-    uint64_t steps = sdp_loader_steps_per_epoch(L);
-    pos.epoch += pos.step / steps;
-    pos.step %= steps;
+    pos = sdp_loader_pos_normalize(pos, sdp_loader_steps_per_epoch(L));
     bool same_epoch = pos.epoch == L->pos.epoch;
     L->pos = pos;
     if (!same_epoch) build_permutation(L);
