@@ -29,9 +29,9 @@ static void bench(int B, int T, int H, int hs) {
     double t_fwd = 1e30, t_bwd = 1e30;
     for (int rep = 0; rep < 7; rep++) {
         double t0 = now();
-        sdp_attention_fwd(out, lse, qkv, B, T, H, hs, scratch);
+        sdp_attention_fwd(out, lse, qkv, B, T, H, hs, true, scratch);
         double t1 = now();
-        sdp_attention_bwd(dqkv, dout, qkv, out, lse, B, T, H, hs, scratch);
+        sdp_attention_bwd(dqkv, dout, qkv, out, lse, B, T, H, hs, true, scratch);
         double t2 = now();
         if (rep > 0 && t1 - t0 < t_fwd) t_fwd = t1 - t0;
         if (rep > 0 && t2 - t1 < t_bwd) t_bwd = t2 - t1;

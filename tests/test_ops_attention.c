@@ -1,6 +1,6 @@
-/* Causal self-attention kernels against a naive double-precision reference that builds the full
- * T x T score matrix with an explicit causal mask; the backward against central differences of
- * that reference. */
+/* Self-attention kernels, causal and bidirectional, against a naive double-precision reference
+ * that builds the full T x T score matrix with an explicit mask; the backward against central
+ * differences of that reference. */
 #include "testutil.h"
 
 #include <omp.h>
@@ -9,6 +9,7 @@
 
 typedef struct {
     int B, T, H, hs;
+    bool bidirectional; /* every query sees every key (ViT); false: causal */
 } shape;
 
 static size_t qkv_len(shape s) {
@@ -27,7 +28,7 @@ static float *poisoned_scratch(shape s) {
     return scratch;
 }
 
-/* out and lse of causal softmax attention, straight from the definition. */
+/* out and lse of softmax attention, straight from the definition. */
 static void ref_attention(double *out, double *lse, const double *qkv, shape s) {
     int D = s.H * s.hs, T = s.T;
     double scale = 1.0 / sqrt(s.hs);
@@ -40,7 +41,7 @@ static void ref_attention(double *out, double *lse, const double *qkv, shape s) 
                     double dot = 0;
                     for (int d = 0; d < s.hs; d++)
                         dot += base[t * 3 * D + d] * base[u * 3 * D + D + d];
-                    scores[t * T + u] = u <= t ? scale * dot : -INFINITY;
+                    scores[t * T + u] = u <= t || s.bidirectional ? scale * dot : -INFINITY;
                 }
             for (int t = 0; t < T; t++) {
                 double *row = scores + (size_t)t * T, mx = -INFINITY, sum = 0;
@@ -90,12 +91,12 @@ static void check_forward(shape s, int threads) {
     tu_fill(qkv, n, &rng, 1.5f);
     tu_to_double(qkv_d, qkv, n);
 
-    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, scratch);
+    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
     ref_attention(out_d, lse_d, qkv_d, s);
     double e_out = tu_err_ratio(out, out_d, m, 1e-5, 1e-4);
     double e_lse = tu_err_ratio(lse, lse_d, nl, 1e-5, 1e-5);
-    print_message("fwd B=%d T=%d H=%d hs=%d threads=%d: err ratio out %.3g lse %.3g\n", s.B, s.T,
-                  s.H, s.hs, threads, e_out, e_lse);
+    print_message("fwd B=%d T=%d H=%d hs=%d %s threads=%d: err ratio out %.3g lse %.3g\n", s.B, s.T,
+                  s.H, s.hs, s.bidirectional ? "bidirectional" : "causal", threads, e_out, e_lse);
     assert_true(e_out <= 1);
     assert_true(e_lse <= 1);
     free(qkv), free(out), free(lse), free(scratch), free(qkv_d), free(out_d), free(lse_d);
@@ -103,10 +104,14 @@ static void check_forward(shape s, int threads) {
 
 static void test_forward_matches_reference(void **state) {
     (void)state;
-    check_forward((shape){1, 1, 1, 4}, 1);    /* one token: out is v, lse is q.k scaled */
-    check_forward((shape){2, 5, 3, 4}, 1);    /* odd sizes, all ragged tiles */
-    check_forward((shape){2, 67, 4, 16}, 3);  /* two row blocks, several threads */
-    check_forward((shape){1, 130, 2, 64}, 2); /* three row blocks, full micro-tiles */
+    check_forward((shape){1, 1, 1, 4, false}, 1);    /* one token: out is v, lse is q.k scaled */
+    check_forward((shape){2, 5, 3, 4, false}, 1);    /* odd sizes, all ragged tiles */
+    check_forward((shape){2, 67, 4, 16, false}, 3);  /* two row blocks, several threads */
+    check_forward((shape){1, 130, 2, 64, false}, 2); /* three row blocks, full micro-tiles */
+    check_forward((shape){1, 1, 1, 4, true}, 1);
+    check_forward((shape){2, 5, 3, 4, true}, 1);
+    check_forward((shape){2, 67, 4, 16, true}, 3);
+    check_forward((shape){1, 130, 2, 64, true}, 2);
 }
 
 /* The kernel's backward on s (with dqkv holding random values beforehand, to check that it
@@ -126,8 +131,8 @@ static void check_backward(shape s, int threads, size_t checked) {
     tu_fill(before, n, &rng, 1.0f);
     memcpy(dqkv, before, n * sizeof *dqkv);
 
-    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, scratch);
-    sdp_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs, scratch);
+    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
+    sdp_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
 
     if (checked == 0 || checked > n) checked = n;
     /* Distinct entries: the first `checked` of a partial Fisher-Yates shuffle. */
@@ -153,8 +158,8 @@ static void check_backward(shape s, int threads, size_t checked) {
         grad[i] += before[idx[i]];
     }
     double e = tu_err_ratio(got, grad, checked, 1e-5, 1e-4);
-    print_message("bwd B=%d T=%d H=%d hs=%d threads=%d: %zu entries, err ratio %.3g\n", s.B, s.T,
-                  s.H, s.hs, threads, checked, e);
+    print_message("bwd B=%d T=%d H=%d hs=%d %s threads=%d: %zu entries, err ratio %.3g\n", s.B, s.T,
+                  s.H, s.hs, s.bidirectional ? "bidirectional" : "causal", threads, checked, e);
     assert_true(e <= 1);
     free(qkv), free(dqkv), free(before), free(out), free(dout), free(lse), free(scratch);
     free(idx), free(qkv_d), free(out_d), free(r), free(x), free(grad), free(got);
@@ -162,18 +167,21 @@ static void check_backward(shape s, int threads, size_t checked) {
 
 static void test_backward_matches_finite_differences(void **state) {
     (void)state;
-    check_backward((shape){1, 1, 1, 4}, 1, 0);
-    check_backward((shape){2, 5, 3, 4}, 1, 0);
-    check_backward((shape){1, 20, 2, 8}, 1, 0);
-    check_backward((shape){2, 67, 4, 16}, 3, 300);
-    check_backward((shape){1, 130, 1, 64}, 2, 150);
+    check_backward((shape){1, 1, 1, 4, false}, 1, 0);
+    check_backward((shape){2, 5, 3, 4, false}, 1, 0);
+    check_backward((shape){1, 20, 2, 8, false}, 1, 0);
+    check_backward((shape){2, 67, 4, 16, false}, 3, 300);
+    check_backward((shape){1, 130, 1, 64, false}, 2, 150);
+    check_backward((shape){2, 5, 3, 4, true}, 1, 0);
+    check_backward((shape){1, 17, 2, 8, true}, 1, 0); /* 17 = ViT's 16 patches + class token */
+    check_backward((shape){2, 67, 4, 16, true}, 3, 300);
 }
 
 /* Each (batch, head) is computed by one thread with the same code, so the thread count must not
  * change a single bit. */
 static void test_thread_count_does_not_change_results(void **state) {
     (void)state;
-    shape s = {3, 70, 5, 32};
+    shape s = {3, 70, 5, 32, false};
     sdp_rng rng = sdp_rng_make(13, 0);
     size_t n = qkv_len(s), m = out_len(s), nl = (size_t)s.B * s.H * s.T;
     float *qkv = malloc(n * sizeof *qkv), *dout = malloc(m * sizeof *dout);
@@ -186,8 +194,9 @@ static void test_thread_count_does_not_change_results(void **state) {
         out[i] = malloc(m * sizeof *out[i]);
         lse[i] = malloc(nl * sizeof *lse[i]);
         dqkv[i] = calloc(n, sizeof *dqkv[i]);
-        sdp_attention_fwd(out[i], lse[i], qkv, s.B, s.T, s.H, s.hs, scratch);
-        sdp_attention_bwd(dqkv[i], dout, qkv, out[i], lse[i], s.B, s.T, s.H, s.hs, scratch);
+        sdp_attention_fwd(out[i], lse[i], qkv, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
+        sdp_attention_bwd(dqkv[i], dout, qkv, out[i], lse[i], s.B, s.T, s.H, s.hs, !s.bidirectional,
+                          scratch);
         free(scratch);
     }
     assert_memory_equal(out[0], out[1], m * sizeof *out[0]);
@@ -202,7 +211,7 @@ static void test_thread_count_does_not_change_results(void **state) {
 static void test_large_scores_stay_finite(void **state) {
     (void)state;
     omp_set_num_threads(1);
-    shape s = {1, 40, 2, 16};
+    shape s = {1, 40, 2, 16, false};
     sdp_rng rng = sdp_rng_make(14, 0);
     size_t n = qkv_len(s), m = out_len(s), nl = (size_t)s.B * s.H * s.T;
     float *qkv = malloc(n * sizeof *qkv), *out = malloc(m * sizeof *out);
@@ -212,7 +221,7 @@ static void test_large_scores_stay_finite(void **state) {
     double *lse_d = malloc(nl * sizeof *lse_d);
     tu_fill(qkv, n, &rng, 12.0f); /* scores of several hundred */
     tu_to_double(qkv_d, qkv, n);
-    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, scratch);
+    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
     ref_attention(out_d, lse_d, qkv_d, s);
     double e_out = tu_err_ratio(out, out_d, m, 1e-3, 1e-3);
     double e_lse = tu_err_ratio(lse, lse_d, nl, 1e-3, 1e-5);
@@ -225,13 +234,13 @@ static void test_large_scores_stay_finite(void **state) {
 static void call_fwd_with_zero_heads(void *ctx) {
     (void)ctx;
     float x[48] = {0}, lse[4], scratch[4];
-    sdp_attention_fwd(x, lse, x, 1, 4, 0, 4, scratch);
+    sdp_attention_fwd(x, lse, x, 1, 4, 0, 4, true, scratch);
 }
 
 static void call_bwd_without_scratch(void *ctx) {
     (void)ctx;
     float x[12] = {0}, lse[1] = {0};
-    sdp_attention_bwd(x, x, x, x, lse, 1, 1, 1, 4, NULL);
+    sdp_attention_bwd(x, x, x, x, lse, 1, 1, 1, 4, true, NULL);
 }
 
 static void test_bad_arguments_fail_clearly(void **state) {

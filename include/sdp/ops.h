@@ -77,15 +77,16 @@ void sdp_residual_bwd(float *da, float *db, const float *dout, float s, size_t n
 /* ---- attention ----------------------------------------------------------------------------- */
 
 /* qkv is [B, T, 3*D] with D = H*hs: each row holds q (H heads of hs), then k, then v.
- * Causal softmax attention with scale 1/sqrt(hs); out is [B, T, D] (head h at columns h*hs).
+ * Softmax attention with scale 1/sqrt(hs), causal (query t sees keys <= t) or, with causal false,
+ * bidirectional (ViT); out is [B, T, D] (head h at columns h*hs).
  * lse[B, H, T] keeps the log-sum-exp of each score row so backward can recompute the
  * probabilities one (batch, head) at a time: nothing of size B*H*T*T is ever stored. */
 size_t sdp_attention_scratch_floats(int T, int hs); /* for all threads together */
 void sdp_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int H, int hs,
-                       float *scratch);
+                       bool causal, float *scratch);
 /* dqkv += gradient w.r.t. qkv (q, k and v parts). out/lse are those saved by the forward. */
 void sdp_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                       const float *lse, int B, int T, int H, int hs, float *scratch);
+                       const float *lse, int B, int T, int H, int hs, bool causal, float *scratch);
 
 /* Rotary position embedding (rotate-half convention, as HF LLaMA), applied in place to the q and
  * k parts of qkv [B, T, 3*D]; position t rotates pair (i, i + hs/2) by t * theta^(-2i/hs). */

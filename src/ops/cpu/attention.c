@@ -170,30 +170,44 @@ typedef struct {
     ptrdiff_t ld_qkv;
     int T, hs;
     float scale;
+    bool causal;
 } head_view;
 
-static head_view view_head(const float *qkv_b, int T, int H, int hs, int h) {
+static head_view view_head(const float *qkv_b, int T, int H, int hs, int h, bool causal) {
     ptrdiff_t D = (ptrdiff_t)H * hs;
-    head_view v = {qkv_b + h * hs,         qkv_b + D + h * hs, qkv_b + 2 * D + h * hs, 3 * D, T, hs,
-                   1.0f / sqrtf((float)hs)};
+    head_view v = {qkv_b + h * hs,
+                   qkv_b + D + h * hs,
+                   qkv_b + 2 * D + h * hs,
+                   3 * D,
+                   T,
+                   hs,
+                   1.0f / sqrtf((float)hs),
+                   causal};
     return v;
 }
 
+/* Keys that query rows [0, t_end) may see together: the causal mask stops at their last row. */
+static int keys_seen(const head_view *hv, int t_end) {
+    return hv->causal ? t_end : hv->T;
+}
+
 /* dst rows r < nr (stride ldt) = x rows r (stride ld_x) times yt [hs, ldt], over the keys that
- * the causal mask lets block rows [t0, t0 + nr) see: each group of MR rows goes up to its last
- * row, rounded up to whole micro-tiles. Used for the scores q k^T and for dP = dO v^T. */
+ * block rows [t0, t0 + nr) see: under the causal mask each group of MR rows goes up to its last
+ * row, rounded up to whole micro-tiles (yt is zero past T). Used for the scores q k^T and for
+ * dP = dO v^T. */
 static void block_times_keys(float *dst, int ldt, const float *x, ptrdiff_t ld_x, const float *yt,
-                             int hs, int t0, int nr) {
+                             const head_view *hv, int t0, int nr) {
     for (int r0 = 0; r0 < nr; r0 += MR) {
         int m = min_int(MR, nr - r0);
         mm_args a = {x + r0 * ld_x, ld_x, 1, yt, ldt, dst + r0 * ldt, ldt};
-        mm_rows(&a, m, round_up(t0 + r0 + m, NR), 0, hs, false);
+        mm_rows(&a, m, round_up(keys_seen(hv, t0 + r0 + m), NR), 0, hv->hs, false);
     }
 }
 
-/* Zeroes row r's entries past the diagonal up to the end of its MR group, so that products over
- * keys can run to the group's end. */
-static void mask_row(float *row, int t, int t0, int r, int nr) {
+/* Causal: zeroes row r's entries past the diagonal up to the end of its MR group, so that
+ * products over keys can run to the group's end. Without the mask every key is seen. */
+static void mask_row(const head_view *hv, float *row, int t, int t0, int r, int nr) {
+    if (!hv->causal) return;
     int group_end = t0 + min_int((r / MR + 1) * MR, nr);
     for (int s = t + 1; s < group_end; s++) row[s] = 0;
 }
@@ -206,22 +220,22 @@ static void attention_fwd_head(float *out, ptrdiff_t ld_out, float *lse, const h
     gather_transposed(sc->kt, ldt, hv->k, hv->ld_qkv, T, hv->hs);
     for (int t0 = 0; t0 < T; t0 += BLOCK_ROWS) {
         int nr = min_int(BLOCK_ROWS, T - t0);
-        block_times_keys(sc->p, ldt, hv->q + t0 * hv->ld_qkv, hv->ld_qkv, sc->kt, hv->hs, t0, nr);
+        block_times_keys(sc->p, ldt, hv->q + t0 * hv->ld_qkv, hv->ld_qkv, sc->kt, hv, t0, nr);
         for (int r = 0; r < nr; r++) {
-            int t = t0 + r;
+            int t = t0 + r, seen = keys_seen(hv, t + 1);
             float *row = sc->p + r * ldt;
-            float shift = hv->scale * row_max(row, t + 1);
-            float sum = exp_shifted(row, t + 1, hv->scale, shift);
+            float shift = hv->scale * row_max(row, seen);
+            float sum = exp_shifted(row, seen, hv->scale, shift);
             float inv = 1.0f / sum;
-            for (int s = 0; s <= t; s++) row[s] *= inv;
-            mask_row(row, t, t0, r, nr);
+            for (int s = 0; s < seen; s++) row[s] *= inv;
+            mask_row(hv, row, t, t0, r, nr);
             lse[t] = shift + logf(sum);
         }
         for (int r0 = 0; r0 < nr; r0 += MR) {
             int m = min_int(MR, nr - r0);
             mm_args a = {sc->p + r0 * ldt,         ldt,   1, hv->v, hv->ld_qkv,
                          out + (t0 + r0) * ld_out, ld_out};
-            mm_rows(&a, m, hv->hs, 0, t0 + r0 + m, false);
+            mm_rows(&a, m, hv->hs, 0, keys_seen(hv, t0 + r0 + m), false);
         }
     }
 }
@@ -235,7 +249,7 @@ static void check_dims(int B, int T, int H, int hs, const void *scratch) {
 }
 
 void sdp_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int H, int hs,
-                       float *scratch) {
+                       bool causal, float *scratch) {
     check_dims(B, T, H, hs, scratch);
     SDP_ASSERT(out && lse && qkv);
     ptrdiff_t D = (ptrdiff_t)H * hs;
@@ -243,7 +257,7 @@ void sdp_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, i
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         head_scratch s = my_scratch(scratch, T, hs);
-        head_view hv = view_head(qkv + (size_t)b * T * 3 * D, T, H, hs, h);
+        head_view hv = view_head(qkv + (size_t)b * T * 3 * D, T, H, hs, h, causal);
         attention_fwd_head(out + (size_t)b * T * D + h * hs, D, lse + (size_t)bh * T, &hv, &s);
     }
 }
@@ -255,14 +269,16 @@ typedef struct {
     float *dq, *dk, *dv;
 } head_grads;
 
-/* g[s, :] += sum over block rows r of w[r, s] x[r, :], for keys s < t0 + nr. w (row stride ldt)
- * is zero past the diagonal, so for a group of keys only rows from its first key on count. */
+/* g[s, :] += sum over block rows r of w[r, s] x[r, :], for the keys s the block sees. Under the
+ * causal mask w (row stride ldt) is zero past the diagonal, so for a group of keys only rows from
+ * its first key on count. */
 static void accumulate_keys(float *g, ptrdiff_t ld_g, const float *w, int ldt, const float *x,
-                            ptrdiff_t ld_x, int hs, int t0, int nr) {
-    for (int s0 = 0; s0 < t0 + nr; s0 += MR) {
-        int m = min_int(MR, t0 + nr - s0);
+                            ptrdiff_t ld_x, const head_view *hv, int t0, int nr) {
+    const int seen = keys_seen(hv, t0 + nr);
+    for (int s0 = 0; s0 < seen; s0 += MR) {
+        int m = min_int(MR, seen - s0);
         mm_args a = {w + s0, 1, ldt, x, ld_x, g + s0 * ld_g, ld_g};
-        mm_rows(&a, m, hs, max_int(0, s0 - t0), nr, true);
+        mm_rows(&a, m, hv->hs, hv->causal ? max_int(0, s0 - t0) : 0, nr, true);
     }
 }
 
@@ -274,31 +290,32 @@ static void attention_bwd_block(const head_grads *g, const float *dout, const fl
     const float *dout0 = dout + t0 * ld_out;
 
     /* Recompute the probabilities of this block from the saved log-sum-exp. */
-    block_times_keys(sc->p, ldt, hv->q + t0 * ld, ld, sc->kt, hs, t0, nr);
+    block_times_keys(sc->p, ldt, hv->q + t0 * ld, ld, sc->kt, hv, t0, nr);
     for (int r = 0; r < nr; r++) {
         float *row = sc->p + r * ldt;
-        exp_shifted(row, t0 + r + 1, hv->scale, lse[t0 + r]);
-        mask_row(row, t0 + r, t0, r, nr);
+        exp_shifted(row, keys_seen(hv, t0 + r + 1), hv->scale, lse[t0 + r]);
+        mask_row(hv, row, t0 + r, t0, r, nr);
     }
-    accumulate_keys(g->dv, ld, sc->p, ldt, dout0, ld_out, hs, t0, nr);
+    accumulate_keys(g->dv, ld, sc->p, ldt, dout0, ld_out, hv, t0, nr);
 
     /* dP = dO v^T, then dS = P * (dP - rowsum(dO * O)), times scale for the raw q.k. */
-    block_times_keys(sc->dp, ldt, dout0, ld_out, sc->vt, hs, t0, nr);
+    block_times_keys(sc->dp, ldt, dout0, ld_out, sc->vt, hv, t0, nr);
     for (int r = 0; r < nr; r++) {
         const float *o = out + (t0 + r) * ld_out, *d_o = dout0 + r * ld_out;
         float dodo = 0;
         for (int d = 0; d < hs; d++) dodo += o[d] * d_o[d];
         const float *p = sc->p + r * ldt;
         float *ds = sc->dp + r * ldt;
-        for (int s = 0; s <= t0 + r; s++) ds[s] = hv->scale * p[s] * (ds[s] - dodo);
-        mask_row(ds, t0 + r, t0, r, nr);
+        const int seen = keys_seen(hv, t0 + r + 1);
+        for (int s = 0; s < seen; s++) ds[s] = hv->scale * p[s] * (ds[s] - dodo);
+        mask_row(hv, ds, t0 + r, t0, r, nr);
     }
     for (int r0 = 0; r0 < nr; r0 += MR) {
         int m = min_int(MR, nr - r0);
         mm_args a = {sc->dp + r0 * ldt, ldt, 1, hv->k, ld, g->dq + (t0 + r0) * ld, ld};
-        mm_rows(&a, m, hs, 0, t0 + r0 + m, true);
+        mm_rows(&a, m, hs, 0, keys_seen(hv, t0 + r0 + m), true);
     }
-    accumulate_keys(g->dk, ld, sc->dp, ldt, hv->q + t0 * ld, ld, hs, t0, nr);
+    accumulate_keys(g->dk, ld, sc->dp, ldt, hv->q + t0 * ld, ld, hv, t0, nr);
 }
 
 static void attention_bwd_head(const head_grads *g, const float *dout, const float *out,
@@ -311,7 +328,7 @@ static void attention_bwd_head(const head_grads *g, const float *dout, const flo
 }
 
 void sdp_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                       const float *lse, int B, int T, int H, int hs, float *scratch) {
+                       const float *lse, int B, int T, int H, int hs, bool causal, float *scratch) {
     if (!dqkv) return;
     check_dims(B, T, H, hs, scratch);
     SDP_ASSERT(dout && qkv && out && lse);
@@ -321,7 +338,7 @@ void sdp_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
         int b = bh / H, h = bh % H;
         head_scratch s = my_scratch(scratch, T, hs);
         size_t row0 = (size_t)b * T;
-        head_view hv = view_head(qkv + row0 * 3 * D, T, H, hs, h);
+        head_view hv = view_head(qkv + row0 * 3 * D, T, H, hs, h, causal);
         float *dqkv_bh = dqkv + row0 * 3 * D + h * hs;
         head_grads g = {dqkv_bh, dqkv_bh + D, dqkv_bh + 2 * D};
         attention_bwd_head(&g, dout + row0 * D + h * hs, out + row0 * D + h * hs, D,
