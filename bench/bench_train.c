@@ -196,8 +196,8 @@ static void print_table(const bench_result *r, int n, int threads) {
 }
 
 static const bench_model MODELS[] = {
-    {"gpt2", {SDP_STYLE_GPT, 12, 12, 768, 0, 1024, 50257, 50304, 0}, 4, 64},
-    {"bytes", {SDP_STYLE_GPT, 6, 6, 384, 0, 256, 256, 0, 0}, 8, 256},
+    {"gpt2", {SDP_STYLE_GPT, 12, 12, 768, 0, 1024, 50257, 50304, 0, 0, 0, 0, 0}, 4, 64},
+    {"bytes", {SDP_STYLE_GPT, 6, 6, 384, 0, 256, 256, 0, 0, 0, 0, 0, 0}, 8, 256},
 };
 
 int main(int argc, char **argv) {

@@ -5,7 +5,7 @@
  * and zero everywhere else, with each layer's branch scale set to the spec's. A zeroed block is
  * the identity, and a zeroed head or MLP neuron contributes nothing, so the two are the same
  * function. Every rank of plans with N in {2, 3, 4} and k < N, block and neuron units, cyclic
- * and random assignment, gpt and llama, branch scale none and inverse. */
+ * and random assignment, gpt, llama and vit, branch scale none and inverse. */
 #include "testutil.h"
 
 #include "sdp/ops.h"
@@ -14,6 +14,8 @@
 #include "sdp/transformer.h"
 
 enum { BATCH = 2, SEQ = 8, VOCAB = 40 };
+/* vit: 2-channel 8x8 images in 2x2 patches (16 patches + the class token), 5 classes */
+enum { IMG_CH = 2, IMG_SIZE = 8, PATCH = 2, CLASSES = 5, IMG_LEN = IMG_CH * IMG_SIZE * IMG_SIZE };
 
 /* Losses are sums over 16 tokens of about log(40) each, computed by GEMMs of different sizes
  * (the full model adds exact zeros for dropped heads and neurons, in another blocking order). */
@@ -31,7 +33,11 @@ static sdp_tf_config model_config(sdp_tf_style style) {
                        .d_model = 24,
                        .d_ff = 48,
                        .seq_len = SEQ,
-                       .vocab = VOCAB};
+                       .vocab = VOCAB,
+                       .in_channels = IMG_CH,
+                       .image_size = IMG_SIZE,
+                       .patch = PATCH,
+                       .classes = CLASSES};
     sdp_tf_config_finish(&c);
     return c;
 }
@@ -55,12 +61,26 @@ static void describe_case(char *buf, size_t n, const equiv_case *c) {
              sdp_branch_scale_name(c->scale), c->world, c->owners, c->rank);
 }
 
-static void random_batch(int *inputs, int *targets, uint64_t seed) {
+/* Tokens and targets for token models, images and labels for vit. */
+typedef struct {
+    int inputs[BATCH * SEQ], targets[BATCH * SEQ];
+    float images[BATCH * IMG_LEN];
+    int labels[BATCH];
+} batch;
+
+static void random_batch(batch *b, uint64_t seed) {
     sdp_rng r = sdp_rng_make(seed, 3);
     for (int i = 0; i < BATCH * SEQ; i++) {
-        inputs[i] = (int)sdp_rng_below(&r, VOCAB);
-        targets[i] = (int)sdp_rng_below(&r, VOCAB);
+        b->inputs[i] = (int)sdp_rng_below(&r, VOCAB);
+        b->targets[i] = (int)sdp_rng_below(&r, VOCAB);
     }
+    tu_fill(b->images, BATCH * IMG_LEN, &r, 1.0f);
+    for (int i = 0; i < BATCH; i++) b->labels[i] = (int)sdp_rng_below(&r, CLASSES);
+}
+
+static double forward(sdp_tf *m, const batch *b) {
+    if (m->cfg.style == SDP_STYLE_VIT) return sdp_tf_forward_images(m, b->images, b->labels, BATCH);
+    return sdp_tf_forward(m, b->inputs, b->targets, BATCH, SEQ);
 }
 
 static void check_case(const equiv_case *c, tally *t) {
@@ -110,10 +130,10 @@ static void check_case(const equiv_case *c, tally *t) {
     }
     assert_int_equal(mapped, compact.layout.numel); /* every compact element has a place */
 
-    int inputs[BATCH * SEQ], targets[BATCH * SEQ];
-    random_batch(inputs, targets, (uint64_t)t->cases);
-    const double lc = sdp_tf_forward(&compact, inputs, targets, BATCH, SEQ);
-    const double lf = sdp_tf_forward(&whole, inputs, targets, BATCH, SEQ);
+    batch b;
+    random_batch(&b, (uint64_t)t->cases);
+    const double lc = forward(&compact, &b);
+    const double lf = forward(&whole, &b);
     const double loss_ratio = fabs(lc - lf) / (LOSS_RTOL * fabs(lf));
     if (loss_ratio > t->worst_loss) t->worst_loss = loss_ratio;
     if (!(loss_ratio <= 1)) {
@@ -206,13 +226,22 @@ static void test_llama_neuron(void **state) {
     check_all(SDP_STYLE_LLAMA, SDP_UNIT_NEURON);
 }
 
+static void test_vit_block(void **state) {
+    (void)state;
+    check_all(SDP_STYLE_VIT, SDP_UNIT_BLOCK);
+}
+
+static void test_vit_neuron(void **state) {
+    (void)state;
+    check_all(SDP_STYLE_VIT, SDP_UNIT_NEURON);
+}
+
 int main(void) {
     sdp_set_threads(1); /* tiny GEMMs: more threads only spin */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpt_block),
-        cmocka_unit_test(test_gpt_neuron),
-        cmocka_unit_test(test_llama_block),
-        cmocka_unit_test(test_llama_neuron),
+        cmocka_unit_test(test_gpt_block),   cmocka_unit_test(test_gpt_neuron),
+        cmocka_unit_test(test_llama_block), cmocka_unit_test(test_llama_neuron),
+        cmocka_unit_test(test_vit_block),   cmocka_unit_test(test_vit_neuron),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

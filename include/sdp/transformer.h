@@ -1,6 +1,9 @@
-/* GPT-2-style and LLaMA-style decoder-only transformers, one implementation.
+/* GPT-2-style and LLaMA-style decoder-only transformers and the ViT encoder, one implementation.
  *   gpt:   learned positions, LayerNorm, GELU MLP, biases, tied embeddings.
  *   llama: RoPE, RMSNorm, SwiGLU MLP, no biases, untied LM head.
+ *   vit:   images cut into patches (a strided conv), a class token, learned positions, gpt's
+ *          layers with bidirectional attention, and a classifier on the class token's output
+ *          (HF ViTForImageClassification names; src/models/vit.c).
  * A model may be a subnetwork of a larger one: fewer layers (each keeps its global index, so
  * tensor names match the full model) and fewer heads or MLP neurons per layer. */
 #ifndef SDP_TRANSFORMER_H
@@ -12,7 +15,7 @@
 #include "sdp/model.h"
 #include "sdp/ops.h"
 
-typedef enum { SDP_STYLE_GPT, SDP_STYLE_LLAMA } sdp_tf_style;
+typedef enum { SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT } sdp_tf_style;
 
 typedef struct {
     sdp_tf_style style;
@@ -20,6 +23,9 @@ typedef struct {
     int seq_len;                        /* maximum T (gpt: rows of the position table) */
     int vocab, vocab_padded;            /* vocab_padded 0 = vocab rounded up to 64 */
     float rope_theta;
+    /* vit: images of in_channels x image_size x image_size, square patches of `patch` pixels,
+     * `classes` outputs; seq_len becomes patches + 1 and vocab the classes */
+    int in_channels, image_size, patch, classes;
 } sdp_tf_config;
 
 /* Per-layer shape of a (sub)network: which global layers it has, and how many heads and MLP
@@ -50,8 +56,10 @@ typedef struct {
     long ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_fc, b_fc, w_proj, b_proj;
 } sdp_tf_layer_offsets;
 
+/* vit: wte is the patch projection's weight, wpe the position table, lm_head the classifier. */
 typedef struct {
     long wte, wpe, lnf_w, lnf_b, lm_head;
+    long patch_b, cls, head_b; /* vit only (-1 otherwise) */
     sdp_tf_layer_offsets *layers;
 } sdp_tf_offsets;
 
@@ -83,7 +91,13 @@ typedef struct {
     /* gradient work buffers, reused across layers */
     float *d_res, *d_branch, *d_norm, *d_att, *d_qkv, *d_fc, *d_act;
     float *attn_scratch;
-    int n_targets; /* non-ignored targets in the last forward */
+    /* vit */
+    const float *images;  /* the caller's batch of the last forward, read again by backward */
+    float *patches;       /* [B, P, C] patch embeddings, then their gradients */
+    float *patch_scratch; /* patches gathered for the projection GEMM */
+    float *pooled;        /* [B, C] the class token's output, the classifier's input */
+    int n_correct;        /* argmax hits of the last forward with labels */
+    int n_targets;        /* non-ignored targets in the last forward */
     int last_B, last_T;
     bool has_targets; /* probs hold probabilities of a forward with targets */
 } sdp_tf;
@@ -127,7 +141,12 @@ void sdp_tf_backward(sdp_tf *m, float dloss);
  * targets == NULL). */
 const float *sdp_tf_logits_row(const sdp_tf *m, int row);
 
-/* Model FLOPs of one training step (forward + backward) per token, for MFU:
+/* vit: forward over images [B, in_channels, image_size, image_size]; with labels [B] (may be
+ * NULL; < 0 ignored) returns the summed loss and leaves n_targets and n_correct. The images must
+ * stay unchanged until the backward of this forward. Backward is sdp_tf_backward. */
+double sdp_tf_forward_images(sdp_tf *m, const float *images, const int *labels, int B);
+
+/* Model FLOPs of one training step (forward + backward) per token (vit: per image), for MFU:
  * 6 * (matmul parameters) + 6 * attention score and value products. */
 double sdp_tf_train_flops_per_token(const sdp_tf *m, int T);
 

@@ -19,11 +19,12 @@ typedef struct {
     bool json;
 } plan_opts;
 
-static const char *SHARED_OPTS[] = {
-    "model",        "layers",     "heads",      "width",    "d-ff",         "seq-len",
-    "vocab",        "batch",      "optimizer",  "sdp-mask", "sdp-unit",     "sdp-owners",
-    "sdp-coverage", "sdp-assign", "sdp-chunks", "sdp-seed", "branch-scale", "seed",
-    "depth",        "channels",   "dataset",    NULL};
+static const char *SHARED_OPTS[] = {"model",        "layers",     "heads",      "width",
+                                    "d-ff",         "seq-len",    "vocab",      "batch",
+                                    "optimizer",    "sdp-mask",   "sdp-unit",   "sdp-owners",
+                                    "sdp-coverage", "sdp-assign", "sdp-chunks", "sdp-seed",
+                                    "branch-scale", "seed",       "depth",      "channels",
+                                    "patch",        "dataset",    NULL};
 
 static opt_spec *plan_specs(void) {
     static const opt_spec extra[] = {

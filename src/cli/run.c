@@ -103,7 +103,8 @@ sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
     c.in_channels = data.channels;
     c.image_size = data.image_size;
     c.classes = data.classes;
-    if (run_images(o)) c.width = o->channels;
+    c.patch = o->patch;
+    if (!strcmp(o->model, "resnet")) c.width = o->channels; /* vit's width is --width */
     c.vocab = o->vocab ? o->vocab : data_vocab;
     SDP_CHECK(c.vocab >= data_vocab,
               "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",

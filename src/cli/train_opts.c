@@ -5,7 +5,7 @@
 #define F(field) offsetof(train_opts, field)
 
 const opt_spec TRAIN_OPTS[] = {
-    {"model", OPT_STR, F(model), "gpt", "model: gpt or llama (text), resnet (images)", 0},
+    {"model", OPT_STR, F(model), "gpt", "model: gpt or llama (text), resnet or vit (images)", 0},
     {"layers", OPT_INT, F(layers), "6", "transformer layers", 1},
     {"heads", OPT_INT, F(heads), "6", "attention heads per layer", 1},
     {"width", OPT_INT, F(width), "384", "model width (residual stream)", 1},
@@ -15,6 +15,7 @@ const opt_spec TRAIN_OPTS[] = {
     {"rope-theta", OPT_FLOAT, F(rope_theta), "10000", "RoPE base (llama)", 1},
     {"depth", OPT_INT, F(depth), "20", "resnet depth: 20 (3 stages, CIFAR style) or 18", 1},
     {"channels", OPT_INT, F(channels), "0", "resnet base channels; 0 = 16 (depth 20), 64 (18)", 0},
+    {"patch", OPT_INT, F(patch), "4", "vit patch size in pixels (must divide the image size)", 1},
     {"data", OPT_STR, F(data), "",
      "text file or llm.c shard glob (token models); dataset directory (image models)", 0},
     {"dataset", OPT_STR, F(dataset), "fashion-mnist",

@@ -9,6 +9,7 @@ typedef struct {
     char model[OPT_STR_MAX];
     int layers, heads, width, d_ff, seq_len, vocab;
     int depth, channels; /* resnet */
+    int patch;           /* vit */
     double rope_theta;
     /* data */
     char data[OPT_STR_MAX], val_data[OPT_STR_MAX], dataset[OPT_STR_MAX];

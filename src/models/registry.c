@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const sdp_model_family SDP_FAMILY_GPT, SDP_FAMILY_LLAMA, SDP_FAMILY_RESNET;
+extern const sdp_model_family SDP_FAMILY_GPT, SDP_FAMILY_LLAMA, SDP_FAMILY_RESNET, SDP_FAMILY_VIT;
 
 static const sdp_model_family *const FAMILIES[] = {&SDP_FAMILY_GPT, &SDP_FAMILY_LLAMA,
-                                                   &SDP_FAMILY_RESNET};
+                                                   &SDP_FAMILY_RESNET, &SDP_FAMILY_VIT};
 
 const sdp_model_family *sdp_model_family_find(const char *arch) {
     for (size_t i = 0; i < sizeof FAMILIES / sizeof *FAMILIES; i++)

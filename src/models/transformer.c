@@ -1,27 +1,45 @@
 #include "sdp/transformer.h"
 
+#include "models/transformer_internal.h"
 #include "sdp/check.h"
+#include "sdp/ops_vision.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static const char *const STYLE_NAMES[] = {"gpt", "llama", "vit"};
+
 const char *sdp_tf_style_name(sdp_tf_style s) {
-    return s == SDP_STYLE_LLAMA ? "llama" : "gpt";
+    return STYLE_NAMES[s];
 }
 
 bool sdp_tf_style_parse(const char *s, sdp_tf_style *out) {
-    if (strcmp(s, "gpt") == 0)
-        *out = SDP_STYLE_GPT;
-    else if (strcmp(s, "llama") == 0)
-        *out = SDP_STYLE_LLAMA;
-    else
-        return false;
-    return true;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, STYLE_NAMES[i]) == 0) {
+            *out = (sdp_tf_style)i;
+            return true;
+        }
+    return false;
+}
+
+/* A ViT reads patches plus a class token, and predicts classes instead of tokens. */
+static void finish_vit(sdp_tf_config *c) {
+    SDP_CHECK(c->in_channels >= 1 && c->image_size >= 1 && c->classes >= 2,
+              "vit needs an image dataset (got %d channels, %d pixels, %d classes)", c->in_channels,
+              c->image_size, c->classes);
+    SDP_CHECK(c->patch >= 1 && c->image_size % c->patch == 0,
+              "--patch %d does not divide the image size %d: choose a divisor (e.g. 4 or 7 for "
+              "28x28 images)",
+              c->patch, c->image_size);
+    const int side = c->image_size / c->patch;
+    c->seq_len = side * side + 1;
+    c->vocab = c->vocab_padded = c->classes;
 }
 
 void sdp_tf_config_finish(sdp_tf_config *c) {
+    if (c->style == SDP_STYLE_VIT) finish_vit(c);
     SDP_CHECK(c->n_layer >= 1, "--layers must be at least 1 (got %d)", c->n_layer);
     SDP_CHECK(c->n_head >= 1, "--heads must be at least 1 (got %d)", c->n_head);
     SDP_CHECK(c->d_model >= 1, "--width must be at least 1 (got %d)", c->d_model);
@@ -37,7 +55,7 @@ void sdp_tf_config_finish(sdp_tf_config *c) {
     SDP_CHECK(c->vocab >= 2, "vocabulary size must be at least 2 (got %d)", c->vocab);
     SDP_CHECK(c->d_ff >= 0, "--d-ff must be positive (got %d)", c->d_ff);
     if (c->d_ff == 0) {
-        if (c->style == SDP_STYLE_GPT)
+        if (c->style != SDP_STYLE_LLAMA)
             c->d_ff = 4 * c->d_model;
         else
             c->d_ff = ((8 * c->d_model / 3 + 31) / 32) * 32; /* SwiGLU keeps ~4C x C params */
@@ -117,16 +135,62 @@ static long add(adder *a, const char *name, int ndim, int64_t d0, int64_t d1, in
 
 enum { GROUP_ATTN = 0, GROUP_MLP = 1 };
 
+static const char *layer_prefix(sdp_tf_style style) {
+    return style == SDP_STYLE_GPT   ? "transformer.h"
+           : style == SDP_STYLE_VIT ? "vit.encoder.layer"
+                                    : "model.layers";
+}
+
+/* HF ViT keeps query, key and value apart; declared back to back (weights, then biases) they form
+ * the same fused [3D, C] matrix and [3D] bias as gpt's c_attn. */
+static void describe_vit_layer(adder *a, const sdp_tf_config *c, int gl, int H, int F,
+                               sdp_tf_layer_offsets *o) {
+    const int C = c->d_model, D = H * (C / c->n_head);
+    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+    char n[SDP_NAME_MAX];
+#define NAME(suffix) (snprintf(n, sizeof n, "vit.encoder.layer.%d.%s", gl, suffix), n)
+    o->ln1_w = add(a, NAME("layernorm_before.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+    o->ln1_b = add(a, NAME("layernorm_before.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    static const char *const QKV[] = {"query", "key", "value"};
+    char sub[64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(sub, sizeof sub, "attention.attention.%s.weight", QKV[i]);
+        long w = add(a, NAME(sub), 2, D, C, GROUP_ATTN, 0, 1, true, SDP_INIT_NORMAL, std);
+        if (i == 0) o->w_qkv = w;
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(sub, sizeof sub, "attention.attention.%s.bias", QKV[i]);
+        long b = add(a, NAME(sub), 1, D, 0, GROUP_ATTN, 0, 1, false, SDP_INIT_ZEROS, 0);
+        if (i == 0) o->b_qkv = b;
+    }
+    o->w_o = add(a, NAME("attention.output.dense.weight"), 2, C, D, GROUP_ATTN, 1, 1, true,
+                 SDP_INIT_NORMAL, proj_std);
+    o->b_o =
+        add(a, NAME("attention.output.dense.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->ln2_w = add(a, NAME("layernorm_after.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+    o->ln2_b = add(a, NAME("layernorm_after.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->w_fc = add(a, NAME("intermediate.dense.weight"), 2, F, C, GROUP_MLP, 0, 1, true,
+                  SDP_INIT_NORMAL, std);
+    o->b_fc =
+        add(a, NAME("intermediate.dense.bias"), 1, F, 0, GROUP_MLP, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->w_proj = add(a, NAME("output.dense.weight"), 2, C, F, GROUP_MLP, 1, 1, true, SDP_INIT_NORMAL,
+                    proj_std);
+    o->b_proj = add(a, NAME("output.dense.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+#undef NAME
+}
+
 static void describe_layer(adder *a, const sdp_tf_config *c, int gl, int H, int F,
                            sdp_tf_layer_offsets *o) {
     const bool gpt = c->style == SDP_STYLE_GPT;
     const int C = c->d_model, hs = C / c->n_head, D = H * hs;
     const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
     char n[SDP_NAME_MAX];
-    const char *pre = gpt ? "transformer.h" : "model.layers";
+    const char *pre = layer_prefix(c->style);
 #define NAME(suffix) (snprintf(n, sizeof n, "%s.%d.%s", pre, gl, suffix), n)
     *o = (sdp_tf_layer_offsets){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    if (gpt) {
+    if (c->style == SDP_STYLE_VIT) {
+        describe_vit_layer(a, c, gl, H, F, o);
+    } else if (gpt) {
         o->ln1_w = add(a, NAME("ln_1.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
         o->ln1_b = add(a, NAME("ln_1.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
         o->w_qkv = add(a, NAME("attn.c_attn.weight"), 2, 3 * D, C, GROUP_ATTN, 0, 3, true,
@@ -166,16 +230,47 @@ static void describe_layer(adder *a, const sdp_tf_config *c, int gl, int H, int 
 #undef NAME
 }
 
+static long add_nd(adder *a, const char *name, int ndim, const int64_t *shape, bool decay,
+                   sdp_init_kind init, float std) {
+    int i = sdp_layout_add(a->L, name, ndim, shape, a->block, -1, 0, 1, decay, init, std);
+    return (long)a->L->params[i].offset;
+}
+
+/* The stem, in HF ViT's shapes: a conv of kernel = stride = patch, the class token, and a
+ * position table with the class token's row first. */
+static void describe_vit_stem(adder *a, const sdp_tf_config *c, sdp_tf_offsets *o) {
+    const int64_t C = c->d_model, p = c->patch;
+    const int64_t conv[4] = {C, c->in_channels, p, p}, bias[1] = {C}, cls[3] = {1, 1, C};
+    const int64_t pos[3] = {1, c->seq_len, C};
+    o->wte = add_nd(a, "vit.embeddings.patch_embeddings.projection.weight", 4, conv, true,
+                    SDP_INIT_NORMAL, 0.02f);
+    o->patch_b = add_nd(a, "vit.embeddings.patch_embeddings.projection.bias", 1, bias, false,
+                        SDP_INIT_ZEROS, 0);
+    o->cls = add_nd(a, "vit.embeddings.cls_token", 3, cls, false, SDP_INIT_NORMAL, 0.02f);
+    o->wpe = add_nd(a, "vit.embeddings.position_embeddings", 3, pos, false, SDP_INIT_NORMAL, 0.02f);
+}
+
+static void describe_vit_head(adder *a, const sdp_tf_config *c, sdp_tf_offsets *o) {
+    const int C = c->d_model;
+    o->lnf_w = add(a, "vit.layernorm.weight", 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+    o->lnf_b = add(a, "vit.layernorm.bias", 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->lm_head =
+        add(a, "classifier.weight", 2, c->classes, C, -1, 0, 1, true, SDP_INIT_NORMAL, 0.02f);
+    o->head_b = add(a, "classifier.bias", 1, c->classes, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+}
+
 static void describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *s,
                      sdp_tf_offsets *o) {
-    const bool gpt = c->style == SDP_STYLE_GPT;
+    const bool gpt = c->style == SDP_STYLE_GPT, vit = c->style == SDP_STYLE_VIT;
     const int C = c->d_model, Vp = c->vocab_padded, hs = C / c->n_head;
     sdp_layout_init(L, s->n_layer);
     adder a = {L, -1};
     sdp_tf_offsets tmp = {0};
     if (!o) o = &tmp;
-    o->wpe = o->lnf_b = -1;
-    if (gpt) {
+    o->wpe = o->lnf_b = o->patch_b = o->cls = o->head_b = -1;
+    if (vit) {
+        describe_vit_stem(&a, c, o);
+    } else if (gpt) {
         o->wte =
             add(&a, "transformer.wte.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL, 0.02f);
         o->wpe = add(&a, "transformer.wpe.weight", 2, c->seq_len, C, -1, 0, 1, false,
@@ -186,8 +281,7 @@ static void describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *
     }
     for (int i = 0; i < s->n_layer; i++) {
         sdp_block *b = &L->blocks[i];
-        snprintf(b->name, sizeof b->name, "%s.%d", gpt ? "transformer.h" : "model.layers",
-                 s->layer_id[i]);
+        snprintf(b->name, sizeof b->name, "%s.%d", layer_prefix(c->style), s->layer_id[i]);
         b->global_index = s->layer_id[i];
         b->droppable = true;
         b->ngroups = 2;
@@ -199,7 +293,9 @@ static void describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *
         if (o->layers) o->layers[i] = lo;
     }
     a.block = -1;
-    if (gpt) {
+    if (vit) {
+        describe_vit_head(&a, c, o);
+    } else if (gpt) {
         o->lnf_w = add(&a, "transformer.ln_f.weight", 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
         o->lnf_b = add(&a, "transformer.ln_f.bias", 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
         o->lm_head = o->wte; /* tied */
@@ -223,7 +319,7 @@ static float *acts(sdp_tf *m, size_t n) {
 static void alloc_layer_acts(sdp_tf *m, int i) {
     const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
     const size_t D = (size_t)m->shape.n_head[i] * m->head_size, F = (size_t)m->shape.d_ff[i];
-    const size_t fc_width = m->cfg.style == SDP_STYLE_GPT ? F : 2 * F;
+    const size_t fc_width = m->cfg.style == SDP_STYLE_LLAMA ? 2 * F : F;
     sdp_tf_layer_acts *a = &m->layers[i];
     a->ln1 = acts(m, N * C);
     a->ln1_mean = acts(m, N);
@@ -249,7 +345,7 @@ static void alloc_backward_buffers(sdp_tf *m) {
         if (d > D) D = d;
         if (f > F) F = f;
     }
-    const size_t fc_width = m->cfg.style == SDP_STYLE_GPT ? F : 2 * F;
+    const size_t fc_width = m->cfg.style == SDP_STYLE_LLAMA ? 2 * F : F;
     m->d_res = acts(m, N * C);
     m->d_branch = acts(m, N * C);
     m->d_norm = acts(m, N * C);
@@ -266,6 +362,8 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     sdp_tf_config_finish(&m->cfg);
     SDP_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive (got %d, %d)", B,
               T);
+    const bool vit = m->cfg.style == SDP_STYLE_VIT;
+    if (vit) T = m->cfg.seq_len; /* every image is patches + the class token */
     SDP_CHECK(T <= m->cfg.seq_len, "sequence length %d exceeds the model's maximum %d", T,
               m->cfg.seq_len);
     if (shape)
@@ -291,17 +389,19 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     memcpy(m->goff.layers, m->off.layers, (size_t)m->shape.n_layer * sizeof *m->goff.layers);
 
     const size_t N = (size_t)B * T, C = (size_t)m->cfg.d_model, Vp = (size_t)m->cfg.vocab_padded;
-    m->inputs = sdp_alloc(mem, SDP_MEM_ACTS, N * sizeof(int));
-    m->targets = sdp_alloc(mem, SDP_MEM_ACTS, N * sizeof(int));
+    const size_t head_rows = vit ? (size_t)B : N; /* a ViT classifies its class tokens alone */
+    if (!vit) m->inputs = sdp_alloc(mem, SDP_MEM_ACTS, N * sizeof(int));
+    m->targets = sdp_alloc(mem, SDP_MEM_ACTS, head_rows * sizeof(int));
     m->embed = acts(m, N * C);
     m->layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->layers);
     SDP_CHECK(m->layers, "out of memory");
     for (int i = 0; i < m->shape.n_layer; i++) alloc_layer_acts(m, i);
-    m->lnf = acts(m, N * C);
-    m->lnf_mean = acts(m, N);
-    m->lnf_rstd = acts(m, N);
-    m->probs = acts(m, N * Vp);
-    m->losses = acts(m, N);
+    m->lnf = acts(m, head_rows * C);
+    m->lnf_mean = acts(m, head_rows);
+    m->lnf_rstd = acts(m, head_rows);
+    m->probs = acts(m, head_rows * Vp);
+    m->losses = acts(m, head_rows);
+    if (vit) tf_vit_alloc(m);
     if (mode != SDP_MODEL_INFER) alloc_backward_buffers(m);
     m->attn_scratch = sdp_alloc(mem, SDP_MEM_SCRATCH,
                                 sdp_attention_scratch_floats(T, m->head_size) * sizeof(float));
@@ -322,6 +422,7 @@ void sdp_tf_destroy(sdp_tf *m) {
     for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) sdp_free(mem, bufs[j]);
     sdp_free(mem, m->inputs);
     sdp_free(mem, m->targets);
+    if (m->cfg.style == SDP_STYLE_VIT) tf_vit_free(m);
     free(m->layers);
     free(m->off.layers);
     free(m->goff.layers);
@@ -332,13 +433,8 @@ void sdp_tf_destroy(sdp_tf *m) {
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-static const float *P(const sdp_tf *m, long off) {
-    return off < 0 ? NULL : m->params + off;
-}
-
-static float *G(const sdp_tf *m, long off) {
-    return off < 0 ? NULL : m->grads + off;
-}
+#define P tf_param
+#define G tf_grad
 
 /* Weight gradients of owned slices only, as one GEMM per slice. The weight at param offset w may
  * be a fused matrix of several tensors stacked along rows (llama's q/k/v, gate/up): each tensor's
@@ -411,6 +507,9 @@ void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
     m->goff.lnf_w = grad_offset_of(L, m->off.lnf_w, grad_offset);
     m->goff.lnf_b = grad_offset_of(L, m->off.lnf_b, grad_offset);
     m->goff.lm_head = grad_offset_of(L, m->off.lm_head, grad_offset);
+    m->goff.patch_b = grad_offset_of(L, m->off.patch_b, grad_offset);
+    m->goff.cls = grad_offset_of(L, m->off.cls, grad_offset);
+    m->goff.head_b = grad_offset_of(L, m->off.head_b, grad_offset);
     for (int i = 0; i < m->shape.n_layer; i++) {
         const long *src = &m->off.layers[i].ln1_w;
         long *dst = &m->goff.layers[i].ln1_w;
@@ -419,21 +518,24 @@ void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
     }
 }
 
-static void norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, const float *x, long w,
-                     long b, int N) {
-    if (m->cfg.style == SDP_STYLE_GPT)
+void tf_norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, const float *x, long w,
+                 long b, int N) {
+    if (m->cfg.style != SDP_STYLE_LLAMA)
         sdp_layernorm_fwd(out, mean, rstd, x, P(m, w), P(m, b), N, m->cfg.d_model);
     else
         sdp_rmsnorm_fwd(out, rstd, x, P(m, w), N, m->cfg.d_model);
 }
 
-static void norm_bwd(const sdp_tf *m, float *dx, const float *dout, const float *x,
-                     const float *mean, const float *rstd, long w, long gw, long gb, int N) {
-    if (m->cfg.style == SDP_STYLE_GPT)
+void tf_norm_bwd(const sdp_tf *m, float *dx, const float *dout, const float *x, const float *mean,
+                 const float *rstd, long w, long gw, long gb, int N) {
+    if (m->cfg.style != SDP_STYLE_LLAMA)
         sdp_layernorm_bwd(dx, G(m, gw), G(m, gb), dout, x, P(m, w), mean, rstd, N, m->cfg.d_model);
     else
         sdp_rmsnorm_bwd(dx, G(m, gw), dout, x, P(m, w), rstd, N, m->cfg.d_model);
 }
+
+#define norm_fwd tf_norm_fwd
+#define norm_bwd tf_norm_bwd
 
 /* Each branch's projection is written into `out` first and then folded into the residual, so no
  * extra [N, C] buffer is needed per layer. */
@@ -444,13 +546,13 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
     const int D = H * hs, F = m->shape.d_ff[i];
     const size_t NC = (size_t)N * C;
     const float s = m->shape.branch_scale[i];
-    const bool gpt = m->cfg.style == SDP_STYLE_GPT;
+    const bool llama = m->cfg.style == SDP_STYLE_LLAMA, causal = m->cfg.style != SDP_STYLE_VIT;
 
     if (H > 0) {
         norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, N);
         sdp_linear_fwd(m->gemm, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), N, C, 3 * D);
-        if (!gpt) sdp_rope_fwd(a->qkv, B, T, H, hs, m->cfg.rope_theta);
-        sdp_attention_fwd(a->att, a->lse, a->qkv, B, T, H, hs, m->attn_scratch);
+        if (llama) sdp_rope_fwd(a->qkv, B, T, H, hs, m->cfg.rope_theta);
+        sdp_attention_fwd(a->att, a->lse, a->qkv, B, T, H, hs, causal, m->attn_scratch);
         sdp_linear_fwd(m->gemm, a->out, a->att, P(m, o->w_o), P(m, o->b_o), N, D, C);
         sdp_residual_fwd(a->mid, x, a->out, s, NC);
     } else {
@@ -458,11 +560,12 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
     }
     if (F > 0) {
         norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, o->ln2_w, o->ln2_b, N);
-        sdp_linear_fwd(m->gemm, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C, gpt ? F : 2 * F);
-        if (gpt)
-            sdp_gelu_fwd(a->act, a->fc, (size_t)N * F);
-        else
+        sdp_linear_fwd(m->gemm, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C,
+                       llama ? 2 * F : F);
+        if (llama)
             sdp_swiglu_fwd(a->act, a->fc, N, F);
+        else
+            sdp_gelu_fwd(a->act, a->fc, (size_t)N * F);
         sdp_linear_fwd(m->gemm, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), N, F, C);
         sdp_residual_fwd(a->out, a->mid, a->out, s, NC);
     } else {
@@ -470,7 +573,16 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
     }
 }
 
+const float *tf_layers_forward(sdp_tf *m, const float *x, int B, int T) {
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        layer_forward(m, i, x, B, T);
+        x = m->layers[i].out;
+    }
+    return x;
+}
+
 double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T) {
+    SDP_CHECK(m->cfg.style != SDP_STYLE_VIT, "vit reads images, not tokens");
     SDP_ASSERT(B <= m->B && T <= m->T && B * T <= m->B * m->T);
     const int N = B * T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded, C = m->cfg.d_model;
     for (int i = 0; i < N; i++)
@@ -482,11 +594,7 @@ double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, i
     m->last_B = B;
     m->last_T = T;
     sdp_embed_fwd(m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
-    const float *x = m->embed;
-    for (int i = 0; i < m->shape.n_layer; i++) {
-        layer_forward(m, i, x, B, T);
-        x = m->layers[i].out;
-    }
+    const float *x = tf_layers_forward(m, m->embed, B, T);
     norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->off.lnf_w, m->off.lnf_b, N);
     sdp_linear_fwd(m->gemm, m->probs, m->lnf, P(m, m->off.lm_head), NULL, N, C, Vp);
     m->has_targets = targets != NULL;
@@ -520,8 +628,8 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
     const int D = H * hs, F = m->shape.d_ff[i];
     const size_t NC = (size_t)N * C;
     const float s = m->shape.branch_scale[i];
-    const bool gpt = m->cfg.style == SDP_STYLE_GPT;
-    const int fc_width = gpt ? F : 2 * F;
+    const bool llama = m->cfg.style == SDP_STYLE_LLAMA, causal = m->cfg.style != SDP_STYLE_VIT;
+    const int fc_width = llama ? 2 * F : F;
 
     if (F > 0) { /* out = mid + s * proj(act(fc(norm2(mid)))) */
         zero(m->d_branch, NC);
@@ -530,10 +638,10 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
         linear_bwd(m, m->d_act, m->d_branch, a->act, o->w_proj, go->w_proj, o->b_proj, go->b_proj,
                    N, F, C);
         zero(m->d_fc, (size_t)N * fc_width);
-        if (gpt)
-            sdp_gelu_bwd(m->d_fc, m->d_act, a->fc, (size_t)N * F);
-        else
+        if (llama)
             sdp_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, F);
+        else
+            sdp_gelu_bwd(m->d_fc, m->d_act, a->fc, (size_t)N * F);
         zero(m->d_norm, NC);
         linear_bwd(m, m->d_norm, m->d_fc, a->ln2, o->w_fc, go->w_fc, o->b_fc, go->b_fc, N, C,
                    fc_width);
@@ -546,8 +654,9 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
         zero(m->d_att, (size_t)N * D);
         linear_bwd(m, m->d_att, m->d_branch, a->att, o->w_o, go->w_o, o->b_o, go->b_o, N, D, C);
         zero(m->d_qkv, (size_t)N * 3 * D);
-        sdp_attention_bwd(m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, m->attn_scratch);
-        if (!gpt) sdp_rope_bwd(m->d_qkv, B, T, H, hs, m->cfg.rope_theta);
+        sdp_attention_bwd(m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, causal,
+                          m->attn_scratch);
+        if (llama) sdp_rope_bwd(m->d_qkv, B, T, H, hs, m->cfg.rope_theta);
         zero(m->d_norm, NC);
         linear_bwd(m, m->d_norm, m->d_qkv, a->ln1, o->w_qkv, go->w_qkv, o->b_qkv, go->b_qkv, N, C,
                    3 * D);
@@ -556,8 +665,20 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
     }
 }
 
+void tf_layers_backward(sdp_tf *m, int B, int T) {
+    const int floor = m->backward_floor > 0 ? m->backward_floor : 0;
+    for (int i = m->shape.n_layer - 1; i >= floor; i--) {
+        layer_backward(m, i, i > 0 ? m->layers[i - 1].out : m->embed, B, T);
+        if (m->layer_done) m->layer_done(m->layer_done_ctx, i);
+    }
+}
+
 void sdp_tf_backward(sdp_tf *m, float dloss) {
     SDP_ASSERT(m->grads && m->has_targets);
+    if (m->cfg.style == SDP_STYLE_VIT) {
+        tf_vit_backward(m, dloss);
+        return;
+    }
     const int B = m->last_B, T = m->last_T, N = B * T, C = m->cfg.d_model;
     const int V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
     const size_t NC = (size_t)N * C;
@@ -570,11 +691,7 @@ void sdp_tf_backward(sdp_tf *m, float dloss) {
     zero(m->d_res, NC);
     norm_bwd(m, m->d_res, m->d_norm, top, m->lnf_mean, m->lnf_rstd, m->off.lnf_w, m->goff.lnf_w,
              m->goff.lnf_b, N);
-    const int floor = m->backward_floor > 0 ? m->backward_floor : 0;
-    for (int i = L - 1; i >= floor; i--) {
-        layer_backward(m, i, i > 0 ? m->layers[i - 1].out : m->embed, B, T);
-        if (m->layer_done) m->layer_done(m->layer_done_ctx, i);
-    }
+    tf_layers_backward(m, B, T);
     if (m->backward_floor < 0)
         sdp_embed_bwd(G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T, C);
     m->has_targets = false; /* probs now hold gradients */
@@ -582,12 +699,15 @@ void sdp_tf_backward(sdp_tf *m, float dloss) {
 
 double sdp_tf_train_flops_per_token(const sdp_tf *m, int T) {
     const double C = m->cfg.d_model, hs = m->head_size;
-    double matmul = C * m->cfg.vocab_padded; /* LM head */
-    double attn = 0;
+    double layers = 0, attn = 0;
     for (int i = 0; i < m->shape.n_layer; i++) {
         const double D = m->shape.n_head[i] * hs, F = m->shape.d_ff[i];
-        matmul += 3 * D * C + D * C + (m->cfg.style == SDP_STYLE_GPT ? 2 : 3) * F * C;
+        layers += 3 * D * C + D * C + (m->cfg.style == SDP_STYLE_LLAMA ? 3 : 2) * F * C;
         attn += 2.0 * T * D; /* q.k and p.v per token, counted over the full T as PaLM does */
     }
-    return 6.0 * matmul + 6.0 * attn;
+    if (m->cfg.style == SDP_STYLE_VIT) { /* per image: T tokens, one classifier row */
+        const double p = m->cfg.patch, stem = (T - 1) * m->cfg.in_channels * p * p * C;
+        return 6.0 * (T * layers + stem + C * m->cfg.classes) + 6.0 * T * attn;
+    }
+    return 6.0 * (layers + C * m->cfg.vocab_padded) + 6.0 * attn;
 }

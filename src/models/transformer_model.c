@@ -1,4 +1,5 @@
-/* The transformer (gpt and llama styles) behind the generic model interface (sdp/model.h). */
+/* The transformer (gpt and llama styles on tokens, vit on images) behind the generic model
+ * interface (sdp/model.h). */
 #include "sdp/check.h"
 #include "sdp/model.h"
 #include "sdp/transformer.h"
@@ -19,9 +20,18 @@ static void destroy(sdp_model *m) {
 static void forward(sdp_model *m, const sdp_batch *b, bool training, sdp_metrics *out) {
     (void)training; /* no batch statistics, no dropout */
     sdp_tf *t = tf(m);
-    out->loss = sdp_tf_forward(t, b->tokens, b->targets, b->B, b->T);
+    if (t->cfg.style == SDP_STYLE_VIT) {
+        SDP_CHECK(b->images, "vit: the batch has no images: feed an image dataset "
+                             "(Fashion-MNIST or CIFAR)");
+        out->loss = sdp_tf_forward_images(t, b->images, b->labels, b->B);
+        out->correct = t->n_correct;
+    } else {
+        SDP_CHECK(b->tokens, "%s: the batch has no tokens: feed text or token shards",
+                  sdp_tf_style_name(t->cfg.style));
+        out->loss = sdp_tf_forward(t, b->tokens, b->targets, b->B, b->T);
+        out->correct = 0;
+    }
     out->count = t->n_targets;
-    out->correct = 0;
 }
 
 static void backward(sdp_model *m, float dloss) {
@@ -52,6 +62,10 @@ static sdp_tf_config tf_config(const sdp_model_config *c) {
     t.seq_len = c->seq_len;
     t.vocab = c->vocab;
     t.rope_theta = c->rope_theta;
+    t.in_channels = c->in_channels;
+    t.image_size = c->image_size;
+    t.patch = c->patch;
+    t.classes = c->classes;
     return t;
 }
 
@@ -60,6 +74,7 @@ static void finish_config(sdp_model_config *c) {
     sdp_tf_config_finish(&t);
     c->d_ff = t.d_ff;
     c->rope_theta = t.rope_theta;
+    if (t.style == SDP_STYLE_VIT) c->seq_len = t.seq_len; /* patches + the class token */
 }
 
 static void describe_full(sdp_layout *full, const sdp_model_config *c) {
@@ -94,3 +109,4 @@ static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spe
 
 const sdp_model_family SDP_FAMILY_GPT = {"gpt", false, finish_config, describe_full, create};
 const sdp_model_family SDP_FAMILY_LLAMA = {"llama", false, finish_config, describe_full, create};
+const sdp_model_family SDP_FAMILY_VIT = {"vit", true, finish_config, describe_full, create};
