@@ -33,10 +33,19 @@ check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
 check 4 --sdp-mask forward --sdp-unit block --sdp-assign random --model llama
 check 4 --sdp-mask backward --sdp-unit block --sdp-owners 1 --optimizer sgd
 
-# The ResNet on Fashion-MNIST: batch-norm buffers, 4-D convolution weights split by channel.
+# The image models on Fashion-MNIST. The ResNet: batch-norm buffers, 4-D convolution weights
+# split by channel.
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   MODEL=(--model resnet --depth 8 --channels 4 --batch 4 --optimizer sgd)
   DATA=(--bn-recal-batches 2)
+  check 4 --sdp-mask forward --sdp-unit block
+  check 4 --sdp-mask forward --sdp-unit neuron
+  check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
+  check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
+  # The ViT: patch stem and class token shared, layers split into blocks or heads and neurons.
+  MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
+  DATA=()
+  check 2 --sdp-mask none
   check 4 --sdp-mask forward --sdp-unit block
   check 4 --sdp-mask forward --sdp-unit neuron
   check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3

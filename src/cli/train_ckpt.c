@@ -12,7 +12,9 @@
 
 /* Running statistics gathered from subnetworks describe the subnetworks, not the assembled
  * model, whose blocks all add to the residual stream at once: re-estimate them on training
- * batches, from scratch, before the assembled model is evaluated or saved. */
+ * batches, from scratch, before the assembled model is evaluated or saved. With k = N every
+ * worker trained the whole model, so its statistics already describe it (and the run stays
+ * bitwise data parallelism's). */
 static void recalibrate_running_stats(trainer *t) {
     const sdp_layout *L = t->full_model.layout;
     bool any = false;
@@ -40,7 +42,8 @@ const float *full_params_on_rank0(trainer *t) {
     }
     sdp_sync_gather_full(&t->sync, t->model.params, false,
                          is_rank0(t) ? t->full_model.params : NULL);
-    if (is_rank0(t) && t->data.images) recalibrate_running_stats(t);
+    const bool whole_model_trained = t->plan.cfg.owners == t->plan.cfg.world;
+    if (is_rank0(t) && t->data.images && !whole_model_trained) recalibrate_running_stats(t);
     return is_rank0(t) ? t->full_model.params : NULL;
 }
 
