@@ -1,90 +1,41 @@
-/* sdp report: turns run directories into a Markdown table of their final figures (and, with
- * --plots DIR, gnuplot charts of loss against steps and FLOPs, and of memory per worker). */
+/* sdp report: turns run directories into a Markdown table of their final figures; with --group,
+ * a second table over runs that differ only in their seed; with --plots DIR, gnuplot charts of
+ * loss against steps and FLOPs, accuracy, and memory per worker. */
 #include "commands.h"
-#include "run.h"
+#include "report_group.h"
+#include "report_plot.h"
+#include "report_run.h"
 
 #include "sdp/check.h"
 
-#include <cjson/cJSON.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char dir[OPT_STR_MAX];
-    train_opts o;
-    long steps;
-    double train_loss, val_loss, val_acc, flops, tok_s, elapsed;
-    double state_bytes, total_bytes, peak_rss, sent;
-    int world;
-} run_figures;
-
-static double number(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
-/* The last training and validation lines of metrics.jsonl. */
-static void read_metrics(run_figures *f) {
-    char path[1024], line[4096];
-    run_path(path, sizeof path, f->dir, "metrics.jsonl");
-    FILE *in = sdp_fopen(path, "rb");
-    double tok = 0;
-    int ntok = 0;
-    while (fgets(line, sizeof line, in)) {
-        cJSON *o = cJSON_Parse(line);
-        if (!o) continue;
-        if (!isnan(number(o, "loss"))) {
-            f->train_loss = number(o, "loss");
-            f->steps = (long)number(o, "step");
-            f->flops = number(o, "flops");
-            tok += number(o, "tokens_per_s"), ntok++;
-        }
-        if (!isnan(number(o, "val_loss"))) f->val_loss = number(o, "val_loss");
-        if (!isnan(number(o, "val_accuracy"))) f->val_acc = number(o, "val_accuracy");
-        if (!isnan(number(o, "elapsed_s"))) f->elapsed = number(o, "elapsed_s");
-        cJSON_Delete(o);
-    }
-    fclose(in);
-    f->tok_s = ntok ? tok / ntok : NAN;
-}
-
-/* The largest worker's bytes from memory.json. */
-static void read_memory(run_figures *f) {
-    char path[1024];
-    run_path(path, sizeof path, f->dir, "memory.json");
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return; /* a run that has not finished */
-    fclose(probe);
-    char *txt = run_read_text(path);
-    cJSON *o = cJSON_Parse(txt);
-    free(txt);
-    SDP_CHECK(o, "%s is not valid JSON", path);
-    const cJSON *w;
-    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(o, "workers")) {
-        double state = number(w, "params") + number(w, "grads") + number(w, "optimizer");
-        double total = state + number(w, "activations") + number(w, "buffers") +
-                       number(w, "scratch") + number(w, "data");
-        if (state > f->state_bytes) f->state_bytes = state;
-        if (total > f->total_bytes) f->total_bytes = total;
-        /* Rank 0 also holds the evaluation copy of the model; the others show a worker's own. */
-        if ((f->world > 0 || !w->next) && number(w, "peak_rss") > f->peak_rss)
-            f->peak_rss = number(w, "peak_rss");
-        if (number(w, "sent_per_step") > f->sent) f->sent = number(w, "sent_per_step");
-        f->world++;
-    }
-    cJSON_Delete(o);
-}
-
-static void load_run(run_figures *f, const char *dir) {
-    memset(f, 0, sizeof *f);
-    f->train_loss = f->val_loss = f->val_acc = NAN;
-    SDP_CHECK(strlen(dir) < sizeof f->dir, "path too long: %s", dir);
-    strcpy(f->dir, dir);
-    run_load_config(&f->o, dir);
-    read_metrics(f);
-    read_memory(f);
-}
+static const char USAGE[] =
+    "usage: sdp report [--group] [--plots DIR] RUN_DIR...\n"
+    "Prints a Markdown table of each run's final figures: mode, unit, N, k, steps, FLOPs per\n"
+    "worker, final train and validation loss (and accuracy for image models), tokens or\n"
+    "images per second per worker, the largest worker's memory (training bytes; peak RSS over\n"
+    "ranks 1..N-1, as rank 0 also holds the evaluation copy of the model), and bytes sent per\n"
+    "step.\n\n"
+    "  --group      also print one row per group of runs whose config.json and number of\n"
+    "               workers are equal except for seed, out, resume, threads, stop-after and\n"
+    "               ckpt-every (any other option, steps included, separates groups): the\n"
+    "               number of seeds, final train loss, val loss and val accuracy as mean ±\n"
+    "               sample standard deviation over seeds (the mean alone for one seed), TFLOP\n"
+    "               per worker, and the largest worker's params+grads+optimizer MiB, peak RSS\n"
+    "               and bytes sent per step. Groups are labelled by mode, coverage and steps,\n"
+    "               plus any option that differs between groups.\n"
+    "  --plots DIR  draw SVG charts with gnuplot (Debian: gnuplot-nox) into DIR:\n"
+    "               loss_vs_steps.svg and loss_vs_flops.svg (train loss thin, validation\n"
+    "               loss thick with points, against steps and cumulative FLOPs per worker),\n"
+    "               accuracy.svg (validation accuracy, when a run logged it) and memory.svg\n"
+    "               (the largest worker's MiB by category, stacked). One colour per group\n"
+    "               with --group (curves are the mean over seeds), else per run. DIR keeps\n"
+    "               the .gp scripts and .dat files: edit one and run `gnuplot NAME.gp` there.\n"
+    "  --help       print this help\n";
 
 static const char *mib(char *b, size_t n, double bytes) {
     if (bytes <= 0 || isnan(bytes)) return "-";
@@ -92,13 +43,13 @@ static const char *mib(char *b, size_t n, double bytes) {
     return b;
 }
 
-static void print_table(const run_figures *r, int n) {
+static void print_table(const report_run *r, int n) {
     printf("| run | mode | unit | N | k | steps | TFLOP/worker | train loss | val loss | val acc | "
            "examples/s/worker | params+grads+opt MiB | total MiB | peak RSS MiB | sent/step MiB "
            "|\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
-        const run_figures *f = &r[i];
+        const report_run *f = &r[i];
         const bool ddp = strcmp(f->o.sdp_mask, "none") == 0;
         char k[16], a[32], b[32], c[32], d[32];
         if (ddp)
@@ -107,34 +58,67 @@ static void print_table(const run_figures *r, int n) {
             snprintf(k, sizeof k, "%d", f->o.sdp_owners);
         else
             snprintf(k, sizeof k, "%g", f->o.sdp_coverage * f->world);
-        const char *name = strrchr(f->dir, '/') ? strrchr(f->dir, '/') + 1 : f->dir;
         char acc[32] = "-";
         if (!isnan(f->val_acc)) snprintf(acc, sizeof acc, "%.2f%%", 100 * f->val_acc);
         printf(
             "| %s | %s | %s | %d | %s | %ld | %.4g | %.4f | %.4f | %s | %.0f | %s | %s | %s | %s "
             "|\n",
-            name, ddp ? "DDP" : f->o.sdp_mask, ddp ? "-" : f->o.sdp_unit, f->world, k, f->steps,
-            f->flops / 1e12, f->train_loss, f->val_loss, acc, f->tok_s,
+            report_run_name(f), ddp ? "DDP" : f->o.sdp_mask, ddp ? "-" : f->o.sdp_unit, f->world, k,
+            f->steps, f->flops / 1e12, f->train_loss, f->val_loss, acc, f->tok_s,
             mib(a, sizeof a, f->state_bytes), mib(b, sizeof b, f->total_bytes),
             mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
     }
 }
 
-int cmd_report(int argc, char **argv) {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: sdp report RUN_DIR...\n"
-               "Prints a Markdown table of each run's final figures: mode, unit, N, k, steps,\n"
-               "FLOPs per worker, final train and validation loss (and accuracy for image\n"
-               "models), tokens or images per second per worker, the\n"
-               "largest worker's memory (training bytes; peak RSS over ranks 1..N-1, as rank 0\n"
-               "also holds the evaluation copy of the model), and bytes sent per step.\n");
-        return 0;
+typedef struct {
+    bool group;
+    const char *plots; /* NULL: no charts */
+} report_opts;
+
+/* Parses the flags; returns the index of the first run directory in the permuted argv. */
+static int parse_flags(report_opts *ro, int argc, char **argv) {
+    static const struct option flags[] = {{"group", no_argument, NULL, 'g'},
+                                          {"plots", required_argument, NULL, 'p'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+    *ro = (report_opts){0};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(USAGE, stdout);
+            exit(0);
+        }
+        if (c == 'g') ro->group = true;
+        if (c == 'p') ro->plots = optarg;
+        if (c == '?')
+            sdp_fatal("unknown or incomplete option '%s': run with --help to list the options",
+                      argv[optind - 1]);
     }
-    SDP_CHECK(argc >= 2, "sdp report needs one or more run directories (written by sdp train)");
-    run_figures *runs = calloc((size_t)argc, sizeof *runs);
-    SDP_CHECK(runs, "out of memory");
-    for (int i = 1; i < argc; i++) load_run(&runs[i - 1], argv[i]);
-    print_table(runs, argc - 1);
+    return optind;
+}
+
+int cmd_report(int argc, char **argv) {
+    report_opts ro;
+    const int first = parse_flags(&ro, argc, argv);
+    const int n = argc - first;
+    SDP_CHECK(n >= 1, "sdp report needs one or more run directories (written by sdp train)");
+    if (ro.plots) report_plot_require_gnuplot();
+    report_run *runs = calloc((size_t)n, sizeof *runs);
+    report_group *groups = calloc((size_t)n, sizeof *groups);
+    SDP_CHECK(runs && groups, "out of memory");
+    for (int i = 0; i < n; i++) report_run_load(&runs[i], argv[first + i]);
+    print_table(runs, n);
+    const int ngroups = report_group_runs(groups, runs, n, ro.group);
+    if (ro.group) {
+        printf("\n");
+        report_group_print_table(groups, ngroups);
+    }
+    if (ro.plots) report_plot(ro.plots, groups, ngroups);
+    for (int i = 0; i < ngroups; i++) report_group_free(&groups[i]);
+    for (int i = 0; i < n; i++) report_run_free(&runs[i]);
+    free(groups);
     free(runs);
     return 0;
 }

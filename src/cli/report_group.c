@@ -1,0 +1,251 @@
+#include "report_group.h"
+
+#include "sdp/check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Grouping compares every option of TRAIN_OPTS except these, so a new option separates groups
+ * unless it is listed here on purpose. */
+bool report_option_ignored_by_group(const char *name) {
+    static const char *ignored[] = {"seed", "out", "resume", "threads", "stop-after", "ckpt-every"};
+    for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++)
+        if (strcmp(ignored[i], name) == 0) return true;
+    return false;
+}
+
+static const void *field(const train_opts *o, const opt_spec *s) {
+    return (const char *)o + s->offset;
+}
+
+static bool same_option(const opt_spec *s, const train_opts *a, const train_opts *b) {
+    const void *x = field(a, s), *y = field(b, s);
+    switch (s->type) {
+    case OPT_INT:
+        return *(const int *)x == *(const int *)y;
+    case OPT_FLOAT:
+        return *(const double *)x == *(const double *)y;
+    case OPT_STR:
+        return strcmp(x, y) == 0;
+    case OPT_FLAG:
+        return *(const bool *)x == *(const bool *)y;
+    }
+    return false;
+}
+
+static void format_option(char *buf, size_t n, const opt_spec *s, const train_opts *o) {
+    const void *f = field(o, s);
+    switch (s->type) {
+    case OPT_INT:
+        snprintf(buf, n, "%d", *(const int *)f);
+        break;
+    case OPT_FLOAT:
+        snprintf(buf, n, "%g", *(const double *)f);
+        break;
+    case OPT_STR:
+        snprintf(buf, n, "%s", (const char *)f);
+        break;
+    case OPT_FLAG:
+        snprintf(buf, n, "%s", *(const bool *)f ? "true" : "false");
+        break;
+    }
+}
+
+static bool same_group(const report_run *a, const report_run *b) {
+    if (a->world != b->world) return false;
+    for (const opt_spec *s = TRAIN_OPTS; s->name; s++)
+        if (!report_option_ignored_by_group(s->name) && !same_option(s, &a->o, &b->o)) return false;
+    return true;
+}
+
+static bool is_ddp(const report_run *r) {
+    return strcmp(r->o.sdp_mask, "none") == 0;
+}
+
+/* Whether the label's fixed part already says an option's value. */
+static bool label_shows(const char *name, const report_run *r) {
+    if (!strcmp(name, "model") || !strcmp(name, "steps") || !strcmp(name, "sdp-mask")) return true;
+    const bool sdp_part =
+        !strcmp(name, "sdp-unit") || !strcmp(name, "sdp-coverage") || !strcmp(name, "sdp-owners");
+    return sdp_part && !is_ddp(r);
+}
+
+/* Whether two groups' labels would start alike: same model, mode (and for SDP unit and
+ * coverage), steps and N. */
+static bool same_label_start(const report_run *a, const report_run *b) {
+    if (a->world != b->world) return false;
+    for (const opt_spec *s = TRAIN_OPTS; s->name; s++)
+        if (label_shows(s->name, a) && !same_option(s, &a->o, &b->o)) return false;
+    return true;
+}
+
+/* "DDP, 300 steps" or "forward/block C=0.5, 300 steps" (after the model's name, and then N, when
+ * these differ between groups), then each option that tells this group from another whose label
+ * starts alike, so that every label is distinct and none lists what the start already implies
+ * (such as a warmup derived from --steps). */
+static char *make_label(const report_run *r, const report_group *all, int ngroups) {
+    char *label = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&label, &len);
+    SDP_CHECK(f, "out of memory");
+    bool model_varies = false, world_varies = false;
+    for (int i = 0; i < ngroups; i++) {
+        model_varies |= strcmp(all[i].runs[0]->o.model, r->o.model) != 0;
+        world_varies |= all[i].runs[0]->world != r->world;
+    }
+    if (model_varies) fprintf(f, "%s ", r->o.model);
+    if (is_ddp(r))
+        fprintf(f, "DDP");
+    else if (r->o.sdp_owners > 0 && r->world > 0)
+        fprintf(f, "%s/%s C=%g", r->o.sdp_mask, r->o.sdp_unit, (double)r->o.sdp_owners / r->world);
+    else if (r->o.sdp_owners > 0)
+        fprintf(f, "%s/%s k=%d", r->o.sdp_mask, r->o.sdp_unit, r->o.sdp_owners);
+    else
+        fprintf(f, "%s/%s C=%g", r->o.sdp_mask, r->o.sdp_unit, r->o.sdp_coverage);
+    fprintf(f, ", %d steps", r->o.steps);
+    if (world_varies) fprintf(f, ", N=%d", r->world);
+    for (const opt_spec *s = TRAIN_OPTS; s->name; s++) {
+        if (report_option_ignored_by_group(s->name) || label_shows(s->name, r)) continue;
+        bool varies = false;
+        for (int i = 0; i < ngroups; i++)
+            varies |=
+                same_label_start(all[i].runs[0], r) && !same_option(s, &all[i].runs[0]->o, &r->o);
+        if (!varies) continue;
+        char value[OPT_STR_MAX + 32];
+        format_option(value, sizeof value, s, &r->o);
+        fprintf(f, ", %s=%s", s->name, value);
+    }
+    SDP_CHECK(fclose(f) == 0, "out of memory");
+    return label;
+}
+
+/* The index of the point at `step` in c, searching from *from on (steps only increase). */
+static int find_step(const report_curve *c, double step, int *from) {
+    while (*from < c->n && c->step[*from] < step) (*from)++;
+    return *from < c->n && c->step[*from] == step ? *from : -1;
+}
+
+/* The mean of the runs' curves at every step that all of them logged. */
+static void mean_curve(report_curve *out, const report_group *g, bool val) {
+    const report_curve *first = val ? &g->runs[0]->val : &g->runs[0]->train;
+    int *pos = calloc((size_t)g->nruns, sizeof *pos);
+    SDP_CHECK(pos, "out of memory");
+    for (int i = 0; i < first->n; i++) {
+        const double step = first->step[i];
+        double flops = 0, loss = 0, acc = 0;
+        bool everywhere = true;
+        for (int k = 0; k < g->nruns && everywhere; k++) {
+            const report_curve *c = val ? &g->runs[k]->val : &g->runs[k]->train;
+            const int j = find_step(c, step, &pos[k]);
+            everywhere = j >= 0;
+            if (everywhere) flops += c->flops[j], loss += c->loss[j], acc += c->acc[j];
+        }
+        if (everywhere)
+            report_curve_push(out, step, flops / g->nruns, loss / g->nruns, acc / g->nruns);
+    }
+    free(pos);
+}
+
+static void finish_group(report_group *g) {
+    mean_curve(&g->train, g, false);
+    mean_curve(&g->val, g, true);
+    double most = -1;
+    for (int k = 0; k < g->nruns; k++)
+        if (g->runs[k]->total_bytes > most) {
+            most = g->runs[k]->total_bytes;
+            memcpy(g->bars, g->runs[k]->bars, sizeof g->bars);
+        }
+}
+
+int report_group_runs(report_group *g, const report_run *runs, int n, bool by_seed) {
+    int ngroups = 0;
+    memset(g, 0, sizeof *g * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (by_seed && k < ngroups && !same_group(g[k].runs[0], &runs[i])) k++;
+        if (!by_seed || k == ngroups) {
+            k = ngroups++;
+            g[k].runs = calloc((size_t)n, sizeof *g[k].runs);
+            SDP_CHECK(g[k].runs, "out of memory");
+        }
+        g[k].runs[g[k].nruns++] = &runs[i];
+    }
+    for (int k = 0; k < ngroups; k++) {
+        g[k].label =
+            by_seed ? make_label(g[k].runs[0], g, ngroups) : strdup(report_run_name(g[k].runs[0]));
+        SDP_CHECK(g[k].label, "out of memory");
+        finish_group(&g[k]);
+    }
+    return ngroups;
+}
+
+void report_group_free(report_group *g) {
+    free(g->runs);
+    free(g->label);
+    report_curve_free(&g->train);
+    report_curve_free(&g->val);
+    memset(g, 0, sizeof *g);
+}
+
+/* One final figure of a run; the group table shows each over the group's runs. */
+enum { FIG_TRAIN, FIG_VAL, FIG_ACC, FIG_FLOPS, FIG_STATE, FIG_RSS, FIG_SENT, NFIGS };
+
+static double figure(const report_run *r, int which) {
+    const double v[NFIGS] = {r->train_loss,  r->val_loss, r->val_acc, r->flops,
+                             r->state_bytes, r->peak_rss, r->sent};
+    return v[which];
+}
+
+/* "mean ± sample std" over the runs that know the figure, the mean alone for one, "-" for
+ * none; values are multiplied by scale first. */
+static const char *mean_std(char *buf, size_t n, const report_group *g, int which, double scale,
+                            int decimals, const char *unit) {
+    double sum = 0, sq = 0;
+    int known = 0;
+    for (int k = 0; k < g->nruns; k++)
+        if (!isnan(figure(g->runs[k], which))) sum += scale * figure(g->runs[k], which), known++;
+    if (!known) return snprintf(buf, n, "-"), buf;
+    const double mean = sum / known;
+    for (int k = 0; k < g->nruns; k++) {
+        const double v = scale * figure(g->runs[k], which);
+        if (!isnan(v)) sq += (v - mean) * (v - mean);
+    }
+    if (known == 1)
+        snprintf(buf, n, "%.*f%s", decimals, mean, unit);
+    else
+        snprintf(buf, n, "%.*f%s ± %.*f", decimals, mean, unit, decimals, sqrt(sq / (known - 1)));
+    return buf;
+}
+
+/* The largest of a figure over the group's runs, in MiB. */
+static const char *max_mib(char *buf, size_t n, const report_group *g, int which) {
+    double most = 0;
+    for (int k = 0; k < g->nruns; k++)
+        if (figure(g->runs[k], which) > most) most = figure(g->runs[k], which);
+    if (most > 0)
+        snprintf(buf, n, "%.1f", most / 1048576.0);
+    else
+        snprintf(buf, n, "-");
+    return buf;
+}
+
+void report_group_print_table(const report_group *g, int ngroups) {
+    printf("| group | seeds | N | TFLOP/worker | train loss | val loss | val acc | "
+           "params+grads+opt MiB | peak RSS MiB | sent/step MiB |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < ngroups; i++) {
+        const report_group *gr = &g[i];
+        double flops = 0;
+        for (int k = 0; k < gr->nruns; k++) flops += figure(gr->runs[k], FIG_FLOPS) / gr->nruns;
+        char train[64], val[64], acc[64], a[32], b[32], c[32];
+        printf("| %s | %d | %d | %.4g | %s | %s | %s | %s | %s | %s |\n", gr->label, gr->nruns,
+               gr->runs[0]->world, flops / 1e12,
+               mean_std(train, sizeof train, gr, FIG_TRAIN, 1, 4, ""),
+               mean_std(val, sizeof val, gr, FIG_VAL, 1, 4, ""),
+               mean_std(acc, sizeof acc, gr, FIG_ACC, 100, 2, "%"),
+               max_mib(a, sizeof a, gr, FIG_STATE), max_mib(b, sizeof b, gr, FIG_RSS),
+               max_mib(c, sizeof c, gr, FIG_SENT));
+    }
+}

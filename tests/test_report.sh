@@ -1,0 +1,121 @@
+# sdp report on real tiny runs: the per-run table; --group, where two runs that differ only in
+# --seed form one group whose figures are the mean and sample std of their own final figures; a
+# run with more steps and a DDP run form groups of their own; --plots writes SVG charts whose
+# data are the group means; bad input gets one line naming the problem.
+source "$(dirname "$0")/lib.sh"
+MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
+make_text "$WORK/text.txt" 60000
+
+R=(--data "$WORK/text.txt" --layers 1 --heads 2 --width 32 --seq-len 16 --batch 2 --warmup 1
+   --lr 1e-2 --log-every 2 --val-every 5 --val-batches 2 --threads 1)
+
+# train NAME ARGS...: a 2-rank run into $WORK/NAME (30 s at most).
+train() {
+  local name=$1; shift
+  timeout 30 "${MPI[@]}" -n 2 "$SDP_BIN" train "${R[@]}" "$@" --out "$WORK/$name" \
+    >"$WORK/$name.log" 2>&1 || { fail "training $name"; tail -3 "$WORK/$name.log"; }
+}
+train fwd1 --steps 10 --sdp-mask forward --seed 1
+train fwd2 --steps 10 --sdp-mask forward --seed 2
+train fwd_long --steps 20 --sdp-mask forward --seed 1
+train ddp --steps 10 --seed 1
+RUNS=("$WORK/fwd1" "$WORK/ddp" "$WORK/fwd2" "$WORK/fwd_long")
+
+# The last value of a field in a run's metrics.jsonl.
+last() { grep "\"$2\"" "$1/metrics.jsonl" | tail -1 | sed -E "s/.*\"$2\":([-0-9.e+]+).*/\1/"; }
+# A column (1 = label) of the grouped table's row whose label is exactly $1.
+group_cell() {
+  sed -n '/^| group |/,$p' "$WORK/grouped.md" |
+    awk -F' [|] ' -v label="$1" -v col="$2" '{ sub(/^[|] /, "") } $1 == label { print $col }'
+}
+
+# ---- the per-run table ------------------------------------------------------------------------
+if "$SDP_BIN" report "${RUNS[@]}" >"$WORK/table.md" 2>"$WORK/err"; then
+  rows=$(grep -cE '^\| (fwd1|fwd2|fwd_long|ddp) \|' "$WORK/table.md")
+  if [ "$rows" -eq 4 ] && ! grep -q '^| group |' "$WORK/table.md"; then
+    pass "report prints one row per run and no grouped table without --group"
+  else fail "report: $rows run rows"; cat "$WORK/table.md"; fi
+else fail "report failed"; cat "$WORK/err"; fi
+
+# ---- --group ----------------------------------------------------------------------------------
+if "$SDP_BIN" report --group "${RUNS[@]}" >"$WORK/grouped.md" 2>"$WORK/err"; then
+  sed -n '/^| group |/,$p' "$WORK/grouped.md"
+  ngroups=$(sed -n '/^| group |/,$p' "$WORK/grouped.md" | awk 'NR > 2' | grep -c '^|')
+  seeds=$(group_cell "forward/block C=0.5, 10 steps" 2)
+  if [ "$ngroups" -eq 3 ] && [ "$seeds" = 2 ] && [ "$(group_cell "DDP, 10 steps" 2)" = 1 ] &&
+     [ "$(group_cell "forward/block C=0.5, 20 steps" 2)" = 1 ]; then
+    pass "--group: the two seeds form one group; 20 steps and DDP form groups of their own"
+  else fail "--group: $ngroups groups, forward 10-step group has '$seeds' seeds"; fi
+  # "mean ± std" of the val loss against the two runs' own final val losses.
+  v1=$(last "$WORK/fwd1" val_loss) v2=$(last "$WORK/fwd2" val_loss)
+  cell=$(group_cell "forward/block C=0.5, 10 steps" 6)
+  if awk -v a="$v1" -v b="$v2" -v cell="$cell" 'BEGIN {
+      split(cell, p, " ± "); mean = (a + b) / 2; sd = sqrt(((a - mean)^2 + (b - mean)^2) / 1)
+      printf "runs %s and %s: mean %.6f sd %.6f; table %s\n", a, b, mean, sd, cell
+      exit !(a != b && p[2] != "" && (p[1] - mean)^2 < 5.1e-5^2 && (p[2] - sd)^2 < 5.1e-5^2) }'
+  then pass "--group: val loss is the mean ± sample std of the seeds' final val losses"
+  else fail "--group: val loss cell '$cell' is not mean ± std of $v1 and $v2"; fi
+  one=$(group_cell "DDP, 10 steps" 6) ddp_val=$(last "$WORK/ddp" val_loss)
+  awk -v c="$one" -v v="$ddp_val" 'BEGIN { exit !(c !~ /±/ && (c - v)^2 < 5.1e-5^2) }' &&
+    pass "--group: a one-seed group shows its run's val loss alone ($one)" ||
+    fail "--group: one-seed cell '$one' for val loss $ddp_val"
+else fail "report --group failed"; cat "$WORK/err"; fi
+
+# ---- --plots ----------------------------------------------------------------------------------
+if ! command -v gnuplot >/dev/null; then
+  echo "skip: gnuplot is not installed, so --plots is not checked (install gnuplot-nox)"
+elif "$SDP_BIN" report --group --plots "$WORK/plots" "${RUNS[@]}" >"$WORK/plots.log" 2>&1; then
+  for chart in loss_vs_steps loss_vs_flops memory; do
+    svg="$WORK/plots/$chart.svg" bytes=$(stat -c %s "$WORK/plots/$chart.svg" 2>/dev/null || echo 0)
+    if head -c 64 "$svg" | grep -qE '^(<\?xml|<svg)' && [ "$bytes" -gt 5000 ] &&
+       [ "$bytes" -lt 100000 ] && grep -qF "forward/block C=0.5, 20 steps" "$svg" &&
+       grep -qF "wrote $svg" "$WORK/plots.log"; then
+      pass "--plots wrote $chart.svg ($bytes bytes, legend names the groups)"
+    else fail "--plots: $chart.svg missing, not SVG, or $bytes bytes"; fi
+  done
+  [ ! -e "$WORK/plots/accuracy.svg" ] && pass "--plots: no accuracy.svg for text runs" ||
+    fail "--plots drew accuracy.svg for runs without val_accuracy"
+  # Group 0 (fwd1 and fwd2) is drawn at the mean of its two runs at every logged step.
+  if paste <(grep '"loss"' "$WORK/fwd1/metrics.jsonl" | sed -E 's/.*"loss":([-0-9.e+]+).*/\1/') \
+           <(grep '"loss"' "$WORK/fwd2/metrics.jsonl" | sed -E 's/.*"loss":([-0-9.e+]+).*/\1/') \
+           <(grep -v '^#' "$WORK/plots/curve_0_train.dat" | awk '{ print $3 }') |
+     awk '{ n++; if (($1 + $2) / 2 - $3 > 1e-6 || $3 - ($1 + $2) / 2 > 1e-6) bad++ }
+          END { exit !(n == 5 && !bad) }'; then
+    pass "--plots: the group's training curve is the mean of its seeds at each logged step"
+  else fail "--plots: curve_0_train.dat is not the mean of fwd1 and fwd2"; fi
+else fail "report --plots failed"; cat "$WORK/plots.log"; fi
+
+# ---- an image run: validation accuracy in the table and in accuracy.svg -------------------------
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+else
+  R=(--model resnet --depth 8 --channels 4 --batch 4 --data /usr/share/datasets/fashion-mnist
+     --steps 4 --warmup 1 --log-every 2 --val-every 2 --val-batches 2 --threads 1)
+  train img --seed 1
+  acc=$(last "$WORK/img" val_accuracy)
+  want=$(awk -v a="$acc" 'BEGIN { printf "%.2f%%", 100 * a }')
+  if [ -n "$acc" ] && "$SDP_BIN" report "$WORK/img" | grep -qF "| $want |"; then
+    pass "an image run's table row shows its final val accuracy ($want)"
+  else fail "the table lacks the image run's val accuracy $want"; fi
+  if command -v gnuplot >/dev/null &&
+     "$SDP_BIN" report --plots "$WORK/img_plots" "$WORK/img" "$WORK/fwd1" >/dev/null 2>&1; then
+    head -c 64 "$WORK/img_plots/accuracy.svg" 2>/dev/null | grep -qE '^(<\?xml|<svg)' &&
+      pass "--plots draws accuracy.svg when a run logged val_accuracy" ||
+      fail "--plots drew no accuracy.svg for an image run"
+  fi
+fi
+
+# ---- bad input --------------------------------------------------------------------------------
+mkdir -p "$WORK/empty" "$WORK/half" && cp "$WORK/fwd1/config.json" "$WORK/half/"
+expect_error "missing run directory" "$WORK/nope" "$SDP_BIN" report "$WORK/fwd1" "$WORK/nope"
+expect_error "directory without config.json" "$WORK/empty' has no config.json" "$SDP_BIN" report "$WORK/empty"
+expect_error "directory without metrics.jsonl" "$WORK/half' has no metrics.jsonl" \
+  "$SDP_BIN" report "$WORK/half"
+expect_error "unknown flag" "unknown or incomplete option '--bogus'" \
+  "$SDP_BIN" report --bogus "$WORK/fwd1"
+expect_error "no run directory" "one or more run directories" "$SDP_BIN" report --group
+expect_error "gnuplot missing" "gnuplot not found: install gnuplot-nox" \
+  env PATH=/nonexistent "$SDP_BIN" report --plots "$WORK/p2" "$WORK/fwd1"
+"$SDP_BIN" report --help | grep -q -- "--plots DIR" && "$SDP_BIN" report --help | grep -q -- "--group" &&
+  pass "report --help documents --group and --plots" || fail "report --help lacks --group or --plots"
+finish
