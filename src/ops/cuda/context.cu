@@ -1,0 +1,140 @@
+/* The CUDA context: device, stream, cuBLAS handle, workspace, and device memory with the same
+ * per-category accounting as sdp_alloc gives host memory.
+ *
+ * sdp_alloc keeps each buffer's size and category in a header in front of it, which device memory
+ * cannot have (reading it back would need a copy). Device allocations are few (tens per model),
+ * so their sizes and categories sit in a host-side list that sdp_cuda_free searches. */
+#include "ops/cuda/common.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct sdp_cuda_block {
+    void *ptr;
+    size_t bytes;
+    sdp_memcat cat;
+    sdp_cuda_block *next;
+};
+
+enum { INITIAL_WORKSPACE_BYTES = 16 << 20 };
+
+int sdp_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* or the next launch check would report this error */
+        return 0;
+    }
+    return n;
+}
+
+static void account(sdp_mem *m, sdp_memcat cat, size_t bytes) {
+    m->cur[cat] += bytes;
+    if (m->cur[cat] > m->peak[cat]) m->peak[cat] = m->cur[cat];
+    m->total_cur += bytes;
+    if (m->total_cur > m->total_peak) m->total_peak = m->total_cur;
+    m->nallocs++;
+}
+
+static void unaccount(sdp_mem *m, sdp_memcat cat, size_t bytes) {
+    SDP_ASSERT(m->cur[cat] >= bytes && m->nallocs > 0);
+    m->cur[cat] -= bytes;
+    m->total_cur -= bytes;
+    m->nallocs--;
+}
+
+void *sdp_cuda_malloc(sdp_cuda_ctx *ctx, sdp_memcat cat, size_t bytes) {
+    SDP_ASSERT(ctx && cat < SDP_MEM_NCAT);
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+    if (err != cudaSuccess)
+        sdp_fatal("out of device memory allocating %zu bytes for %s (%s): use a smaller model or "
+                  "batch",
+                  bytes, sdp_memcat_name(cat), cudaGetErrorString(err));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx->stream));
+    sdp_cuda_block *b = (sdp_cuda_block *)malloc(sizeof *b);
+    SDP_CHECK(b, "out of host memory: close other programs");
+    b->ptr = p;
+    b->bytes = bytes;
+    b->cat = cat;
+    b->next = ctx->blocks;
+    ctx->blocks = b;
+    account(&ctx->mem, cat, bytes);
+    return p;
+}
+
+void sdp_cuda_free(sdp_cuda_ctx *ctx, void *p) {
+    if (!p) return;
+    sdp_cuda_block **link = &ctx->blocks;
+    while (*link && (*link)->ptr != p) link = &(*link)->next;
+    SDP_ASSERT(*link); /* p came from sdp_cuda_malloc of this context and is still live */
+    sdp_cuda_block *b = *link;
+    *link = b->next;
+    unaccount(&ctx->mem, b->cat, b->bytes);
+    free(b);
+    CUDA_CHECK(cudaFree(p)); /* waits for the device, so no queued kernel still uses p */
+}
+
+void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes) {
+    if (bytes <= ctx->workspace_bytes) return ctx->workspace;
+    size_t grown = ctx->workspace_bytes;
+    while (grown < bytes) grown *= 2;
+    CUDA_CHECK(cudaStreamSynchronize(ctx->stream)); /* earlier kernels may still use it */
+    sdp_cuda_free(ctx, ctx->workspace);
+    ctx->workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, grown);
+    ctx->workspace_bytes = grown;
+    return ctx->workspace;
+}
+
+sdp_cuda_ctx *sdp_cuda_ctx_create(int device) {
+    int count = sdp_cuda_device_count();
+    SDP_CHECK(
+        device >= 0 && device < count,
+        "CUDA device %d does not exist (%d found): pick a device in [0, %d) or run on the CPU",
+        device, count, count);
+    sdp_cuda_ctx *ctx = (sdp_cuda_ctx *)calloc(1, sizeof *ctx);
+    SDP_CHECK(ctx, "out of host memory: close other programs");
+    ctx->device = device;
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&ctx->cublas));
+    CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
+    /* Plain fp32 products: TF32 would change results at the 1e-3 level. */
+    CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
+    ctx->workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, INITIAL_WORKSPACE_BYTES);
+    ctx->workspace_bytes = INITIAL_WORKSPACE_BYTES;
+    ctx->input_errors = (unsigned *)sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, sizeof(unsigned));
+    return ctx;
+}
+
+void sdp_cuda_ctx_destroy(sdp_cuda_ctx *ctx) {
+    if (!ctx) return;
+    CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    while (ctx->blocks) sdp_cuda_free(ctx, ctx->blocks->ptr);
+    CUBLAS_CHECK(cublasDestroy(ctx->cublas));
+    CUDA_CHECK(cudaStreamDestroy(ctx->stream));
+    free(ctx);
+}
+
+void sdp_cuda_upload(sdp_cuda_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+}
+
+void sdp_cuda_download(sdp_cuda_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    sdp_cuda_sync(ctx);
+}
+
+void sdp_cuda_zero(sdp_cuda_ctx *ctx, void *p, size_t bytes) {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx->stream));
+}
+
+void sdp_cuda_sync(sdp_cuda_ctx *ctx) {
+    unsigned flags = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&flags, ctx->input_errors, sizeof flags, cudaMemcpyDeviceToHost,
+                               ctx->stream));
+    CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    SDP_CHECK(!(flags & BAD_TOKEN),
+              "embedding: a token id is negative: check the dataset and the tokenizer");
+    SDP_CHECK(!(flags & BAD_TARGET), "cross-entropy: a target is not below the vocabulary size: "
+                                     "check the dataset and the model's vocab_size");
+}

@@ -1,0 +1,97 @@
+/* Fused softmax and cross-entropy over the real classes of a padded vocabulary, one block per
+ * row. The block makes two read-only passes over the row (maximum, then sum of exponentials) and
+ * reads the target's logit before a barrier; only then does each thread overwrite its own
+ * elements. That order is what lets probs alias logits, and dlogits alias probs.
+ *
+ * The total loss is added in double by one block, in row order, so it is the same on every run;
+ * returning it waits for the stream. */
+#include "ops/cuda/common.cuh"
+
+enum { ROW_THREADS = 512, TOTAL_THREADS = 1024 };
+
+__global__ void softmax_xent_fwd_kernel(float *losses, float *probs, const float *logits,
+                                        const int *targets, int V, int Vp, unsigned *errors) {
+    __shared__ float shared[WARP];
+    size_t row = blockIdx.x;
+    const float *x = logits + row * Vp;
+    float *p = probs + row * Vp;
+    int target = targets[row];
+    if (target >= V) {
+        if (threadIdx.x == 0) atomicOr(errors, BAD_TARGET);
+        target = -1; /* treated as ignored, so nothing reads past the row */
+    }
+
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, x[v]);
+    mx = block_max(mx, shared);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(x[v] - mx);
+    sum = block_sum(sum, shared);
+    float target_shifted = target >= 0 ? x[target] - mx : 0.0f;
+    __syncthreads(); /* every read of the row is done: the writes may begin */
+
+    float inv = 1.0f / sum;
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) p[v] = v < V ? expf(x[v] - mx) * inv : 0.0f;
+    if (threadIdx.x == 0) losses[row] = target >= 0 ? logf(sum) - target_shifted : 0.0f;
+}
+
+/* One block: total = sum of losses in row order, in double (deterministic). */
+__global__ void sum_losses_kernel(double *total, const float *losses, int n) {
+    __shared__ double part[TOTAL_THREADS];
+    int per = (n + TOTAL_THREADS - 1) / TOTAL_THREADS;
+    int i0 = threadIdx.x * per, i1 = min(n, i0 + per);
+    double s = 0.0;
+    for (int i = i0; i < i1; i++) s += losses[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    double t = 0.0;
+    for (int j = 0; j < TOTAL_THREADS; j++) t += part[j];
+    *total = t;
+}
+
+__global__ void softmax_xent_bwd_kernel(float *dlogits, const float *probs, const int *targets,
+                                        float dloss, int V, int Vp) {
+    size_t row = blockIdx.x;
+    const float *p = probs + row * Vp;
+    float *d = dlogits + row * Vp;
+    int target = targets[row];
+    bool ignored = target < 0 || target >= V;
+    /* Each thread reads p[v] and writes d[v] for its own v only, so aliasing is safe. */
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
+        float g = 0.0f;
+        if (!ignored && v < V) g = dloss * (p[v] - (v == target ? 1.0f : 0.0f));
+        d[v] = g;
+    }
+}
+
+static void check_vocab(int V, int Vp) {
+    SDP_CHECK(V >= 1 && V <= Vp,
+              "cross-entropy: vocabulary size %d must be in [1, padded size %d]: fix the model "
+              "config",
+              V, Vp);
+}
+
+double sdp_cuda_softmax_xent_fwd(sdp_cuda_ctx *ctx, float *losses, float *probs,
+                                 const float *logits, const int *targets, int n, int V, int Vp) {
+    check_vocab(V, Vp);
+    if (n <= 0) return 0.0;
+    double *total = (double *)sdp_cuda_workspace(ctx, sizeof(double));
+    softmax_xent_fwd_kernel<<<n, ROW_THREADS, 0, ctx->stream>>>(losses, probs, logits, targets, V,
+                                                                Vp, ctx->input_errors);
+    LAUNCH_CHECK();
+    sum_losses_kernel<<<1, TOTAL_THREADS, 0, ctx->stream>>>(total, losses, n);
+    LAUNCH_CHECK();
+    double result = 0.0;
+    sdp_cuda_download(ctx, &result, total, sizeof result);
+    return result;
+}
+
+void sdp_cuda_softmax_xent_bwd(sdp_cuda_ctx *ctx, float *dlogits, const float *probs,
+                               const int *targets, float dloss, int n, int V, int Vp) {
+    check_vocab(V, Vp);
+    if (n <= 0) return;
+    softmax_xent_bwd_kernel<<<n, ROW_THREADS, 0, ctx->stream>>>(dlogits, probs, targets, dloss, V,
+                                                                Vp);
+    LAUNCH_CHECK();
+}
