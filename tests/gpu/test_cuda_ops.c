@@ -6,7 +6,7 @@
  * reductions (GEMM, norms' gradients, attention). Backward calls start from random gradients, so
  * the checks also cover accumulation.
  *
- * The CPU attention kernel is causal only, so non-causal attention is checked against a naive
+ * Causal attention is compared with the CPU kernel; non-causal attention with a naive
  * double-precision reference (forward) and central differences of it (backward).
  *
  * Exits 77 (skipped, for ctest) when there is no CUDA device or no driver. */
@@ -451,8 +451,8 @@ static void check_attention_causal(sdp_cuda_ctx *ctx, shape s) {
 
     float *out = host_alloc(&b, m * sizeof *out), *lse = host_alloc(&b, nl * sizeof *lse);
     float *scratch = host_alloc(&b, sdp_attention_scratch_floats(s.T, s.hs) * sizeof *scratch);
-    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, scratch);
-    sdp_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs, scratch);
+    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, true, scratch);
+    sdp_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs, true, scratch);
 
     char name[80];
     snprintf(name, sizeof name, "attention causal %d,%d,%d,%d", s.B, s.T, s.H, s.hs);
