@@ -85,12 +85,34 @@ kill_rank() {
       >"$WORK/resume.log" 2>&1; then
     pass "kill rank $victim: the run resumes from its last checkpoint ($(grep -o 'resumed at step [0-9]*' "$WORK/resume.log"))"
   else
-    fail "kill rank $victim: resume failed: $(tail -2 "$WORK/resume.log")"
+    fail "kill rank $victim: resume failed:"; grep -v "^step" "$WORK/resume.log" | head -20
   fi
 }
 
 kill_rank 2
 kill_rank 0
+
+# A checkpoint cut off between its two files: the new optimizer state is in place, the model is
+# still the last step's. The previous optimizer file (optim.prev) is kept until the model is in
+# place, so the run resumes from the last whole checkpoint; without it, loading fails clearly.
+C=(train --data "$WORK/text.txt" --layers 1 --heads 2 --width 16 --seq-len 16 --batch 2
+   --steps 100 --warmup 0 --log-every 50 --val-every 0 --val-batches 1 --threads 1 --ckpt-every 2)
+cut="$WORK/cut"
+timeout 60 "$SDP_BIN" "${C[@]}" --out "$cut" --stop-after 4 >"$WORK/cut.log" 2>&1 &&
+  cp "$cut/model.safetensors" "$WORK/model4" && cp "$cut/optim.safetensors" "$WORK/optim4" &&
+  timeout 60 "$SDP_BIN" train --resume "$cut" --stop-after 2 >>"$WORK/cut.log" 2>&1 ||
+  fail "cut checkpoint: setting up the runs failed: $(tail -3 "$WORK/cut.log")"
+cp "$WORK/model4" "$cut/model.safetensors" # optim.safetensors stays at step 6
+expect_error "cut checkpoint without optim.prev: loading fails clearly" "different steps" \
+  "$SDP_BIN" train --resume "$cut" --stop-after 1
+cp "$WORK/optim4" "$cut/optim.prev.safetensors"
+if timeout 60 "$SDP_BIN" train --resume "$cut" --stop-after 1 >"$WORK/cut2.log" 2>&1 &&
+   grep -q "resumed at step 4" "$WORK/cut2.log"; then
+  pass "cut checkpoint: resumes from step 4 with optim.prev"
+  [ ! -e "$cut/optim.prev.safetensors" ] && pass "cut checkpoint: optim.prev is removed once the next checkpoint is whole" || fail "cut checkpoint: optim.prev left behind"
+else
+  fail "cut checkpoint: resume with optim.prev failed:"; grep -v "^step" "$WORK/cut2.log" | head
+fi
 
 # One rank of four fails (it was started with other options): every rank ends within seconds,
 # and the message names that rank.

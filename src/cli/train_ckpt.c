@@ -7,8 +7,11 @@
 #include "sdp/check.h"
 #include "sdp/ckpt.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Running statistics gathered from subnetworks describe the subnetworks, not the assembled
  * model, whose blocks all add to the residual stream at once: re-estimate them on training
@@ -111,12 +114,21 @@ void save_checkpoint(trainer *t) {
                               "sdp.image_shape",
                               shape,
                               NULL};
-        /* Optimizer first: a model file then always has a matching optimizer file. */
+        /* Each file is replaced atomically, but the pair is not: a rank killed between the two
+         * renames would leave a model of the last step beside the optimizer of this one. So the
+         * last optimizer file is kept as optim.prev until the new model is in place, and a load
+         * takes whichever of the two matches the model's step. */
+        char prev[1024];
         run_path(path, sizeof path, t->o.out, "optim.safetensors");
+        run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
+        SDP_CHECK(rename(path, prev) == 0 || errno == ENOENT,
+                  "cannot rename %s to %s (%s): check the run directory's permissions", path, prev,
+                  strerror(errno));
         sdp_ckpt_save(path, &t->full, bufs, ns, meta);
         sdp_ckpt_buffer pb = {(float *)params, ""};
         run_path(path, sizeof path, t->o.out, "model.safetensors");
         sdp_ckpt_save(path, &t->full, &pb, 1, meta);
+        unlink(prev);
     }
     for (int i = 0; i < ns; i++) sdp_free(&t->io_mem, bufs[i].data);
 }
@@ -127,10 +139,23 @@ static long meta_long(const sdp_st_file *f, const char *key, const char *path) {
     return strtol(v, NULL, 10);
 }
 
+/* The optimizer file of the model's step: optim.safetensors, or optim.prev.safetensors when a
+ * checkpoint was cut off between its two files (see save_checkpoint). */
+static void optim_path_of_step(trainer *t, long step, char *out, size_t n) {
+    char prev[1024];
+    run_path(out, n, t->o.out, "optim.safetensors");
+    run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
+    if (access(prev, F_OK) != 0) return;
+    sdp_st_file f;
+    sdp_st_read(&f, prev, &t->io_mem);
+    const bool prev_matches = meta_long(&f, "sdp.step", prev) == step;
+    sdp_st_close(&f, &t->io_mem);
+    if (prev_matches) snprintf(out, n, "%s", prev);
+}
+
 void load_checkpoint(trainer *t) {
     char mpath[1024], opath[1024];
     run_path(mpath, sizeof mpath, t->o.out, "model.safetensors");
-    run_path(opath, sizeof opath, t->o.out, "optim.safetensors");
     const size_t bytes = t->full.numel * sizeof(float);
     float *full = sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, bytes);
     sdp_st_file mf, of;
@@ -139,6 +164,7 @@ void load_checkpoint(trainer *t) {
     sdp_sync_scatter_full(&t->sync, full, t->model.params, false);
     const long step = meta_long(&mf, "sdp.step", mpath);
     sdp_st_close(&mf, &t->io_mem);
+    optim_path_of_step(t, step, opath, sizeof opath);
 
     const char *names[2];
     int ns = state_names(t, names);
