@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include "sdp/plan.h"
+#include "sdp/subnet.h"
 #include "sdp/transformer.h"
 
 #include <cjson/cJSON.h>
@@ -15,20 +16,25 @@
 
 /* ---- layouts ------------------------------------------------------------------------------ */
 
-static void tf_layout(sdp_layout *L, sdp_tf_style style, int n_layer, int n_head, int d_model,
-                      int d_ff) {
+static void tf_layout_vocab(sdp_layout *L, sdp_tf_style style, int n_layer, int n_head, int d_model,
+                            int d_ff, int vocab) {
     sdp_tf_config c = {.style = style,
                        .n_layer = n_layer,
                        .n_head = n_head,
                        .d_model = d_model,
                        .d_ff = d_ff,
                        .seq_len = 16,
-                       .vocab = 50};
+                       .vocab = vocab};
     sdp_tf_config_finish(&c);
     sdp_tf_shape s;
     sdp_tf_shape_full(&s, &c);
     sdp_tf_describe(L, &c, &s);
     sdp_tf_shape_free(&s);
+}
+
+static void tf_layout(sdp_layout *L, sdp_tf_style style, int n_layer, int n_head, int d_model,
+                      int d_ff) {
+    tf_layout_vocab(L, style, n_layer, n_head, d_model, d_ff, 50);
 }
 
 /* GPT with 12 heads and 144 MLP neurons: chunks of 1, 2, 3, 4, 6 or 12 divide both. */
@@ -767,6 +773,133 @@ static void test_large_plan_is_fast(void **state) {
     sdp_layout_free(&L);
 }
 
+/* ---- publishers --------------------------------------------------------------------------- */
+
+/* Elements of each owner group, counted atom by atom through the plan's lookups: a grouped
+ * tensor holds numel / width elements per atom, an ungrouped one belongs whole to its block's
+ * unit (or is shared), and a shared tensor belongs to the unit the subnet rule names. */
+static size_t *brute_group_elems(const sdp_plan *p, const sdp_layout *L) {
+    size_t *elems = calloc((size_t)p->ngroups + 1, sizeof *elems);
+    for (int i = 0; i < L->nparams; i++) {
+        const sdp_param *t = &L->params[i];
+        if (t->block < 0) {
+            int u = sdp_subnet_shared_unit(p, L, i);
+            if (u >= 0) elems[p->units[u].owner_group] += t->numel;
+            continue;
+        }
+        if (t->group < 0) {
+            int u = sdp_plan_unit_of(p, t->block, -1, 0);
+            if (u >= 0) elems[p->units[u].owner_group] += t->numel;
+            continue;
+        }
+        const int width = L->blocks[t->block].groups[t->group].width;
+        for (int a = 0; a < width; a++) {
+            int u = sdp_plan_unit_of(p, t->block, t->group, a);
+            if (u >= 0) elems[p->units[u].owner_group] += t->numel / (size_t)width;
+        }
+    }
+    return elems;
+}
+
+/* Largest minus smallest of the elements each worker publishes when group g's publisher is
+ * publisher[g]; *largest_group gets the largest group that publishes at all. */
+static size_t published_spread(const sdp_plan *p, const size_t *elems, const int *publisher,
+                               size_t *largest_group) {
+    const int N = p->cfg.world;
+    size_t *published = calloc((size_t)N, sizeof *published);
+    *largest_group = 0;
+    for (int g = 0; g < p->ngroups; g++) {
+        if (p->groups[g].nmembers == N) continue; /* every worker owns it: nothing to send */
+        published[publisher[g]] += elems[g];
+        if (elems[g] > *largest_group) *largest_group = elems[g];
+    }
+    size_t lo = published[0], hi = published[0];
+    for (int w = 1; w < N; w++) {
+        if (published[w] < lo) lo = published[w];
+        if (published[w] > hi) hi = published[w];
+    }
+    free(published);
+    return hi - lo;
+}
+
+/* Every publisher is a member of its group, the plan's element counts are the brute-force
+ * ones, and per-worker publishing differs by at most the largest group (what greedy guarantees
+ * when any worker may take any group). Returns whether the old rule, members[g mod k], breaks
+ * that bound on this plan. */
+static bool check_publishers(const sdp_plan *p, const sdp_layout *L) {
+    size_t *elems = brute_group_elems(p, L);
+    int *chosen = calloc((size_t)p->ngroups + 1, sizeof *chosen);
+    int *old = calloc((size_t)p->ngroups + 1, sizeof *old);
+    for (int g = 0; g < p->ngroups; g++) {
+        const sdp_owner_group *og = &p->groups[g];
+        bool member = false;
+        for (int j = 0; j < og->nmembers; j++) member |= og->members[j] == og->publisher;
+        assert_true(member);
+        assert_int_equal(og->elems, elems[g]);
+        chosen[g] = og->publisher;
+        old[g] = og->members[g % og->nmembers];
+    }
+    size_t largest, old_largest;
+    const size_t spread = published_spread(p, elems, chosen, &largest);
+    const size_t old_spread = published_spread(p, elems, old, &old_largest);
+    if (spread > largest)
+        print_message("  N = %d, k = %d, %s units: publishing spread %zu > largest group %zu\n",
+                      p->cfg.world, p->cfg.owners, sdp_unit_kind_name(p->cfg.unit), spread,
+                      largest);
+    assert_true(spread <= largest);
+    free(elems);
+    free(chosen);
+    free(old);
+    return old_spread > old_largest;
+}
+
+/* The 1B LLaMA of the scaling study, where taking turns by group index left workers 1 and 7
+ * publishing two groups and workers 2 and 4 none: the balance must hold there, where the old
+ * rule breaks it (so this test fails under it), and across small models and all (N, k), random
+ * assignments included, where greedy alone breaks it (e.g. N = 3, k = 2, random block units). */
+static void test_publishers_balance_published_elements(void **state) {
+    (void)state;
+    sdp_layout llama;
+    tf_layout_vocab(&llama, SDP_STYLE_LLAMA, 18, 16, 2048, 5472, 32000);
+    for (int unit = 0; unit < 2; unit++) {
+        sdp_plan p, again;
+        sdp_plan_cfg c =
+            make_cfg(SDP_MASK_BACKWARD, (sdp_unit_kind)unit, SDP_ASSIGN_CYCLIC, 8, 4, 0, 1);
+        sdp_plan_build(&p, &c, &llama);
+        assert_true(p.ngroups > 1);
+        assert_true(check_publishers(&p, &llama)); /* the old rule is unbalanced here */
+        sdp_plan_build(&again, &c, &llama);        /* every rank builds the same plan */
+        for (int g = 0; g < p.ngroups; g++)
+            assert_int_equal(p.groups[g].publisher, again.groups[g].publisher);
+        sdp_plan_free(&p);
+        sdp_plan_free(&again);
+    }
+    sdp_layout_free(&llama);
+
+    sdp_layout gpt, hand;
+    gpt_layout(&gpt, 5);
+    hand_layout(&hand);
+    const int worlds[] = {2, 3, 4, 5, 6, 7, 8, 9, 12, 16};
+    for (size_t wi = 0; wi < sizeof worlds / sizeof *worlds; wi++) {
+        const int N = worlds[wi];
+        for (int k = 1; k <= N; k++)
+            for (int assign = 0; assign < 2; assign++)
+                for (int unit = 0; unit < 2; unit++)
+                    for (int h = 0; h < 2; h++) {
+                        const sdp_layout *L = h ? &hand : &gpt;
+                        const int chunks = N <= (h ? 8 : 12) && (h ? 8 : 12) % N == 0 ? 0 : 1;
+                        sdp_plan p;
+                        sdp_plan_cfg c = make_cfg(SDP_MASK_BACKWARD, (sdp_unit_kind)unit,
+                                                  (sdp_assign_kind)assign, N, k, chunks, 5);
+                        sdp_plan_build(&p, &c, L);
+                        check_publishers(&p, L);
+                        sdp_plan_free(&p);
+                    }
+    }
+    sdp_layout_free(&gpt);
+    sdp_layout_free(&hand);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariants_over_many_configs),
@@ -780,6 +913,7 @@ int main(void) {
         cmocka_unit_test(test_json_lists_every_unit),
         cmocka_unit_test(test_table_shows_every_block),
         cmocka_unit_test(test_large_plan_is_fast),
+        cmocka_unit_test(test_publishers_balance_published_elements),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #define SDP_PLAN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -42,6 +43,10 @@ typedef struct {
 typedef struct {
     int nmembers;
     int *members; /* ascending */
+    size_t elems; /* elements of its units, running statistics included */
+    /* The member that broadcasts the group's units under backward masking and provides them when
+     * the full model is assembled. Groups of all N workers publish nothing; theirs is rank 0. */
+    int publisher;
 } sdp_owner_group;
 
 typedef struct {
@@ -66,13 +71,20 @@ int sdp_owners_from_coverage(double coverage, int world);
 
 /* Builds the plan for a full-model layout. Impossible requests fail with a message saying what
  * would work: k < 1 or k > N; more chunks than a group's width, or a width the chunks do not
- * divide; block units on a model with no droppable block. */
+ * divide; block units on a model with no droppable block.
+ * Publishers balance the elements published: groups in decreasing order of elements (ties by
+ * index), each to the member that has published the fewest elements so far (ties: lowest rank);
+ * then chains of hand-overs between fellow members relieve the busiest and feed the idlest. */
 void sdp_plan_build(sdp_plan *p, const sdp_plan_cfg *cfg, const sdp_layout *full);
 void sdp_plan_free(sdp_plan *p);
 bool sdp_plan_owns(const sdp_plan *p, int unit, int rank);
 /* Index of the unit owning chunk `atom` of group `group` in block `block`, or the block unit of
  * `block` (group < 0), or -1 when that part of the model is shared. */
 int sdp_plan_unit_of(const sdp_plan *p, int block, int group, int atom);
+/* Elements of every unit (unit_elems[nunits]) and of the shared part (shared may be NULL), from
+ * tensor shapes alone. trained_only leaves out non-trained tensors (running statistics). */
+void sdp_plan_unit_elems(const sdp_plan *p, const sdp_layout *full, bool trained_only,
+                         size_t *unit_elems, size_t *shared);
 /* Ownership fraction k/N. */
 double sdp_plan_coverage(const sdp_plan *p);
 

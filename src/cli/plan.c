@@ -69,7 +69,9 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
     b.optim = (double)w.owned * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
     b.acts = (double)dry.peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
     b.scratch = (double)dry.peak[SDP_MEM_SCRATCH];
-    b.buffers = (double)w.bucket_elems * sizeof(float);
+    /* The trainer has no bf16 path: the buffer is sized by the weight dtype, as the halved bytes
+     * sent assume bf16 weights are what is published through it. */
+    b.buffers = (double)w.bucket_elems * wbytes;
     b.sent = (double)w.sent_per_step * (bf16 ? 0.5 : 1.0);
     return b;
 }
@@ -111,6 +113,17 @@ static run_data_shape data_shape_of(const train_opts *o) {
     return s;
 }
 
+/* The model in its family's own terms: a ResNet has a depth and base channels, not layers. */
+static void describe_shape(char *buf, size_t len, const sdp_model_config *c) {
+    if (!strcmp(c->arch, "resnet"))
+        snprintf(buf, len, "resnet, depth %d, %d base channels", c->depth, c->width);
+    else if (!strcmp(c->arch, "vit"))
+        snprintf(buf, len, "vit, %d layers, width %d, %d heads, patch %d", c->layers, c->width,
+                 c->heads, c->patch);
+    else
+        snprintf(buf, len, "%s, %d layers, width %d", c->arch, c->layers, c->width);
+}
+
 int cmd_plan(int argc, char **argv) {
     plan_opts o;
     memset(&o, 0, sizeof o);
@@ -140,14 +153,19 @@ int cmd_plan(int argc, char **argv) {
         printf("{\n  \"parameters\": %zu,\n  \"world\": %d,\n  \"workers\": [\n", full.numel,
                o.world);
     else {
-        printf("sdp plan: %s, %d layers, width %d, %.2fM parameters | N = %d workers | ", cfg.arch,
-               cfg.layers, cfg.width, (double)full.numel / 1e6, o.world);
+        char shape[128];
+        describe_shape(shape, sizeof shape, &cfg);
+        printf("sdp plan: %s, %.2fM parameters | N = %d workers | ", shape,
+               (double)full.numel / 1e6, o.world);
         if (pc.mask == SDP_MASK_NONE)
             printf("data parallelism");
         else
             printf("%s masking, %s units, k = %d (C = %.3g)", sdp_mask_mode_name(pc.mask),
                    sdp_unit_kind_name(pc.unit), plan.cfg.owners, sdp_plan_coverage(&plan));
-        printf(" | batch %d x %d | %s\n", o.t.batch, o.t.seq_len, o.dtype);
+        if (run_images(&o.t))
+            printf(" | batch %d images | %s\n", o.t.batch, o.dtype);
+        else
+            printf(" | batch %d x %d | %s\n", o.t.batch, o.t.seq_len, o.dtype);
         printf("  %-8s %10s %10s %10s %12s %10s %10s %12s\n", "worker", "params", "grads",
                "optimizer", "activations", "buffers", "total", "sent/step");
     }

@@ -16,11 +16,15 @@
  * (u + j) mod N window.
  *
  * Random assignment composes that pattern with seeded permutations: of the worker ids, and of
- * the units within each sequence. Loads and the number of owners stay exactly as in cyclic. */
+ * the units within each sequence. Loads and the number of owners stay exactly as in cyclic.
+ *
+ * Each owner group then gets its publisher, the member that broadcasts the group's units under
+ * backward masking, balancing the elements each worker publishes (see choose_publishers). */
 #include "sdp/plan.h"
 
 #include "sdp/check.h"
 #include "sdp/rng.h"
+#include "sdp/subnet.h" /* the stem's unit under backward masking, for unit sizes */
 
 #include <math.h>
 #include <stdlib.h>
@@ -264,6 +268,193 @@ static void build_owner_groups(sdp_plan *p) {
     free(keys);
 }
 
+/* ---- publishers --------------------------------------------------------------------------- */
+
+typedef struct {
+    size_t elems;
+    int group;
+} sized_group;
+
+static int by_elems_descending(const void *pa, const void *pb) {
+    const sized_group *a = pa, *b = pb;
+    if (a->elems != b->elems) return a->elems < b->elems ? 1 : -1;
+    return (a->group > b->group) - (a->group < b->group);
+}
+
+static void count_group_elems(sdp_plan *p, const sdp_layout *full) {
+    size_t *unit_elems = calloc((size_t)p->nunits + 1, sizeof *unit_elems);
+    SDP_CHECK(unit_elems, "out of memory building the SDP plan");
+    sdp_plan_unit_elems(p, full, false, unit_elems, NULL);
+    for (int u = 0; u < p->nunits; u++) p->groups[p->units[u].owner_group].elems += unit_elems[u];
+    free(unit_elems);
+}
+
+/* Elements each worker publishes, and the state of a search for a chain of hand-overs: a group
+ * passes from its publisher to a fellow member, who may pass on another group, and so on. */
+typedef struct {
+    sdp_plan *p;
+    size_t *load;    /* per worker: elements it publishes */
+    int *via;        /* per worker reached: the group it receives (push) or gives (pull) */
+    int *toward;     /* per worker reached by a pull: the worker its group goes to */
+    size_t *carried; /* per worker reached: elements of that group */
+    int *queue;
+} balancer;
+
+enum { UNREACHED = -2, CHAIN_END = -1 };
+
+static bool movable(const sdp_owner_group *g, int N) {
+    return g->nmembers < N && g->elems > 0;
+}
+
+static bool has_member(const sdp_owner_group *g, int rank) {
+    int lo = 0, hi = g->nmembers; /* members ascend */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (g->members[mid] < rank)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < g->nmembers && g->members[lo] == rank;
+}
+
+static void move_group(balancer *b, int group, int to) {
+    sdp_owner_group *g = &b->p->groups[group];
+    b->load[g->publisher] -= g->elems;
+    b->load[to] += g->elems;
+    g->publisher = to;
+}
+
+static int start_search(balancer *b, int from) {
+    for (int w = 0; w < b->p->cfg.world; w++) b->via[w] = UNREACHED;
+    b->via[from] = CHAIN_END;
+    b->carried[from] = 0;
+    b->queue[0] = from;
+    return 1;
+}
+
+/* The busiest worker hands a group to a fellow member, who may hand on one of its own, and so on,
+ * with every worker involved ending below the busiest's old load: the busiest load falls or
+ * fewer workers carry it. */
+static bool push_chain(balancer *b, int busiest) {
+    const sdp_plan *p = b->p;
+    const size_t top = b->load[busiest];
+    for (int head = 0, tail = start_search(b, busiest); head < tail; head++) {
+        const int u = b->queue[head];
+        for (int g = 0; g < p->ngroups; g++) {
+            const sdp_owner_group *og = &p->groups[g];
+            if (og->publisher != u || !movable(og, p->cfg.world) ||
+                b->load[u] + b->carried[u] - og->elems >= top)
+                continue;
+            for (int j = 0; j < og->nmembers; j++) {
+                int v = og->members[j];
+                if (b->via[v] != UNREACHED) continue;
+                b->via[v] = g;
+                b->carried[v] = og->elems;
+                b->queue[tail++] = v;
+                if (b->load[v] + og->elems >= top) continue; /* v must hand something on */
+                while (v != busiest) { /* apply the chain, from its end back to the busiest */
+                    const int from = p->groups[b->via[v]].publisher;
+                    move_group(b, b->via[v], v);
+                    v = from;
+                }
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* The idlest worker takes a group from a fellow member, who may take one from another, and so on,
+ * with every worker involved ending above the idlest's old load and below the busiest load: the
+ * idlest load rises or fewer workers carry it, and the busiest load and the number carrying it do
+ * not grow. */
+static bool pull_chain(balancer *b, int idlest, size_t top) {
+    const sdp_plan *p = b->p;
+    const size_t bottom = b->load[idlest];
+    for (int head = 0, tail = start_search(b, idlest); head < tail; head++) {
+        const int v = b->queue[head];
+        for (int g = 0; g < p->ngroups; g++) {
+            const sdp_owner_group *og = &p->groups[g];
+            int u = og->publisher;
+            if (b->via[u] != UNREACHED || !movable(og, p->cfg.world) || !has_member(og, v))
+                continue;
+            const size_t v_after = b->load[v] + og->elems - b->carried[v];
+            if (v_after <= bottom || v_after >= top) continue;
+            b->via[u] = g;
+            b->toward[u] = v;
+            b->carried[u] = og->elems;
+            b->queue[tail++] = u;
+            if (b->load[u] - og->elems <= bottom) continue; /* u must take something in */
+            while (u != idlest) { /* apply the chain, from its start to the idlest */
+                const int to = b->toward[u];
+                move_group(b, b->via[u], to);
+                u = to;
+            }
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Greedy by elements, largest group first, each to the member that has published the fewest
+ * elements so far (ties: the lowest rank). Taking turns by group index instead left some workers
+ * two groups and others none, so the busiest sent as much as under data parallelism. */
+static void greedy_publishers(balancer *b) {
+    sdp_plan *p = b->p;
+    sized_group *order = malloc(sizeof *order * (size_t)(p->ngroups + 1));
+    SDP_CHECK(order, "out of memory building the SDP plan");
+    int n = 0;
+    for (int g = 0; g < p->ngroups; g++) {
+        sdp_owner_group *og = &p->groups[g];
+        og->publisher = og->members[0]; /* groups of all N workers: rank 0, nothing to send */
+        if (og->nmembers < p->cfg.world) order[n++] = (sized_group){og->elems, g};
+    }
+    qsort(order, (size_t)n, sizeof *order, by_elems_descending);
+    for (int i = 0; i < n; i++) {
+        sdp_owner_group *og = &p->groups[order[i].group];
+        int best = og->members[0]; /* members ascend, so ties go to the lowest rank */
+        for (int j = 1; j < og->nmembers; j++)
+            if (b->load[og->members[j]] < b->load[best]) best = og->members[j];
+        og->publisher = best;
+        b->load[best] += og->elems;
+    }
+    free(order);
+}
+
+/* Greedy alone can strand a worker: each group may go only to its own members, so a worker whose
+ * groups were all taken by others publishes nothing while another publishes two (3 workers,
+ * 2 owners, random block units on a 5-block GPT). Chains of hand-overs repair that, and in every
+ * plan tried (N up to 128, every k) leave loads differing by at most the largest group. Each
+ * chain lowers the busiest load or the number of workers carrying it, or else raises the idlest
+ * load or lowers the number carrying that, so the loop ends. */
+static void choose_publishers(sdp_plan *p) {
+    const int N = p->cfg.world;
+    balancer b = {p,
+                  calloc((size_t)N, sizeof(size_t)),
+                  malloc((size_t)N * sizeof(int)),
+                  malloc((size_t)N * sizeof(int)),
+                  malloc((size_t)N * sizeof(size_t)),
+                  malloc((size_t)N * sizeof(int))};
+    SDP_CHECK(b.load && b.via && b.toward && b.carried && b.queue,
+              "out of memory building the SDP plan");
+    greedy_publishers(&b);
+    for (;;) {
+        int busiest = 0, idlest = 0;
+        for (int w = 1; w < N; w++) {
+            if (b.load[w] > b.load[busiest]) busiest = w;
+            if (b.load[w] < b.load[idlest]) idlest = w;
+        }
+        if (b.load[busiest] == b.load[idlest]) break;
+        if (!push_chain(&b, busiest) && !pull_chain(&b, idlest, b.load[busiest])) break;
+    }
+    free(b.load);
+    free(b.via);
+    free(b.toward);
+    free(b.carried);
+    free(b.queue);
+}
+
 /* ---- public ------------------------------------------------------------------------------- */
 
 int sdp_owners_from_coverage(double coverage, int world) {
@@ -295,6 +486,8 @@ void sdp_plan_build(sdp_plan *p, const sdp_plan_cfg *cfg, const sdp_layout *full
         list_neuron_units(p, full);
     assign_owners(p);
     build_owner_groups(p);
+    count_group_elems(p, full);
+    choose_publishers(p);
 }
 
 void sdp_plan_free(sdp_plan *p) {
@@ -344,6 +537,46 @@ int sdp_plan_unit_of(const sdp_plan *p, int block, int group, int atom) {
     int w = p->units[first].width;
     SDP_ASSERT(atom >= 0 && atom < w * p->cfg.chunks);
     return first + atom / w;
+}
+
+/* A group's tensors hold the same number of elements per atom, so a chunk of w atoms holds w
+ * times that. */
+void sdp_plan_unit_elems(const sdp_plan *p, const sdp_layout *full, bool trained_only,
+                         size_t *unit_elems, size_t *shared) {
+    const size_t nb = (size_t)full->nblocks + 1;
+    size_t *per_atom = calloc(nb * SDP_MAX_GROUPS, sizeof(size_t));
+    size_t *all = calloc(nb, sizeof(size_t)); /* per block: every tensor */
+    size_t *stem = calloc((size_t)p->nunits + 1, sizeof(size_t));
+    SDP_CHECK(per_atom && all && stem, "out of memory sizing the SDP plan's units");
+    size_t total = 0;
+    for (int i = 0; i < full->nparams; i++) {
+        const sdp_param *t = &full->params[i];
+        if (trained_only && t->buffer) continue;
+        total += t->numel;
+        if (t->block < 0) {
+            int u = sdp_subnet_shared_unit(p, full, i);
+            if (u >= 0) stem[u] += t->numel;
+            continue;
+        }
+        all[t->block] += t->numel;
+        if (t->group >= 0)
+            per_atom[(size_t)t->block * SDP_MAX_GROUPS + (size_t)t->group] +=
+                t->numel / (size_t)full->blocks[t->block].groups[t->group].width;
+    }
+    size_t in_units = 0;
+    for (int u = 0; u < p->nunits; u++) {
+        const sdp_unit *un = &p->units[u];
+        unit_elems[u] = un->group < 0
+                            ? all[un->block]
+                            : per_atom[(size_t)un->block * SDP_MAX_GROUPS + (size_t)un->group] *
+                                  (size_t)un->width;
+        unit_elems[u] += stem[u];
+        in_units += unit_elems[u];
+    }
+    if (shared) *shared = total - in_units;
+    free(per_atom);
+    free(all);
+    free(stem);
 }
 
 double sdp_plan_coverage(const sdp_plan *p) {

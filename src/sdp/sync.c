@@ -336,12 +336,6 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
 
 /* ---- parameters ----------------------------------------------------------------------------- */
 
-/* The publisher of an owner group: its members take turns across groups, spreading the load. */
-static int publisher_of(const sdp_plan *p, int group) {
-    const sdp_owner_group *g = &p->groups[group];
-    return g->members[group % g->nmembers];
-}
-
 /* Runs of one plan group present in this worker's map, in global order (malloc'd). */
 static int *runs_of_group(const sdp_sync *s, int group, int *n) {
     int *runs = malloc(sizeof(int) * (size_t)(s->map->nruns + 1));
@@ -359,7 +353,7 @@ void sdp_sync_publish(sdp_sync *s, float *params) {
     for (int g = 0; g < s->plan->ngroups; g++) {
         const sdp_owner_group *og = &s->plan->groups[g];
         if (og->nmembers == s->world) continue; /* everyone owns it already */
-        int n, root = publisher_of(s->plan, g);
+        int n, root = og->publisher;
         int *runs = runs_of_group(s, g, &n);
         size_t count = 0;
         for (int j = 0; j < n; j++) count += run_at(s, runs[j])->len;
@@ -396,7 +390,7 @@ static bool provides(const sdp_sync *s, int i, bool state_compact) {
     const sdp_run *r = run_at(s, i);
     if (state_compact && r->buffer) return false; /* no optimizer state */
     if (r->unit < 0) return s->rank == 0;
-    return publisher_of(s->plan, s->plan->units[r->unit].owner_group) == s->rank;
+    return s->plan->groups[s->plan->units[r->unit].owner_group].publisher == s->rank;
 }
 
 void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, float *full) {
