@@ -81,8 +81,9 @@ void sdp_sync_grads(sdp_sync *s, float *grads);
  * squares), identical on every rank. Call after the gradients are synced. */
 double sdp_sync_grad_norm(sdp_sync *s, const float *grads);
 
-/* Backward masking: every unit's publisher (owners[unit mod k]) sends its updated values to the
- * workers that do not own it; afterwards every worker holds the whole current model. */
+/* Backward masking: each owner group's publisher (chosen by the plan, sdp_owner_group.publisher)
+ * sends the group's updated units to the workers that do not own them; afterwards every worker
+ * holds the whole current model. */
 void sdp_sync_publish(sdp_sync *s, float *params);
 
 /* Assembles a full-model buffer on rank 0 from a local buffer laid out like the local model
