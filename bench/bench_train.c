@@ -39,6 +39,7 @@ typedef struct {
     int nsegs;
     int *inputs, *targets;
     sdp_rng rng;
+    sdp_backend *be;
 } trainer;
 
 /* One segment per tensor, decaying as the layout says (what `sdp train` does by default). */
@@ -54,7 +55,8 @@ static void build_segments(trainer *t) {
 
 static void trainer_init(trainer *t, const bench_model *bm, sdp_gemm_provider gemm, sdp_mem *mem) {
     memset(t, 0, sizeof *t);
-    sdp_tf_create(&t->model, &bm->cfg, NULL, bm->B, bm->T, SDP_MODEL_TRAIN, gemm, mem);
+    t->be = sdp_backend_cpu(gemm, mem);
+    sdp_tf_create(&t->model, &bm->cfg, NULL, bm->B, bm->T, SDP_MODEL_TRAIN, t->be);
     sdp_layout_init_values(&t->model.layout, t->model.params, 1234);
     sdp_opt_cfg oc = sdp_opt_defaults(SDP_OPT_ADAMW);
     sdp_optim_init(&t->opt, &oc, t->model.layout.numel, mem);
@@ -71,6 +73,7 @@ static void trainer_free(trainer *t, sdp_mem *mem) {
     free(t->segs);
     sdp_optim_free(&t->opt, mem);
     sdp_tf_destroy(&t->model);
+    sdp_backend_destroy(t->be);
 }
 
 /* A fresh batch of uniformly random tokens (drawn outside the timed step). */

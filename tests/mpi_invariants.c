@@ -92,6 +92,7 @@ typedef struct {
     sdp_opt_segment *segs;
     int nsegs;
     sdp_mem mem;
+    sdp_backend *be;
 } worker;
 
 static void worker_build(worker *w, const mode *md, int rank, int world) {
@@ -118,8 +119,8 @@ static void worker_build(worker *w, const mode *md, int rank, int world) {
                            (const int(*)[SDP_MAX_GROUPS])spec.kept, spec.scale);
     sdp_subnet_spec_free(&spec);
     const bool forward = md->mask == SDP_MASK_FORWARD;
-    sdp_tf_create(&w->model, &w->cfg, &shape, BATCH, SEQ, SDP_MODEL_TRAIN_BARE, SDP_GEMM_DNNL,
-                  &w->mem);
+    w->be = sdp_backend_cpu(SDP_GEMM_DNNL, &w->mem);
+    sdp_tf_create(&w->model, &w->cfg, &shape, BATCH, SEQ, SDP_MODEL_TRAIN_BARE, w->be);
     sdp_tf_shape_free(&shape);
     sdp_subnet_map_build(&w->map, &w->full, &w->model.layout, &w->plan, rank, forward);
     sdp_subnet_init_values(&w->map, &w->full, &w->model.layout, w->model.params, 5);
@@ -145,6 +146,7 @@ static void worker_free(worker *w) {
     sdp_subnet_map_free(&w->map);
     const int nparams = w->model.layout.nparams;
     sdp_tf_destroy(&w->model); /* leaves the caller-supplied gradients alone */
+    sdp_backend_destroy(w->be);
     sdp_free(&w->mem, w->grads);
     sdp_sync_grad_layout_free(w->grad_offset, w->grad_slices, nparams);
     sdp_plan_free(&w->plan);
@@ -359,7 +361,8 @@ static void masked_gradient(double *g, const worker *w, int rank, int step) {
     if (w->plan.cfg.mask == SDP_MASK_BACKWARD) {
         sdp_mem mem = {0};
         sdp_tf ref;
-        sdp_tf_create(&ref, &w->cfg, NULL, BATCH, SEQ, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &mem);
+        sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
+        sdp_tf_create(&ref, &w->cfg, NULL, BATCH, SEQ, SDP_MODEL_TRAIN, be);
         SDP_ASSERT(ref.layout.numel == w->model.layout.numel);
         memcpy(ref.params, w->model.params, ref.layout.numel * sizeof(float));
         forward_backward(&ref, rank, step);
@@ -369,6 +372,7 @@ static void masked_gradient(double *g, const worker *w, int rank, int step) {
                 for (size_t e = 0; e < r->len; e++) g[r->global + e] = ref.grads[r->global + e];
         }
         sdp_tf_destroy(&ref);
+        sdp_backend_destroy(be);
         return;
     }
     for (int i = 0; i < w->map.nruns; i++) {

@@ -34,7 +34,8 @@ static void gradient_check(sdp_tf_style style) {
     sdp_tf_config c = tiny(style);
     sdp_tf m;
     const int B = 2, T = 5, N = B * T;
-    sdp_tf_create(&m, &c, NULL, B, T, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &mem);
+    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
+    sdp_tf_create(&m, &c, NULL, B, T, SDP_MODEL_TRAIN, be);
     sdp_layout_init_values(&m.layout, m.params, 7);
     /* Larger-than-default weights make every path (norm gains, biases) matter. */
     sdp_rng r = sdp_rng_make(3, 0);
@@ -68,6 +69,7 @@ static void gradient_check(sdp_tf_style style) {
     assert_true(rel < 5e-3);
     assert_int_equal(bad, 0);
     sdp_tf_destroy(&m);
+    sdp_backend_destroy(be);
     for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(mem.cur[k], 0);
 }
 

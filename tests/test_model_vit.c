@@ -66,6 +66,7 @@ static void test_layout(void **state) {
 
 typedef struct {
     sdp_mem mem;
+    sdp_backend *be;
     sdp_tf m;
     float images[B * CH * SIZE * SIZE];
     int labels[B];
@@ -74,7 +75,8 @@ typedef struct {
 static void setup(fixture *f, uint64_t seed) {
     memset(f, 0, sizeof *f);
     sdp_tf_config c = tiny();
-    sdp_tf_create(&f->m, &c, NULL, B, 1, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &f->mem);
+    f->be = sdp_backend_cpu(SDP_GEMM_DNNL, &f->mem);
+    sdp_tf_create(&f->m, &c, NULL, B, 1, SDP_MODEL_TRAIN, f->be);
     sdp_layout_init_values(&f->m.layout, f->m.params, seed);
     /* Larger-than-default weights make every path (norm gains, biases, positions) matter. */
     sdp_rng r = sdp_rng_make(seed, 1);
@@ -86,6 +88,7 @@ static void setup(fixture *f, uint64_t seed) {
 
 static void teardown(fixture *f) {
     sdp_tf_destroy(&f->m);
+    sdp_backend_destroy(f->be);
     for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(f->mem.cur[k], 0);
 }
 

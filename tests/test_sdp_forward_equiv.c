@@ -109,7 +109,8 @@ static void check_case(const equiv_case *c, tally *t) {
     sdp_tf_shape_from_keep(&shape, &cfg, spec.nblocks, spec.keep,
                            (const int(*)[SDP_MAX_GROUPS])spec.kept, spec.scale);
     sdp_tf compact;
-    sdp_tf_create(&compact, &cfg, &shape, BATCH, SEQ, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &mem);
+    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
+    sdp_tf_create(&compact, &cfg, &shape, BATCH, SEQ, SDP_MODEL_TRAIN, be);
     sdp_subnet_map map;
     sdp_subnet_map_build(&map, &full, &compact.layout, &plan, c->rank, true);
     sdp_rng rng = sdp_rng_make(77, (uint64_t)t->cases);
@@ -119,7 +120,7 @@ static void check_case(const equiv_case *c, tally *t) {
      * the spec's branch scale on every layer. */
     for (int l = 0; l < full_shape.n_layer; l++) full_shape.branch_scale[l] = spec.scale[l];
     sdp_tf whole;
-    sdp_tf_create(&whole, &cfg, &full_shape, BATCH, SEQ, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &mem);
+    sdp_tf_create(&whole, &cfg, &full_shape, BATCH, SEQ, SDP_MODEL_TRAIN, be);
     assert_int_equal(whole.layout.numel, full.numel);
     size_t mapped = 0;
     for (int i = 0; i < map.nruns; i++) {
@@ -175,6 +176,7 @@ static void check_case(const equiv_case *c, tally *t) {
     sdp_subnet_map_free(&map);
     sdp_tf_destroy(&whole);
     sdp_tf_destroy(&compact);
+    sdp_backend_destroy(be);
     sdp_tf_shape_free(&shape);
     sdp_subnet_spec_free(&spec);
     sdp_plan_free(&plan);

@@ -70,6 +70,9 @@ void sdp_cuda_download(sdp_cuda_ctx *ctx, void *dst, const void *src, size_t byt
 void sdp_cuda_zero(sdp_cuda_ctx *ctx, void *p, size_t bytes);
 /* Waits for all work on the stream; fails clearly if a kernel met a bad id since the last check. */
 void sdp_cuda_sync(sdp_cuda_ctx *ctx);
+/* dst[r * ld_dst + c] = src[r * ld_src + c] for r < rows, c < cols, device to device. */
+void sdp_cuda_copy_rows(sdp_cuda_ctx *ctx, float *dst, size_t ld_dst, const float *src,
+                        size_t ld_src, size_t rows, size_t cols);
 
 /* ---- GEMM ---------------------------------------------------------------------------------- */
 
@@ -86,6 +89,10 @@ void sdp_cuda_linear_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, const 
                          const float *bias, int n, int ic, int oc);
 void sdp_cuda_linear_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int n, int ic, int oc);
+/* dbias[j] += sum over rows r < n of dout[r * ld + col0 + j], j < len (the gradient of a slice of
+ * a bias; the CPU counterpart is the transformer's sliced bias gradient). Deterministic. */
+void sdp_cuda_bias_slice_bwd(sdp_cuda_ctx *ctx, float *dbias, const float *dout, int n, int ld,
+                             int col0, int len);
 
 /* ---- embeddings ---------------------------------------------------------------------------- */
 
@@ -151,6 +158,25 @@ double sdp_cuda_softmax_xent_fwd(sdp_cuda_ctx *ctx, float *losses, float *probs,
  * reported by the forward) gives a zero row. */
 void sdp_cuda_softmax_xent_bwd(sdp_cuda_ctx *ctx, float *dlogits, const float *probs,
                                const int *targets, float dloss, int n, int V, int Vp);
+
+/* How many rows r < n with labels[r] >= 0 have their largest logit (the first on a tie) at
+ * column labels[r]; logits is [n, ld] with K <= ld classes. Waits for the stream. */
+int sdp_cuda_count_correct(sdp_cuda_ctx *ctx, const float *logits, const int *labels, int n, int K,
+                           int ld);
+
+/* ---- ViT stem ------------------------------------------------------------------------------ */
+
+/* As sdp_patch_gather: rows [B * (H/p) * (W/p), C*p*p] = the p x p patches of images
+ * [B, C, H, W], each row in the order (c, i, j) of a conv weight. */
+void sdp_cuda_patch_gather(sdp_cuda_ctx *ctx, float *rows, const float *images, int B, int C, int H,
+                           int W, int p);
+/* embed[b, 0] = cls + pos[0]; embed[b, t] = patches[b, t - 1] + pos[t] for 0 < t < T. */
+void sdp_cuda_vit_embed_fwd(sdp_cuda_ctx *ctx, float *embed, const float *patches, const float *cls,
+                            const float *pos, int B, int T, int C);
+/* Its backward: dcls and dpos accumulate the batch's rows in order (NULL: skipped); dpatches
+ * [B, T - 1, C] is overwritten with rows 1.. of each image's dembed. */
+void sdp_cuda_vit_embed_bwd(sdp_cuda_ctx *ctx, float *dpatches, float *dcls, float *dpos,
+                            const float *dembed, int B, int T, int C);
 
 /* ---- optimizer ----------------------------------------------------------------------------- */
 

@@ -122,5 +122,8 @@ void sdp_patch_embed_fwd(sdp_gemm_provider prov, float *out, const float *inp, c
 void sdp_patch_embed_bwd(sdp_gemm_provider prov, float *dinp, float *dw, float *dbias,
                          const float *dout, const float *inp, const float *w, int B, int C, int H,
                          int W, int p, int D, float *scratch);
+/* rows [B * (H/p) * (W/p), C*p*p] = the patches of inp, each in weight order (c, i, j): the
+ * gather that sdp_patch_embed_fwd does before its linear layer. */
+void sdp_patch_gather(float *rows, const float *inp, int B, int C, int H, int W, int p);
 
 #endif

@@ -11,9 +11,9 @@
 
 #include <stdbool.h>
 
+#include "sdp/backend.h"
 #include "sdp/mem.h"
 #include "sdp/model.h"
-#include "sdp/ops.h"
 
 typedef enum { SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT } sdp_tf_style;
 
@@ -63,6 +63,8 @@ typedef struct {
     sdp_tf_layer_offsets *layers;
 } sdp_tf_offsets;
 
+/* Every buffer below (parameters, gradients, activations) is memory of the model's backend: host
+ * memory on the CPU backend, device memory on CUDA; read it from the host with be->download. */
 typedef struct {
     sdp_tf_config cfg;              /* of the full model */
     sdp_tf_offsets off;             /* of parameters */
@@ -77,27 +79,27 @@ typedef struct {
     sdp_tf_shape shape;
     int head_size;
     sdp_layout layout;
-    sdp_gemm_provider gemm;
-    sdp_mem *mem;
-    int B, T; /* activation capacity */
+    const sdp_backend *be; /* runs every kernel and holds every buffer (the caller's) */
+    int B, T;              /* activation capacity */
     float *params, *grads;
     /* activations */
-    int *inputs, *targets;
-    float *embed; /* [N, C] residual stream entering layer 0 */
+    int *inputs, *targets; /* the last forward's, uploaded */
+    float *embed;          /* [N, C] residual stream entering layer 0 */
     sdp_tf_layer_acts *layers;
     float *lnf, *lnf_mean, *lnf_rstd;
     float *probs;  /* [N, Vp]: logits, then probabilities, then dlogits */
     float *losses; /* [N] */
     /* gradient work buffers, reused across layers */
     float *d_res, *d_branch, *d_norm, *d_att, *d_qkv, *d_fc, *d_act;
-    float *attn_scratch;
+    float *attn_scratch; /* NULL where the backend keeps its own */
     /* vit */
-    const float *images;  /* the caller's batch of the last forward, read again by backward */
-    float *patches;       /* [B, P, C] patch embeddings, then their gradients */
-    float *patch_scratch; /* patches gathered for the projection GEMM */
-    float *pooled;        /* [B, C] the class token's output, the classifier's input */
-    int n_correct;        /* argmax hits of the last forward with labels */
-    int n_targets;        /* non-ignored targets in the last forward */
+    float *images;     /* [B, in_channels, S, S] the last forward's images, uploaded */
+    float *patches;    /* [B, P, C] patch embeddings, then their gradients */
+    float *patch_rows; /* [B * P, in_channels * patch^2] the patches gathered for the projection
+                        * GEMM, kept from forward to backward (the projection's input) */
+    float *pooled;     /* [B, C] the class token's output, the classifier's input */
+    int n_correct;     /* argmax hits of the last forward with labels */
+    int n_targets;     /* non-ignored targets in the last forward */
     int last_B, last_T;
     bool has_targets; /* probs hold probabilities of a forward with targets */
 } sdp_tf;
@@ -120,30 +122,32 @@ void sdp_tf_shape_from_keep(sdp_tf_shape *s, const sdp_tf_config *cfg, int nbloc
 /* Describes the parameter tensors of the (sub)network without allocating anything. */
 void sdp_tf_describe(sdp_layout *L, const sdp_tf_config *cfg, const sdp_tf_shape *shape);
 
-/* Builds a model with room for batches of B sequences of T tokens. shape may be NULL (full). */
+/* Builds a model with room for batches of B sequences of T tokens on backend be (which must
+ * outlive it; a CPU backend over a dry mem only counts the bytes). shape may be NULL (full). */
 void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
-                   sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem);
+                   sdp_model_mode mode, const sdp_backend *be);
 void sdp_tf_destroy(sdp_tf *m);
-/* Replaces the model's gradient buffer with a caller-owned one, where tensor i of the layout
- * keeps its gradient at grad_offset[i]; or nowhere when it is -1 (backward masking: no
+/* Replaces the model's gradient buffer with a caller-owned one (backend memory), where tensor i of
+ * the layout keeps its gradient at grad_offset[i]; or nowhere when it is -1 (backward masking: no
  * weight-gradient work is done for it); or, when it is SDP_GRAD_SLICED, in the slices given by
  * slices[i] (computed as one GEMM per slice). The arrays must outlive the model's use of them. */
 void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
                       const sdp_grad_slices *slices);
 
-/* Forward over inputs [B*T]; with targets (may be NULL) returns the summed loss over
+/* Forward over host arrays inputs [B*T] (checked against the vocabulary, then uploaded); with
+ * targets (may be NULL) returns the summed loss over
  * non-ignored targets (in double) and leaves probabilities for backward. B <= capacity. */
 double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T);
 /* Backward of the last forward; gradients accumulate into m->grads, scaled by dloss
  * (e.g. 1 / (tokens in the whole accumulated batch) for a mean loss). */
 void sdp_tf_backward(sdp_tf *m, float dloss);
 /* Logits of the last forward at row i (before softmax; valid only after a forward with
- * targets == NULL). */
+ * targets == NULL), in backend memory. */
 const float *sdp_tf_logits_row(const sdp_tf *m, int row);
 
-/* vit: forward over images [B, in_channels, image_size, image_size]; with labels [B] (may be
- * NULL; < 0 ignored) returns the summed loss and leaves n_targets and n_correct. The images must
- * stay unchanged until the backward of this forward. Backward is sdp_tf_backward. */
+/* vit: forward over host images [B, in_channels, image_size, image_size] (uploaded); with labels
+ * [B] (host, may be NULL; < 0 ignored) returns the summed loss and leaves n_targets and
+ * n_correct. Backward is sdp_tf_backward. */
 double sdp_tf_forward_images(sdp_tf *m, const float *images, const int *labels, int B);
 
 /* Model FLOPs of one training step (forward + backward) per token (vit: per image), for MFU:

@@ -2,7 +2,6 @@
 
 #include "models/transformer_internal.h"
 #include "sdp/check.h"
-#include "sdp/ops_vision.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -313,7 +312,7 @@ void sdp_tf_describe(sdp_layout *L, const sdp_tf_config *cfg, const sdp_tf_shape
 /* ---- construction ------------------------------------------------------------------------- */
 
 static float *acts(sdp_tf *m, size_t n) {
-    return sdp_alloc(m->mem, SDP_MEM_ACTS, n * sizeof(float));
+    return m->be->alloc(m->be, SDP_MEM_ACTS, n * sizeof(float));
 }
 
 static void alloc_layer_acts(sdp_tf *m, int i) {
@@ -356,7 +355,7 @@ static void alloc_backward_buffers(sdp_tf *m) {
 }
 
 void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
-                   sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
+                   sdp_model_mode mode, const sdp_backend *be) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     sdp_tf_config_finish(&m->cfg);
@@ -371,18 +370,17 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     else
         sdp_tf_shape_full(&m->shape, &m->cfg);
     m->head_size = m->cfg.d_model / m->cfg.n_head;
-    m->gemm = gemm;
-    m->mem = mem;
+    m->be = be;
     m->B = B;
     m->T = T;
     m->off.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->off.layers);
     SDP_CHECK(m->off.layers, "out of memory");
     describe(&m->layout, &m->cfg, &m->shape, &m->off);
 
-    m->params = sdp_alloc(mem, SDP_MEM_PARAMS, m->layout.numel * sizeof(float));
+    m->params = be->alloc(be, SDP_MEM_PARAMS, m->layout.numel * sizeof(float));
     m->own_grads = mode == SDP_MODEL_TRAIN;
     m->backward_floor = -1;
-    if (m->own_grads) m->grads = sdp_alloc(mem, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
+    if (m->own_grads) m->grads = be->alloc(be, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
     m->goff = m->off;
     m->goff.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->goff.layers);
     SDP_CHECK(m->goff.layers, "out of memory");
@@ -390,8 +388,8 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
 
     const size_t N = (size_t)B * T, C = (size_t)m->cfg.d_model, Vp = (size_t)m->cfg.vocab_padded;
     const size_t head_rows = vit ? (size_t)B : N; /* a ViT classifies its class tokens alone */
-    if (!vit) m->inputs = sdp_alloc(mem, SDP_MEM_ACTS, N * sizeof(int));
-    m->targets = sdp_alloc(mem, SDP_MEM_ACTS, head_rows * sizeof(int));
+    if (!vit) m->inputs = be->alloc(be, SDP_MEM_ACTS, N * sizeof(int));
+    m->targets = be->alloc(be, SDP_MEM_ACTS, head_rows * sizeof(int));
     m->embed = acts(m, N * C);
     m->layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->layers);
     SDP_CHECK(m->layers, "out of memory");
@@ -403,25 +401,25 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     m->losses = acts(m, head_rows);
     if (vit) tf_vit_alloc(m);
     if (mode != SDP_MODEL_INFER) alloc_backward_buffers(m);
-    m->attn_scratch = sdp_alloc(mem, SDP_MEM_SCRATCH,
-                                sdp_attention_scratch_floats(T, m->head_size) * sizeof(float));
+    const size_t attn_scratch = be->attention_scratch_bytes(be, T, m->head_size);
+    if (attn_scratch) m->attn_scratch = be->alloc(be, SDP_MEM_SCRATCH, attn_scratch);
 }
 
 void sdp_tf_destroy(sdp_tf *m) {
-    sdp_mem *mem = m->mem;
+    const sdp_backend *be = m->be;
     if (!m->own_grads) m->grads = NULL; /* the caller's (sdp_tf_use_grads) */
     for (int i = 0; i < m->shape.n_layer; i++) {
         sdp_tf_layer_acts *a = &m->layers[i];
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse, a->mid,
                          a->ln2, a->ln2_mean, a->ln2_rstd, a->fc,  a->act, a->out};
-        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) sdp_free(mem, bufs[j]);
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) be->free(be, bufs[j]);
     }
     float *bufs[] = {m->params, m->grads,  m->embed, m->lnf,         m->lnf_mean, m->lnf_rstd,
                      m->probs,  m->losses, m->d_res, m->d_branch,    m->d_norm,   m->d_att,
                      m->d_qkv,  m->d_fc,   m->d_act, m->attn_scratch};
-    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) sdp_free(mem, bufs[j]);
-    sdp_free(mem, m->inputs);
-    sdp_free(mem, m->targets);
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) be->free(be, bufs[j]);
+    be->free(be, m->inputs);
+    be->free(be, m->targets);
     if (m->cfg.style == SDP_STYLE_VIT) tf_vit_free(m);
     free(m->layers);
     free(m->off.layers);
@@ -449,12 +447,12 @@ static void sliced_weight_grads(const sdp_tf *m, long w, const float *dout, cons
         const long row0 = (off - w) / ic;
         for (int i = 0; i < s->n; i++) {
             if (s->axis == 0) /* dW[rows] += dout[:, rows]^T inp */
-                sdp_gemm(m->gemm, true, false, (int)s->len[i], ic, n, 1.0f,
-                         dout + row0 + s->start[i], oc, inp, ic, 1.0f, m->grads + s->dst[i],
-                         (int)s->ld[i]);
+                m->be->gemm(m->be, true, false, (int)s->len[i], ic, n, 1.0f,
+                            dout + row0 + s->start[i], oc, inp, ic, 1.0f, m->grads + s->dst[i],
+                            (int)s->ld[i]);
             else /* dW[:, cols] += dout^T inp[:, cols] */
-                sdp_gemm(m->gemm, true, false, oc, (int)s->len[i], n, 1.0f, dout, oc,
-                         inp + s->start[i], ic, 1.0f, m->grads + s->dst[i], (int)s->ld[i]);
+                m->be->gemm(m->be, true, false, oc, (int)s->len[i], n, 1.0f, dout, oc,
+                            inp + s->start[i], ic, 1.0f, m->grads + s->dst[i], (int)s->ld[i]);
         }
     }
 }
@@ -466,20 +464,15 @@ static void sliced_bias_grads(const sdp_tf *m, long b, const float *dout, int n,
         if (off < b || off >= b + oc) continue;
         const sdp_grad_slices *s = &m->gslices[p];
         for (int i = 0; i < s->n; i++)
-#pragma omp parallel for schedule(static)
-            for (long j = 0; j < s->len[i]; j++) {
-                double sum = 0;
-                for (int r = 0; r < n; r++)
-                    sum += dout[(size_t)r * oc + (off - b) + s->start[i] + j];
-                m->grads[s->dst[i] + j] += (float)sum;
-            }
+            m->be->bias_slice_bwd(m->be, m->grads + s->dst[i], dout, n, oc,
+                                  (int)(off - b + s->start[i]), (int)s->len[i]);
     }
 }
 
 /* A linear layer's backward, honouring whole, absent (-1) and sliced gradients. */
 static void linear_bwd(const sdp_tf *m, float *dinp, const float *dout, const float *inp, long w,
                        long gw, long b, long gb, int n, int ic, int oc) {
-    sdp_linear_bwd(m->gemm, dinp, G(m, gw), G(m, gb), dout, inp, P(m, w), n, ic, oc);
+    m->be->linear_bwd(m->be, dinp, G(m, gw), G(m, gb), dout, inp, P(m, w), n, ic, oc);
     if (gw == SDP_GRAD_SLICED) sliced_weight_grads(m, w, dout, inp, n, ic, oc);
     if (gb == SDP_GRAD_SLICED) sliced_bias_grads(m, b, dout, n, oc);
 }
@@ -495,7 +488,7 @@ static long grad_offset_of(const sdp_layout *L, long param_off, const long *grad
 
 void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
                       const sdp_grad_slices *slices) {
-    if (m->own_grads) sdp_free(m->mem, m->grads);
+    if (m->own_grads) m->be->free(m->be, m->grads);
     m->own_grads = false;
     m->grads = grads;
     m->gslices = slices;
@@ -521,17 +514,18 @@ void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
 void tf_norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, const float *x, long w,
                  long b, int N) {
     if (m->cfg.style != SDP_STYLE_LLAMA)
-        sdp_layernorm_fwd(out, mean, rstd, x, P(m, w), P(m, b), N, m->cfg.d_model);
+        m->be->layernorm_fwd(m->be, out, mean, rstd, x, P(m, w), P(m, b), N, m->cfg.d_model);
     else
-        sdp_rmsnorm_fwd(out, rstd, x, P(m, w), N, m->cfg.d_model);
+        m->be->rmsnorm_fwd(m->be, out, rstd, x, P(m, w), N, m->cfg.d_model);
 }
 
 void tf_norm_bwd(const sdp_tf *m, float *dx, const float *dout, const float *x, const float *mean,
                  const float *rstd, long w, long gw, long gb, int N) {
     if (m->cfg.style != SDP_STYLE_LLAMA)
-        sdp_layernorm_bwd(dx, G(m, gw), G(m, gb), dout, x, P(m, w), mean, rstd, N, m->cfg.d_model);
+        m->be->layernorm_bwd(m->be, dx, G(m, gw), G(m, gb), dout, x, P(m, w), mean, rstd, N,
+                             m->cfg.d_model);
     else
-        sdp_rmsnorm_bwd(dx, G(m, gw), dout, x, P(m, w), rstd, N, m->cfg.d_model);
+        m->be->rmsnorm_bwd(m->be, dx, G(m, gw), dout, x, P(m, w), rstd, N, m->cfg.d_model);
 }
 
 #define norm_fwd tf_norm_fwd
@@ -547,29 +541,29 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
     const size_t NC = (size_t)N * C;
     const float s = m->shape.branch_scale[i];
     const bool llama = m->cfg.style == SDP_STYLE_LLAMA, causal = m->cfg.style != SDP_STYLE_VIT;
+    const sdp_backend *be = m->be;
 
     if (H > 0) {
         norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, N);
-        sdp_linear_fwd(m->gemm, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), N, C, 3 * D);
-        if (llama) sdp_rope_fwd(a->qkv, B, T, H, hs, m->cfg.rope_theta);
-        sdp_attention_fwd(a->att, a->lse, a->qkv, B, T, H, hs, causal, m->attn_scratch);
-        sdp_linear_fwd(m->gemm, a->out, a->att, P(m, o->w_o), P(m, o->b_o), N, D, C);
-        sdp_residual_fwd(a->mid, x, a->out, s, NC);
+        be->linear_fwd(be, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), N, C, 3 * D);
+        if (llama) be->rope_fwd(be, a->qkv, B, T, H, hs, m->cfg.rope_theta);
+        be->attention_fwd(be, a->att, a->lse, a->qkv, B, T, H, hs, causal, m->attn_scratch);
+        be->linear_fwd(be, a->out, a->att, P(m, o->w_o), P(m, o->b_o), N, D, C);
+        be->residual_fwd(be, a->mid, x, a->out, s, NC);
     } else {
-        memcpy(a->mid, x, NC * sizeof(float));
+        be->copy_rows(be, a->mid, 0, x, 0, 1, NC);
     }
     if (F > 0) {
         norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, o->ln2_w, o->ln2_b, N);
-        sdp_linear_fwd(m->gemm, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C,
-                       llama ? 2 * F : F);
+        be->linear_fwd(be, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C, llama ? 2 * F : F);
         if (llama)
-            sdp_swiglu_fwd(a->act, a->fc, N, F);
+            be->swiglu_fwd(be, a->act, a->fc, N, F);
         else
-            sdp_gelu_fwd(a->act, a->fc, (size_t)N * F);
-        sdp_linear_fwd(m->gemm, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), N, F, C);
-        sdp_residual_fwd(a->out, a->mid, a->out, s, NC);
+            be->gelu_fwd(be, a->act, a->fc, (size_t)N * F);
+        be->linear_fwd(be, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), N, F, C);
+        be->residual_fwd(be, a->out, a->mid, a->out, s, NC);
     } else {
-        memcpy(a->out, a->mid, NC * sizeof(float));
+        be->copy_rows(be, a->out, 0, a->mid, 0, 1, NC);
     }
 }
 
@@ -590,13 +584,14 @@ double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, i
                   "token id %d is outside the model's vocabulary of %d: the data does not match "
                   "the model (check --vocab)",
                   inputs[i], V);
-    memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+    const sdp_backend *be = m->be;
+    be->upload(be, m->inputs, inputs, (size_t)N * sizeof(int));
     m->last_B = B;
     m->last_T = T;
-    sdp_embed_fwd(m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
+    be->embed_fwd(be, m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
     const float *x = tf_layers_forward(m, m->embed, B, T);
     norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->off.lnf_w, m->off.lnf_b, N);
-    sdp_linear_fwd(m->gemm, m->probs, m->lnf, P(m, m->off.lm_head), NULL, N, C, Vp);
+    be->linear_fwd(be, m->probs, m->lnf, P(m, m->off.lm_head), NULL, N, C, Vp);
     m->has_targets = targets != NULL;
     if (!targets) return 0.0;
     int counted = 0;
@@ -604,9 +599,9 @@ double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, i
         SDP_CHECK(targets[i] < V, "target id %d is outside the vocabulary of %d", targets[i], V);
         counted += targets[i] >= 0;
     }
-    memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    be->upload(be, m->targets, targets, (size_t)N * sizeof(int));
     m->n_targets = counted;
-    return sdp_softmax_xent_fwd(m->losses, m->probs, m->probs, m->targets, N, V, Vp);
+    return be->softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, N, V, Vp);
 }
 
 const float *sdp_tf_logits_row(const sdp_tf *m, int row) {
@@ -616,8 +611,8 @@ const float *sdp_tf_logits_row(const sdp_tf *m, int row) {
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
-static void zero(float *x, size_t n) {
-    memset(x, 0, n * sizeof(float));
+static void zero(const sdp_tf *m, float *x, size_t n) {
+    m->be->zero(m->be, x, n * sizeof(float));
 }
 
 /* On entry d_res holds dL/d(layer output); on exit dL/d(layer input). */
@@ -630,34 +625,35 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
     const float s = m->shape.branch_scale[i];
     const bool llama = m->cfg.style == SDP_STYLE_LLAMA, causal = m->cfg.style != SDP_STYLE_VIT;
     const int fc_width = llama ? 2 * F : F;
+    const sdp_backend *be = m->be;
 
     if (F > 0) { /* out = mid + s * proj(act(fc(norm2(mid)))) */
-        zero(m->d_branch, NC);
-        sdp_residual_bwd(NULL, m->d_branch, m->d_res, s, NC);
-        zero(m->d_act, (size_t)N * F);
+        zero(m, m->d_branch, NC);
+        be->residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
+        zero(m, m->d_act, (size_t)N * F);
         linear_bwd(m, m->d_act, m->d_branch, a->act, o->w_proj, go->w_proj, o->b_proj, go->b_proj,
                    N, F, C);
-        zero(m->d_fc, (size_t)N * fc_width);
+        zero(m, m->d_fc, (size_t)N * fc_width);
         if (llama)
-            sdp_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, F);
+            be->swiglu_bwd(be, m->d_fc, m->d_act, a->fc, N, F);
         else
-            sdp_gelu_bwd(m->d_fc, m->d_act, a->fc, (size_t)N * F);
-        zero(m->d_norm, NC);
+            be->gelu_bwd(be, m->d_fc, m->d_act, a->fc, (size_t)N * F);
+        zero(m, m->d_norm, NC);
         linear_bwd(m, m->d_norm, m->d_fc, a->ln2, o->w_fc, go->w_fc, o->b_fc, go->b_fc, N, C,
                    fc_width);
         norm_bwd(m, m->d_res, m->d_norm, a->mid, a->ln2_mean, a->ln2_rstd, o->ln2_w, go->ln2_w,
                  go->ln2_b, N);
     }
     if (H > 0) { /* mid = x + s * o_proj(attention(qkv(norm1(x)))) */
-        zero(m->d_branch, NC);
-        sdp_residual_bwd(NULL, m->d_branch, m->d_res, s, NC);
-        zero(m->d_att, (size_t)N * D);
+        zero(m, m->d_branch, NC);
+        be->residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
+        zero(m, m->d_att, (size_t)N * D);
         linear_bwd(m, m->d_att, m->d_branch, a->att, o->w_o, go->w_o, o->b_o, go->b_o, N, D, C);
-        zero(m->d_qkv, (size_t)N * 3 * D);
-        sdp_attention_bwd(m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, causal,
+        zero(m, m->d_qkv, (size_t)N * 3 * D);
+        be->attention_bwd(be, m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, causal,
                           m->attn_scratch);
-        if (llama) sdp_rope_bwd(m->d_qkv, B, T, H, hs, m->cfg.rope_theta);
-        zero(m->d_norm, NC);
+        if (llama) be->rope_bwd(be, m->d_qkv, B, T, H, hs, m->cfg.rope_theta);
+        zero(m, m->d_norm, NC);
         linear_bwd(m, m->d_norm, m->d_qkv, a->ln1, o->w_qkv, go->w_qkv, o->b_qkv, go->b_qkv, N, C,
                    3 * D);
         norm_bwd(m, m->d_res, m->d_norm, x, a->ln1_mean, a->ln1_rstd, o->ln1_w, go->ln1_w,
@@ -682,18 +678,19 @@ void sdp_tf_backward(sdp_tf *m, float dloss) {
     const int B = m->last_B, T = m->last_T, N = B * T, C = m->cfg.d_model;
     const int V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
     const size_t NC = (size_t)N * C;
-    sdp_softmax_xent_bwd(m->probs, m->probs, m->targets, dloss, N, V, Vp);
-    zero(m->d_norm, NC);
-    sdp_linear_bwd(m->gemm, m->d_norm, G(m, m->goff.lm_head), NULL, m->probs, m->lnf,
+    const sdp_backend *be = m->be;
+    be->softmax_xent_bwd(be, m->probs, m->probs, m->targets, dloss, N, V, Vp);
+    zero(m, m->d_norm, NC);
+    be->linear_bwd(be, m->d_norm, G(m, m->goff.lm_head), NULL, m->probs, m->lnf,
                    P(m, m->off.lm_head), N, C, Vp);
     const int L = m->shape.n_layer;
     const float *top = L > 0 ? m->layers[L - 1].out : m->embed;
-    zero(m->d_res, NC);
+    zero(m, m->d_res, NC);
     norm_bwd(m, m->d_res, m->d_norm, top, m->lnf_mean, m->lnf_rstd, m->off.lnf_w, m->goff.lnf_w,
              m->goff.lnf_b, N);
     tf_layers_backward(m, B, T);
     if (m->backward_floor < 0)
-        sdp_embed_bwd(G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T, C);
+        be->embed_bwd(be, G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T, C);
     m->has_targets = false; /* probs now hold gradients */
 }
 

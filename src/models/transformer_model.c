@@ -1,5 +1,5 @@
 /* The transformer (gpt and llama styles on tokens, vit on images) behind the generic model
- * interface (sdp/model.h). */
+ * interface (sdp/model.h), on a CPU backend of its own: the trainer runs on the CPU. */
 #include "sdp/check.h"
 #include "sdp/model.h"
 #include "sdp/transformer.h"
@@ -7,13 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct {
+    sdp_tf tf;
+    sdp_backend *be;
+} tf_model;
+
 static sdp_tf *tf(const sdp_model *m) {
-    return m->impl;
+    return &((tf_model *)m->impl)->tf;
 }
 
 static void destroy(sdp_model *m) {
-    sdp_tf_destroy(tf(m));
-    free(m->impl);
+    tf_model *impl = m->impl;
+    sdp_tf_destroy(&impl->tf);
+    sdp_backend_destroy(impl->be);
+    free(impl);
     memset(m, 0, sizeof *m);
 }
 
@@ -96,15 +103,16 @@ static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spe
                                (const int(*)[SDP_MAX_GROUPS])spec->kept, spec->scale);
     else
         sdp_tf_shape_full(&shape, &t);
-    sdp_tf *impl = calloc(1, sizeof *impl);
+    tf_model *impl = calloc(1, sizeof *impl);
     SDP_CHECK(impl, "out of memory");
-    sdp_tf_create(impl, &t, &shape, B, T, mode, gemm, mem);
+    impl->be = sdp_backend_cpu(gemm, mem);
+    sdp_tf_create(&impl->tf, &t, &shape, B, T, mode, impl->be);
     sdp_tf_shape_free(&shape);
     memset(m, 0, sizeof *m);
     m->ops = &OPS;
     m->impl = impl;
-    m->layout = &impl->layout;
-    m->params = impl->params;
+    m->layout = &impl->tf.layout;
+    m->params = impl->tf.params;
 }
 
 const sdp_model_family SDP_FAMILY_GPT = {"gpt", false, finish_config, describe_full, create};

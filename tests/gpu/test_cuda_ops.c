@@ -14,6 +14,7 @@
 
 #include "sdp/ops.h"
 #include "sdp/ops_cuda.h"
+#include "sdp/ops_vision.h"
 #include "sdp/optim.h"
 
 enum { MAX_BUFFERS = 64 };
@@ -583,6 +584,142 @@ static void test_softmax_xent(void **state) {
     check_xent(*state, 3, 1, 1);
 }
 
+/* ---- the backend's helpers: row copies, bias slices, classifier hits ----------------------- */
+
+/* Rows of a wider matrix into a narrower one and back, and a single-row plain copy. */
+static void test_copy_rows(void **state) {
+    sdp_cuda_ctx *ctx = *state;
+    bufs b = bufs_make(ctx, 1400);
+    const size_t rows = 37, cols = 45, ld_src = 61, ld_dst = 50;
+    float *src = host_randn(&b, rows * ld_src, 1.0f), *dst = host_randn(&b, rows * ld_dst, 1.0f);
+    float *want = host_copy(&b, dst, rows * ld_dst);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) want[r * ld_dst + c] = src[r * ld_src + c];
+    float *d_src = dev_floats(&b, src, rows * ld_src), *d_dst = dev_floats(&b, dst, rows * ld_dst);
+    sdp_cuda_copy_rows(ctx, d_dst, ld_dst, d_src, ld_src, rows, cols);
+    expect_dev(&b, "copy_rows 37x45", "dst", d_dst, want, rows * ld_dst, 0.0);
+    float *d_flat = dev_floats(&b, dst, rows * ld_dst);
+    sdp_cuda_copy_rows(ctx, d_flat, 0, d_src, 0, 1, rows * ld_dst); /* pitches unused */
+    expect_dev(&b, "copy_rows (one row)", "dst", d_flat, src, rows * ld_dst, 0.0);
+    bufs_free(&b);
+}
+
+/* Against a double-precision sum over rows of the slice's columns, onto a random start. */
+static void check_bias_slice(sdp_cuda_ctx *ctx, int n, int ld, int col0, int len) {
+    bufs b = bufs_make(ctx, 1500 + (uint64_t)n);
+    float *dout = host_randn(&b, (size_t)n * ld, 1.0f), *dbias = host_randn(&b, len, 1.0f);
+    double *want = calloc((size_t)len, sizeof *want);
+    assert_non_null(want);
+    for (int j = 0; j < len; j++) {
+        want[j] = dbias[j];
+        for (int r = 0; r < n; r++) want[j] += dout[(size_t)r * ld + col0 + j];
+    }
+    float *d_dout = dev_floats(&b, dout, (size_t)n * ld), *d_dbias = dev_floats(&b, dbias, len);
+    sdp_cuda_bias_slice_bwd(ctx, d_dbias, d_dout, n, ld, col0, len);
+    char name[64];
+    snprintf(name, sizeof name, "bias_slice_bwd n=%d [%d,+%d)", n, col0, len);
+    expect_close_d(name, "dbias", download(&b, d_dbias, len), want, len, REDUCTION_TOL);
+    free(want);
+    bufs_free(&b);
+}
+
+static void test_bias_slice(void **state) {
+    check_bias_slice(*state, 45, 96, 17, 33);
+    check_bias_slice(*state, 5000, 300, 200, 100); /* several row chunks */
+}
+
+/* Hits against a host argmax, with ignored labels and a tie (the first maximum wins). */
+static void test_count_correct(void **state) {
+    sdp_cuda_ctx *ctx = *state;
+    bufs b = bufs_make(ctx, 1600);
+    const int n = 300, K = 10, ld = 16;
+    float *logits = host_randn(&b, (size_t)n * ld, 1.0f);
+    int *labels = host_alloc(&b, n * sizeof *labels);
+    for (int r = 0; r < n; r++) labels[r] = (int)sdp_rng_below(&b.rng, K + 1) - 1; /* -1: ignored */
+    logits[3 * ld + 2] = logits[3 * ld + 7] = 100.0f; /* row 3 ties: 2 wins, not 7 */
+    labels[3] = 7;
+    logits[4 * ld + 12] = 1000.0f; /* a padding column is never a class */
+    int want = 0;
+    for (int r = 0; r < n; r++) {
+        int best = 0;
+        for (int k = 1; k < K; k++)
+            if (logits[(size_t)r * ld + k] > logits[(size_t)r * ld + best]) best = k;
+        want += labels[r] >= 0 && best == labels[r];
+    }
+    float *d_logits = dev_floats(&b, logits, (size_t)n * ld);
+    int *d_labels = dev_ints(&b, labels, n);
+    int got = sdp_cuda_count_correct(ctx, d_logits, d_labels, n, K, ld);
+    printf("  %-26s hits %d of %d rows (host argmax %d)\n", "count_correct", got, n, want);
+    assert_true(want > 0);
+    assert_int_equal(got, want);
+    bufs_free(&b);
+}
+
+/* ---- ViT stem ------------------------------------------------------------------------------ */
+
+static void test_patch_gather(void **state) {
+    sdp_cuda_ctx *ctx = *state;
+    bufs b = bufs_make(ctx, 1700);
+    const int B = 3, C = 3, H = 12, W = 8, p = 4;
+    const size_t n = (size_t)B * C * H * W;
+    float *images = host_randn(&b, n, 1.0f), *rows = host_alloc(&b, n * sizeof *rows);
+    sdp_patch_gather(rows, images, B, C, H, W, p);
+    float *d_images = dev_floats(&b, images, n), *d_rows = dev_floats(&b, rows, n);
+    sdp_cuda_zero(ctx, d_rows, n * sizeof(float));
+    sdp_cuda_patch_gather(ctx, d_rows, d_images, B, C, H, W, p);
+    expect_dev(&b, "patch_gather 12x8 p=4", "rows", d_rows, rows, n, 0.0);
+    bufs_free(&b);
+}
+
+/* Forward against the definition; backward against sums in double, with the class token's
+ * gradient alone (no positions) as well. */
+static void test_vit_embed(void **state) {
+    sdp_cuda_ctx *ctx = *state;
+    bufs b = bufs_make(ctx, 1800);
+    const int B = 5, T = 17, C = 40, P = T - 1;
+    const size_t nE = (size_t)B * T * C, nP = (size_t)B * P * C, TC = (size_t)T * C;
+    float *patches = host_randn(&b, nP, 1.0f), *cls = host_randn(&b, C, 1.0f);
+    float *pos = host_randn(&b, TC, 1.0f), *embed = host_alloc(&b, nE * sizeof *embed);
+    for (int i = 0; i < B; i++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++)
+                embed[((size_t)i * T + t) * C + c] =
+                    (t == 0 ? cls[c] : patches[((size_t)i * P + t - 1) * C + c]) + pos[t * C + c];
+    float *d_patches = dev_floats(&b, patches, nP), *d_cls = dev_floats(&b, cls, C);
+    float *d_pos = dev_floats(&b, pos, TC), *d_embed = dev_floats(&b, embed, nE);
+    sdp_cuda_zero(ctx, d_embed, nE * sizeof(float));
+    sdp_cuda_vit_embed_fwd(ctx, d_embed, d_patches, d_cls, d_pos, B, T, C);
+    expect_dev(&b, "vit_embed_fwd", "embed", d_embed, embed, nE, ELEMENTWISE_TOL);
+
+    float *dembed = host_randn(&b, nE, 1.0f), *dcls = host_randn(&b, C, 1.0f);
+    float *dpos = host_randn(&b, TC, 1.0f), *dpatches = host_alloc(&b, nP * sizeof *dpatches);
+    double *want_cls = calloc((size_t)C, sizeof *want_cls), *want_pos = calloc(TC, sizeof(double));
+    assert_true(want_cls && want_pos);
+    for (size_t e = 0; e < TC; e++) {
+        want_pos[e] = dpos[e];
+        for (int i = 0; i < B; i++) want_pos[e] += dembed[i * TC + e];
+    }
+    for (int c = 0; c < C; c++) want_cls[c] = dcls[c] + (want_pos[c] - dpos[c]);
+    for (int i = 0; i < B; i++)
+        for (int t = 1; t < T; t++)
+            memcpy(dpatches + ((size_t)i * P + t - 1) * C, dembed + ((size_t)i * T + t) * C,
+                   (size_t)C * sizeof(float));
+    float *d_dembed = dev_floats(&b, dembed, nE), *d_dcls = dev_floats(&b, dcls, C);
+    float *d_dpos = dev_floats(&b, dpos, TC), *d_dpatches = dev_floats(&b, dpatches, nP);
+    float *d_dcls_only = dev_floats(&b, dcls, C);
+    sdp_cuda_zero(ctx, d_dpatches, nP * sizeof(float));
+    sdp_cuda_vit_embed_bwd(ctx, d_dpatches, d_dcls, d_dpos, d_dembed, B, T, C);
+    sdp_cuda_vit_embed_bwd(ctx, d_dpatches, d_dcls_only, NULL, d_dembed, B, T, C);
+    expect_dev(&b, "vit_embed_bwd", "dpatches", d_dpatches, dpatches, nP, 0.0);
+    expect_close_d("vit_embed_bwd", "dcls", download(&b, d_dcls, C), want_cls, C, REDUCTION_TOL);
+    expect_close_d("vit_embed_bwd", "dpos", download(&b, d_dpos, TC), want_pos, TC, REDUCTION_TOL);
+    expect_close_d("vit_embed_bwd (no dpos)", "dcls", download(&b, d_dcls_only, C), want_cls, C,
+                   REDUCTION_TOL);
+    free(want_cls);
+    free(want_pos);
+    bufs_free(&b);
+}
+
 /* ---- AdamW --------------------------------------------------------------------------------- */
 
 /* Three steps (bias correction changes with t) over two segments, one decaying, whose
@@ -674,6 +811,11 @@ int main(void) {
         cmocka_unit_test(test_attention_bidirectional),
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_copy_rows),
+        cmocka_unit_test(test_bias_slice),
+        cmocka_unit_test(test_count_correct),
+        cmocka_unit_test(test_patch_gather),
+        cmocka_unit_test(test_vit_embed),
     };
     return cmocka_run_group_tests(tests, create_ctx, destroy_ctx);
 }

@@ -46,6 +46,11 @@ static void move_patches(float *rows, float *img, bool to_rows, int B, int C, in
     }
 }
 
+void sdp_patch_gather(float *rows, const float *inp, int B, int C, int H, int W, int p) {
+    check_dims("sdp_patch_gather", B, C, H, W, p);
+    move_patches(rows, (float *)inp, true, B, C, H, W, p); /* gathering only reads inp */
+}
+
 void sdp_patch_embed_fwd(sdp_gemm_provider prov, float *out, const float *inp, const float *w,
                          const float *bias, int B, int C, int H, int W, int p, int D,
                          float *scratch) {

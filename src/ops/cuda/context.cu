@@ -138,3 +138,16 @@ void sdp_cuda_sync(sdp_cuda_ctx *ctx) {
     SDP_CHECK(!(flags & BAD_TARGET), "cross-entropy: a target is not below the vocabulary size: "
                                      "check the dataset and the model's vocab_size");
 }
+
+void sdp_cuda_copy_rows(sdp_cuda_ctx *ctx, float *dst, size_t ld_dst, const float *src,
+                        size_t ld_src, size_t rows, size_t cols) {
+    if (rows == 0 || cols == 0) return;
+    if (rows == 1) { /* a plain copy, which may be longer than a 2D copy's pitch limit */
+        CUDA_CHECK(
+            cudaMemcpyAsync(dst, src, cols * sizeof(float), cudaMemcpyDeviceToDevice, ctx->stream));
+        return;
+    }
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(float), src, ld_src * sizeof(float),
+                                 cols * sizeof(float), rows, cudaMemcpyDeviceToDevice,
+                                 ctx->stream));
+}

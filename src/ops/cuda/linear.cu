@@ -15,6 +15,15 @@ struct dout_term {
     }
 };
 
+/* The gradient of a slice of a bias: columns col0.. of rows ld apart. */
+struct dout_slice_term {
+    const float *dout;
+    int ld, col0;
+    __device__ void operator()(int i, int j, float v[1]) const {
+        v[0] = dout[(size_t)i * ld + col0 + j];
+    }
+};
+
 void sdp_cuda_linear_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, const float *w,
                          const float *bias, int n, int ic, int oc) {
     /* out[n, oc] = inp[n, ic] w[oc, ic]^T */
@@ -33,4 +42,10 @@ void sdp_cuda_linear_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dw, float *dbias
     /* dw[oc, ic] += dout[n, oc]^T inp[n, ic] */
     if (dw) sdp_cuda_gemm(ctx, true, false, oc, ic, n, 1.0f, dout, oc, inp, ic, 1.0f, dw, ic);
     if (dbias) column_sums<1>(ctx, column_outputs<1>{{dbias}}, n, oc, dout_term{dout, oc});
+}
+
+void sdp_cuda_bias_slice_bwd(sdp_cuda_ctx *ctx, float *dbias, const float *dout, int n, int ld,
+                             int col0, int len) {
+    SDP_ASSERT(col0 >= 0 && len >= 0 && col0 + len <= ld);
+    column_sums<1>(ctx, column_outputs<1>{{dbias}}, n, len, dout_slice_term{dout, ld, col0});
 }

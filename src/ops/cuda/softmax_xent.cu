@@ -95,3 +95,32 @@ void sdp_cuda_softmax_xent_bwd(sdp_cuda_ctx *ctx, float *dlogits, const float *p
                                                                 Vp);
     LAUNCH_CHECK();
 }
+
+/* One thread per row (classifier rows are few and short); the first maximum wins, as on the
+ * CPU. Hits are counted with an atomic on an integer, which is exact in any order. */
+__global__ void count_correct_kernel(int *hits, const float *logits, const int *labels, int n,
+                                     int K, int ld) {
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += gridDim.x * blockDim.x) {
+        if (labels[r] < 0) continue;
+        const float *x = logits + (size_t)r * ld;
+        int best = 0;
+        for (int k = 1; k < K; k++)
+            if (x[k] > x[best]) best = k;
+        if (best == labels[r]) atomicAdd(hits, 1);
+    }
+}
+
+int sdp_cuda_count_correct(sdp_cuda_ctx *ctx, const float *logits, const int *labels, int n, int K,
+                           int ld) {
+    SDP_CHECK(K >= 1 && K <= ld, "count_correct: %d classes in rows of %d: fix the model config", K,
+              ld);
+    if (n <= 0) return 0;
+    int *hits = (int *)sdp_cuda_workspace(ctx, sizeof(int));
+    CUDA_CHECK(cudaMemsetAsync(hits, 0, sizeof(int), ctx->stream));
+    count_correct_kernel<<<elementwise_blocks((size_t)n), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
+        hits, logits, labels, n, K, ld);
+    LAUNCH_CHECK();
+    int result = 0;
+    sdp_cuda_download(ctx, &result, hits, sizeof result);
+    return result;
+}

@@ -1,0 +1,138 @@
+/* A compute backend: every kernel the transformer (gpt, llama, vit) calls, and the memory its
+ * buffers live in, as one table of function pointers. The model code is written once against
+ * this table and runs on the CPU (sdp_backend_cpu: sdp/ops.h over host memory) or on a CUDA
+ * device (sdp_backend_cuda: sdp/ops_cuda.h over device memory).
+ *
+ * Every entry takes the backend as its first argument; the rest are those of the sdp/ops.h
+ * kernel of the same name without the GEMM provider, and every array is backend memory (host
+ * memory for the CPU, device memory for CUDA). The conventions of sdp/ops.h hold: backward kernels
+ * accumulate (+=) into the gradients they are given and skip NULL ones; softmax_xent_bwd alone
+ * overwrites. Kernels run in call order; on CUDA they are asynchronous, and only the entries that
+ * return a value computed from backend memory (softmax_xent_fwd, count_correct), download and
+ * sync wait for them.
+ *
+ * Host arrays cross only through upload and download. */
+#ifndef SDP_BACKEND_H
+#define SDP_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sdp/mem.h"
+#include "sdp/ops.h"
+
+typedef struct sdp_backend sdp_backend;
+
+struct sdp_backend {
+    const char *name; /* "cpu" or "cuda", for reports */
+    void *ctx;        /* the implementation's state (cuda: its sdp_cuda_ctx *) */
+    sdp_mem *mem;     /* bytes of this backend's memory by category (host or device) */
+
+    /* Waits, frees what ctx holds and the backend itself (sdp_backend_destroy calls it). */
+    void (*destroy)(sdp_backend *be);
+
+    /* ---- memory ---- */
+    /* Zero-filled, counted in mem under cat. With a dry mem (CPU only) returns NULL. */
+    void *(*alloc)(const sdp_backend *be, sdp_memcat cat, size_t bytes);
+    void (*free)(const sdp_backend *be, void *p);
+    void (*zero)(const sdp_backend *be, void *p, size_t bytes);
+    /* Host to backend: the host array may be reused as soon as upload returns. */
+    void (*upload)(const sdp_backend *be, void *dst, const void *src, size_t bytes);
+    /* Backend to host: waits. */
+    void (*download)(const sdp_backend *be, void *dst, const void *src, size_t bytes);
+    /* Waits for every kernel issued so far. */
+    void (*sync)(const sdp_backend *be);
+    /* dst[r * ld_dst + c] = src[r * ld_src + c] for r < rows, c < cols (backend to backend). */
+    void (*copy_rows)(const sdp_backend *be, float *dst, size_t ld_dst, const float *src,
+                      size_t ld_src, size_t rows, size_t cols);
+
+    /* ---- dense algebra ---- */
+    void (*gemm)(const sdp_backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+    void (*linear_fwd)(const sdp_backend *be, float *out, const float *inp, const float *w,
+                       const float *bias, int n, int ic, int oc);
+    void (*linear_bwd)(const sdp_backend *be, float *dinp, float *dw, float *dbias,
+                       const float *dout, const float *inp, const float *w, int n, int ic, int oc);
+    /* dbias[j] += sum over rows r < n of dout[r * ld + col0 + j], j < len: the gradient of a slice
+     * of a bias (SDP backward masking with neuron units). */
+    void (*bias_slice_bwd)(const sdp_backend *be, float *dbias, const float *dout, int n, int ld,
+                           int col0, int len);
+
+    /* ---- embeddings and norms ---- */
+    void (*embed_fwd)(const sdp_backend *be, float *out, const int *tokens, const float *wte,
+                      const float *wpe, int B, int T, int C);
+    void (*embed_bwd)(const sdp_backend *be, float *dwte, float *dwpe, const float *dout,
+                      const int *tokens, int B, int T, int C);
+    void (*layernorm_fwd)(const sdp_backend *be, float *out, float *mean, float *rstd,
+                          const float *inp, const float *w, const float *b, int n, int C);
+    void (*layernorm_bwd)(const sdp_backend *be, float *dinp, float *dw, float *db,
+                          const float *dout, const float *inp, const float *w, const float *mean,
+                          const float *rstd, int n, int C);
+    void (*rmsnorm_fwd)(const sdp_backend *be, float *out, float *rstd, const float *inp,
+                        const float *w, int n, int C);
+    void (*rmsnorm_bwd)(const sdp_backend *be, float *dinp, float *dw, const float *dout,
+                        const float *inp, const float *w, const float *rstd, int n, int C);
+
+    /* ---- activations and residuals ---- */
+    void (*gelu_fwd)(const sdp_backend *be, float *out, const float *inp, size_t n);
+    void (*gelu_bwd)(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
+                     size_t n);
+    void (*swiglu_fwd)(const sdp_backend *be, float *out, const float *inp, int n, int F);
+    void (*swiglu_bwd)(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
+                       int n, int F);
+    void (*residual_fwd)(const sdp_backend *be, float *out, const float *a, const float *b, float s,
+                         size_t n);
+    void (*residual_bwd)(const sdp_backend *be, float *da, float *db, const float *dout, float s,
+                         size_t n);
+
+    /* ---- attention ---- */
+    /* Bytes of the scratch that attention_fwd/bwd need (0 where the backend keeps its own). */
+    size_t (*attention_scratch_bytes)(const sdp_backend *be, int T, int hs);
+    void (*attention_fwd)(const sdp_backend *be, float *out, float *lse, const float *qkv, int B,
+                          int T, int H, int hs, bool causal, float *scratch);
+    void (*attention_bwd)(const sdp_backend *be, float *dqkv, const float *dout, const float *qkv,
+                          const float *out, const float *lse, int B, int T, int H, int hs,
+                          bool causal, float *scratch);
+    void (*rope_fwd)(const sdp_backend *be, float *qkv, int B, int T, int H, int hs, float theta);
+    void (*rope_bwd)(const sdp_backend *be, float *dqkv, int B, int T, int H, int hs, float theta);
+
+    /* ---- loss ---- */
+    /* Waits: returns the summed loss (in double) to the host. */
+    double (*softmax_xent_fwd)(const sdp_backend *be, float *losses, float *probs,
+                               const float *logits, const int *targets, int n, int V, int Vp);
+    void (*softmax_xent_bwd)(const sdp_backend *be, float *dlogits, const float *probs,
+                             const int *targets, float dloss, int n, int V, int Vp);
+    /* Waits: how many rows r < n with labels[r] >= 0 have their largest logit (the first, on a
+     * tie) at column labels[r]; logits is [n, ld]. */
+    int (*count_correct)(const sdp_backend *be, const float *logits, const int *labels, int n,
+                         int K, int ld);
+
+    /* ---- ViT stem ---- */
+    /* rows [B * (H/p) * (W/p), C*p*p] = the non-overlapping p x p patches of images
+     * [B, C, H, W], each row in the order (c, i, j) of a conv weight [D, C, p, p]. The patch
+     * embedding is this gather and a linear layer. */
+    void (*patch_gather)(const sdp_backend *be, float *rows, const float *images, int B, int C,
+                         int H, int W, int p);
+    /* embed[b, 0] = cls + pos[0]; embed[b, t] = patches[b, t - 1] + pos[t] for 0 < t < T. */
+    void (*vit_embed_fwd)(const sdp_backend *be, float *embed, const float *patches,
+                          const float *cls, const float *pos, int B, int T, int C);
+    /* Its backward from dembed [B, T, C]: dcls and dpos accumulate (NULL: skipped); dpatches
+     * [B, T - 1, C] is overwritten. */
+    void (*vit_embed_bwd)(const sdp_backend *be, float *dpatches, float *dcls, float *dpos,
+                          const float *dembed, int B, int T, int C);
+};
+
+/* The CPU backend: the kernels of sdp/ops.h with GEMMs by `gemm`, over host memory from
+ * sdp_alloc counted in mem (which may be dry: then nothing is allocated or computed). */
+sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem);
+
+/* The CUDA backend on device `device` (its own context, stream and device memory, counted in
+ * its own mem). In a build without CUDA it fails: "sdp was built without CUDA: ...". */
+sdp_backend *sdp_backend_cuda(int device);
+/* Whether this build has the CUDA backend and a device to run it on (never fails). */
+bool sdp_backend_cuda_available(void);
+
+/* Waits for the backend, frees what its context holds, and the backend itself. NULL: nothing. */
+void sdp_backend_destroy(sdp_backend *be);
+
+#endif

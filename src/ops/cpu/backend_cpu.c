@@ -1,0 +1,304 @@
+/* The CPU backend: the kernels of sdp/ops.h (GEMMs by the chosen provider) over host memory from
+ * sdp_alloc. Each entry forwards to its kernel unchanged, so a model on this backend computes
+ * exactly what it computed when it called sdp/ops.h itself. */
+#include "sdp/backend.h"
+#include "sdp/check.h"
+#include "sdp/ops_vision.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    sdp_backend table;
+    sdp_gemm_provider gemm;
+} cpu_backend;
+
+static sdp_gemm_provider prov(const sdp_backend *be) {
+    return ((const cpu_backend *)be->ctx)->gemm;
+}
+
+/* ---- memory ---- */
+
+static void cpu_destroy(sdp_backend *be) {
+    free(be->ctx); /* the cpu_backend that holds be */
+}
+
+static void *cpu_alloc(const sdp_backend *be, sdp_memcat cat, size_t bytes) {
+    return sdp_alloc(be->mem, cat, bytes);
+}
+
+static void cpu_free(const sdp_backend *be, void *p) {
+    sdp_free(be->mem, p);
+}
+
+static void cpu_zero(const sdp_backend *be, void *p, size_t bytes) {
+    (void)be;
+    memset(p, 0, bytes);
+}
+
+static void cpu_copy(const sdp_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+
+static void cpu_sync(const sdp_backend *be) {
+    (void)be;
+}
+
+static void cpu_copy_rows(const sdp_backend *be, float *dst, size_t ld_dst, const float *src,
+                          size_t ld_src, size_t rows, size_t cols) {
+    (void)be;
+    for (size_t r = 0; r < rows; r++)
+        memcpy(dst + r * ld_dst, src + r * ld_src, cols * sizeof(float));
+}
+
+/* ---- dense algebra ---- */
+
+static void cpu_gemm(const sdp_backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc) {
+    sdp_gemm(prov(be), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void cpu_linear_fwd(const sdp_backend *be, float *out, const float *inp, const float *w,
+                           const float *bias, int n, int ic, int oc) {
+    sdp_linear_fwd(prov(be), out, inp, w, bias, n, ic, oc);
+}
+
+static void cpu_linear_bwd(const sdp_backend *be, float *dinp, float *dw, float *dbias,
+                           const float *dout, const float *inp, const float *w, int n, int ic,
+                           int oc) {
+    sdp_linear_bwd(prov(be), dinp, dw, dbias, dout, inp, w, n, ic, oc);
+}
+
+/* Summed in double, rows in order: the sum the transformer has always used for these slices. */
+static void cpu_bias_slice_bwd(const sdp_backend *be, float *dbias, const float *dout, int n,
+                               int ld, int col0, int len) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (long j = 0; j < len; j++) {
+        double sum = 0;
+        for (int r = 0; r < n; r++) sum += dout[(size_t)r * ld + col0 + j];
+        dbias[j] += (float)sum;
+    }
+}
+
+/* ---- embeddings and norms ---- */
+
+static void cpu_embed_fwd(const sdp_backend *be, float *out, const int *tokens, const float *wte,
+                          const float *wpe, int B, int T, int C) {
+    (void)be;
+    sdp_embed_fwd(out, tokens, wte, wpe, B, T, C);
+}
+
+static void cpu_embed_bwd(const sdp_backend *be, float *dwte, float *dwpe, const float *dout,
+                          const int *tokens, int B, int T, int C) {
+    (void)be;
+    sdp_embed_bwd(dwte, dwpe, dout, tokens, B, T, C);
+}
+
+static void cpu_layernorm_fwd(const sdp_backend *be, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int n, int C) {
+    (void)be;
+    sdp_layernorm_fwd(out, mean, rstd, inp, w, b, n, C);
+}
+
+static void cpu_layernorm_bwd(const sdp_backend *be, float *dinp, float *dw, float *db,
+                              const float *dout, const float *inp, const float *w,
+                              const float *mean, const float *rstd, int n, int C) {
+    (void)be;
+    sdp_layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, n, C);
+}
+
+static void cpu_rmsnorm_fwd(const sdp_backend *be, float *out, float *rstd, const float *inp,
+                            const float *w, int n, int C) {
+    (void)be;
+    sdp_rmsnorm_fwd(out, rstd, inp, w, n, C);
+}
+
+static void cpu_rmsnorm_bwd(const sdp_backend *be, float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w, const float *rstd, int n, int C) {
+    (void)be;
+    sdp_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, n, C);
+}
+
+/* ---- activations and residuals ---- */
+
+static void cpu_gelu_fwd(const sdp_backend *be, float *out, const float *inp, size_t n) {
+    (void)be;
+    sdp_gelu_fwd(out, inp, n);
+}
+
+static void cpu_gelu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
+                         size_t n) {
+    (void)be;
+    sdp_gelu_bwd(dinp, dout, inp, n);
+}
+
+static void cpu_swiglu_fwd(const sdp_backend *be, float *out, const float *inp, int n, int F) {
+    (void)be;
+    sdp_swiglu_fwd(out, inp, n, F);
+}
+
+static void cpu_swiglu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
+                           int n, int F) {
+    (void)be;
+    sdp_swiglu_bwd(dinp, dout, inp, n, F);
+}
+
+static void cpu_residual_fwd(const sdp_backend *be, float *out, const float *a, const float *b,
+                             float s, size_t n) {
+    (void)be;
+    sdp_residual_fwd(out, a, b, s, n);
+}
+
+static void cpu_residual_bwd(const sdp_backend *be, float *da, float *db, const float *dout,
+                             float s, size_t n) {
+    (void)be;
+    sdp_residual_bwd(da, db, dout, s, n);
+}
+
+/* ---- attention ---- */
+
+static size_t cpu_attention_scratch_bytes(const sdp_backend *be, int T, int hs) {
+    (void)be;
+    return sdp_attention_scratch_floats(T, hs) * sizeof(float);
+}
+
+static void cpu_attention_fwd(const sdp_backend *be, float *out, float *lse, const float *qkv,
+                              int B, int T, int H, int hs, bool causal, float *scratch) {
+    (void)be;
+    sdp_attention_fwd(out, lse, qkv, B, T, H, hs, causal, scratch);
+}
+
+static void cpu_attention_bwd(const sdp_backend *be, float *dqkv, const float *dout,
+                              const float *qkv, const float *out, const float *lse, int B, int T,
+                              int H, int hs, bool causal, float *scratch) {
+    (void)be;
+    sdp_attention_bwd(dqkv, dout, qkv, out, lse, B, T, H, hs, causal, scratch);
+}
+
+static void cpu_rope_fwd(const sdp_backend *be, float *qkv, int B, int T, int H, int hs,
+                         float theta) {
+    (void)be;
+    sdp_rope_fwd(qkv, B, T, H, hs, theta);
+}
+
+static void cpu_rope_bwd(const sdp_backend *be, float *dqkv, int B, int T, int H, int hs,
+                         float theta) {
+    (void)be;
+    sdp_rope_bwd(dqkv, B, T, H, hs, theta);
+}
+
+/* ---- loss ---- */
+
+static double cpu_softmax_xent_fwd(const sdp_backend *be, float *losses, float *probs,
+                                   const float *logits, const int *targets, int n, int V, int Vp) {
+    (void)be;
+    return sdp_softmax_xent_fwd(losses, probs, logits, targets, n, V, Vp);
+}
+
+static void cpu_softmax_xent_bwd(const sdp_backend *be, float *dlogits, const float *probs,
+                                 const int *targets, float dloss, int n, int V, int Vp) {
+    (void)be;
+    sdp_softmax_xent_bwd(dlogits, probs, targets, dloss, n, V, Vp);
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int cpu_count_correct(const sdp_backend *be, const float *logits, const int *labels, int n,
+                             int K, int ld) {
+    (void)be;
+    int hits = 0;
+    for (int r = 0; r < n; r++)
+        hits += labels[r] >= 0 && argmax(logits + (size_t)r * ld, K) == labels[r];
+    return hits;
+}
+
+/* ---- ViT stem ---- */
+
+static void cpu_patch_gather(const sdp_backend *be, float *rows, const float *images, int B, int C,
+                             int H, int W, int p) {
+    (void)be;
+    sdp_patch_gather(rows, images, B, C, H, W, p);
+}
+
+static void cpu_vit_embed_fwd(const sdp_backend *be, float *embed, const float *patches,
+                              const float *cls, const float *pos, int B, int T, int C) {
+    (void)be;
+    const int P = T - 1;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *src = t == 0 ? cls : patches + ((size_t)b * P + t - 1) * C;
+            float *dst = embed + ((size_t)b * T + t) * C;
+            for (int c = 0; c < C; c++) dst[c] = src[c] + pos[(size_t)t * C + c];
+        }
+}
+
+static void cpu_vit_embed_bwd(const sdp_backend *be, float *dpatches, float *dcls, float *dpos,
+                              const float *dembed, int B, int T, int C) {
+    (void)be;
+    const int P = T - 1;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *d = dembed + ((size_t)b * T + t) * C;
+            if (dpos)
+                for (int k = 0; k < C; k++) dpos[(size_t)t * C + k] += d[k];
+            if (t == 0 && dcls)
+                for (int k = 0; k < C; k++) dcls[k] += d[k];
+            if (t > 0) memcpy(dpatches + ((size_t)b * P + t - 1) * C, d, (size_t)C * sizeof(float));
+        }
+}
+
+sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem) {
+    SDP_ASSERT(mem);
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    SDP_CHECK(cb, "out of memory creating the CPU backend");
+    cb->gemm = gemm;
+    cb->table = (sdp_backend){
+        .name = "cpu",
+        .ctx = cb,
+        .mem = mem,
+        .destroy = cpu_destroy,
+        .alloc = cpu_alloc,
+        .free = cpu_free,
+        .zero = cpu_zero,
+        .upload = cpu_copy,
+        .download = cpu_copy,
+        .sync = cpu_sync,
+        .copy_rows = cpu_copy_rows,
+        .gemm = cpu_gemm,
+        .linear_fwd = cpu_linear_fwd,
+        .linear_bwd = cpu_linear_bwd,
+        .bias_slice_bwd = cpu_bias_slice_bwd,
+        .embed_fwd = cpu_embed_fwd,
+        .embed_bwd = cpu_embed_bwd,
+        .layernorm_fwd = cpu_layernorm_fwd,
+        .layernorm_bwd = cpu_layernorm_bwd,
+        .rmsnorm_fwd = cpu_rmsnorm_fwd,
+        .rmsnorm_bwd = cpu_rmsnorm_bwd,
+        .gelu_fwd = cpu_gelu_fwd,
+        .gelu_bwd = cpu_gelu_bwd,
+        .swiglu_fwd = cpu_swiglu_fwd,
+        .swiglu_bwd = cpu_swiglu_bwd,
+        .residual_fwd = cpu_residual_fwd,
+        .residual_bwd = cpu_residual_bwd,
+        .attention_scratch_bytes = cpu_attention_scratch_bytes,
+        .attention_fwd = cpu_attention_fwd,
+        .attention_bwd = cpu_attention_bwd,
+        .rope_fwd = cpu_rope_fwd,
+        .rope_bwd = cpu_rope_bwd,
+        .softmax_xent_fwd = cpu_softmax_xent_fwd,
+        .softmax_xent_bwd = cpu_softmax_xent_bwd,
+        .count_correct = cpu_count_correct,
+        .patch_gather = cpu_patch_gather,
+        .vit_embed_fwd = cpu_vit_embed_fwd,
+        .vit_embed_bwd = cpu_vit_embed_bwd,
+    };
+    return &cb->table;
+}
