@@ -54,6 +54,11 @@ typedef struct {
  * soon as the backward pass has finished with them. */
 void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
                    const int *layer_of_param, int rank, int world, sdp_mem *mem);
+/* One worker of a `world`-worker job run alone (sdp train --sim-world): the same buckets,
+ * compact gradient layout and publishing buffer as sdp_sync_init, but no communicators (not
+ * collective). Only the layout functions below may be called on it, and sdp_sync_free. */
+void sdp_sync_init_simulated(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
+                             const int *layer_of_param, int rank, int world, sdp_mem *mem);
 void sdp_sync_free(sdp_sync *s);
 
 /* Per local tensor: where its gradient lives in the compact gradient buffer (-1: not owned;

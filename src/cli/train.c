@@ -46,6 +46,27 @@ static void validate_options(train_opts *o) {
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     SDP_CHECK(o->warmup <= o->steps, "--warmup %d exceeds --steps %d", o->warmup, o->steps);
     SDP_CHECK(o->lr_min <= o->lr, "--lr-min %g exceeds --lr %g", o->lr_min, o->lr);
+    if (o->sim_world == 0) {
+        SDP_CHECK(o->sim_rank == 0, "--sim-rank %d needs --sim-world N (the simulated job's size)",
+                  o->sim_rank);
+        return;
+    }
+    SDP_CHECK(o->sim_rank >= 0 && o->sim_rank < o->sim_world,
+              "--sim-rank %d is not a worker of --sim-world %d: use a rank in [0, %d)", o->sim_rank,
+              o->sim_world, o->sim_world);
+    SDP_CHECK(!o->resume[0],
+              "--sim-world runs write no checkpoints, so none can be resumed: start a new run");
+    SDP_CHECK(o->check_replicas == 0,
+              "--check-replicas compares owners across ranks, which a --sim-world run does not "
+              "have: drop it");
+}
+
+/* A simulated worker stands for one rank of a job that is not running: it must be alone. */
+static void check_simulation_world(const trainer *t) {
+    SDP_CHECK(!simulating(t) || t->world.size == 1,
+              "--sim-world runs one worker alone, but %d MPI ranks were started: run it without "
+              "mpirun (or with -n 1)",
+              t->world.size);
 }
 
 static sdp_opt_cfg optimizer_config(const train_opts *o) {
@@ -122,8 +143,8 @@ static void choose_run_dir(trainer *t) {
 
 static void load_data(trainer *t) {
     /* Under forward masking rank 0 evaluates the assembled model alone. */
-    const bool eval_alone = strcmp(t->o.sdp_mask, "forward") == 0;
-    batches_open(&t->data, &t->o, run_images(&t->o), t->world.rank, t->world.size, eval_alone,
+    const bool eval_alone = strcmp(t->o.sdp_mask, "forward") == 0 || simulating(t);
+    batches_open(&t->data, &t->o, run_images(&t->o), job_rank(t), job_workers(t), eval_alone,
                  &t->mem);
 }
 
@@ -134,20 +155,24 @@ static void build_worker(trainer *t) {
     batches_image_shape(&t->data, &shape.channels, &shape.image_size, &shape.classes);
     t->cfg = run_model_config(&t->o, shape);
     run_full_layout(&t->full, &t->cfg);
-    sdp_plan_cfg pc = run_plan_config(&t->o, t->world.size);
+    sdp_plan_cfg pc = run_plan_config(&t->o, job_workers(t));
     sdp_plan_build(&t->plan, &pc, &t->full);
     const bool forward = pc.mask == SDP_MASK_FORWARD;
     t->gemm = run_gemm(&t->o);
-    run_create_worker_model(&t->model, &t->cfg, &t->plan, &t->full, t->world.rank, t->data.B,
+    run_create_worker_model(&t->model, &t->cfg, &t->plan, &t->full, job_rank(t), t->data.B,
                             t->data.T, SDP_MODEL_TRAIN_BARE, t->gemm, &t->mem);
-    sdp_subnet_map_build(&t->map, &t->full, t->model.layout, &t->plan, t->world.rank, forward);
+    sdp_subnet_map_build(&t->map, &t->full, t->model.layout, &t->plan, job_rank(t), forward);
     sdp_subnet_init_values(&t->map, &t->full, t->model.layout, t->model.params,
                            (uint64_t)t->o.seed);
     int *layer_of = malloc(sizeof(int) * (size_t)(t->model.layout->nparams + 1));
     SDP_CHECK(layer_of, "out of memory");
     for (int i = 0; i < t->model.layout->nparams; i++)
         layer_of[i] = t->model.layout->params[i].block;
-    sdp_sync_init(&t->sync, &t->plan, &t->map, layer_of, t->world.rank, t->world.size, &t->mem);
+    if (simulating(t))
+        sdp_sync_init_simulated(&t->sync, &t->plan, &t->map, layer_of, job_rank(t), job_workers(t),
+                                &t->mem);
+    else
+        sdp_sync_init(&t->sync, &t->plan, &t->map, layer_of, t->world.rank, t->world.size, &t->mem);
     free(layer_of);
 
     /* Gradients only for what the worker owns: whole tensors, or owned slices of tensors it
@@ -165,6 +190,7 @@ static void setup(trainer *t, int argc, char **argv) {
     if (t->o.resume[0]) apply_resume_config(t, argc, argv);
     validate_options(&t->o);
     sdp_world_init(&t->world, &argc, &argv, t->o.threads);
+    check_simulation_world(t);
     check_same_config(t);
     choose_run_dir(t);
     load_data(t);
@@ -185,8 +211,24 @@ static void on_layer_done(void *ctx, int layer) {
     sdp_sync_layer_done(&t->sync, t->grads, layer);
 }
 
+/* Gradients, loss and norm of this step: averaged over the owners, or under --sim-world the
+ * worker's own (nothing is exchanged). */
+static void finish_gradients(trainer *t, const double local[2], step_result *r) {
+    if (simulating(t)) {
+        r->loss = local[0] / local[1];
+        r->grad_norm = sqrt(sdp_sumsq(t->grads, t->ngrads));
+        return;
+    }
+    sdp_sync_grads_end(&t->sync, t->grads);
+    double global[2];
+    MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    r->loss = global[0] / global[1];
+    r->grad_norm = sdp_sync_grad_norm(&t->sync, t->grads);
+}
+
 static step_result train_step(trainer *t) {
     sdp_model *m = &t->model;
+    const bool sync = !simulating(t);
     const int B = t->data.B, T = t->data.T, A = t->o.grad_accum;
     memset(t->grads, 0, t->ngrads * sizeof(float));
     const sdp_comm_bytes before = t->sync.bytes;
@@ -199,18 +241,14 @@ static step_result train_step(trainer *t) {
         local[0] += mt.loss;
         local[1] += mt.count;
         const bool last = a == A - 1; /* only the last micro-batch completes the gradients */
-        if (last) sdp_sync_grads_begin(&t->sync);
-        m->layer_done = last ? on_layer_done : NULL;
+        if (last && sync) sdp_sync_grads_begin(&t->sync);
+        m->layer_done = last && sync ? on_layer_done : NULL;
         m->layer_done_ctx = t;
         m->ops->backward(m, 1.0f / (float)(B * T * A));
     }
     m->layer_done = NULL;
-    sdp_sync_grads_end(&t->sync, t->grads);
-    double global[2];
-    MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     step_result r;
-    r.loss = global[0] / global[1];
-    r.grad_norm = sdp_sync_grad_norm(&t->sync, t->grads);
+    finish_gradients(t, local, &r);
     SDP_CHECK(isfinite(r.grad_norm),
               "the gradient norm became %g at step %ld: training diverged; lower --lr or raise "
               "--warmup",
@@ -218,12 +256,12 @@ static step_result train_step(trainer *t) {
     sdp_scale(t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
     r.lr = sdp_lr_at(t->step, t->o.warmup, t->o.steps, (float)t->o.lr, (float)t->o.lr_min);
     sdp_optim_step(&t->opt, m->params, t->grads, t->segs, t->nsegs, r.lr);
-    if (t->plan.cfg.mask == SDP_MASK_BACKWARD) sdp_sync_publish(&t->sync, m->params);
+    if (t->plan.cfg.mask == SDP_MASK_BACKWARD && sync) sdp_sync_publish(&t->sync, m->params);
     t->step_bytes_sent += t->sync.bytes.sent - before.sent;
     t->step_bytes_recv += t->sync.bytes.recv - before.recv;
     t->step++;
     /* Every worker processes its own tokens; FLOPs are this worker's (its subnetwork's). */
-    t->examples_seen += (double)B * T * A * t->world.size;
+    t->examples_seen += (double)B * T * A * job_workers(t);
     t->flops_done += (double)B * T * A * m->ops->train_flops_per_example(m);
     return r;
 }
@@ -235,6 +273,9 @@ static step_result train_step(trainer *t) {
 static sdp_metrics validate(trainer *t) {
     sdp_metrics v = {NAN, 0, NAN};
     if (!t->data.has_val) return v;
+    /* A simulated worker has only its own (sub)network: that is what it evaluates. */
+    if (simulating(t))
+        return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_SELF);
     sdp_sync_average_buffers(&t->sync, t->model.params); /* running statistics agree */
     if (t->plan.cfg.mask == SDP_MASK_FORWARD) {
         full_params_on_rank0(t);
@@ -257,7 +298,10 @@ int cmd_train(int argc, char **argv) {
     opts_parse(TRAIN_OPTS, &t.o, argc, argv,
                "usage: [mpirun -np N] sdp train --data FILE [options]\n"
                "Trains a byte-level (text) or token-level (llm.c shards) transformer on N "
-               "workers,\nwith data parallelism or subnetwork data parallelism (--sdp-mask).");
+               "workers,\nwith data parallelism or subnetwork data parallelism (--sdp-mask).\n"
+               "--sim-world N --sim-rank r runs worker r of an N-worker job alone (one process, "
+               "no\ncommunication, no checkpoints), to measure one worker's memory and speed.\n"
+               "--device cuda trains on the GPU (gpt, llama, vit; one process only).");
     setup(&t, argc, argv);
     if (t.o.resume[0]) load_checkpoint(&t);
     write_run_files(&t);
@@ -289,8 +333,8 @@ int cmd_train(int argc, char **argv) {
             final_val = validate(&t);
             log_validation(&t, final_val, now_s() - t0);
         }
-        if ((t.o.ckpt_every > 0 && t.step % t.o.ckpt_every == 0) || last || stop)
-            save_checkpoint(&t);
+        const bool ckpt_due = (t.o.ckpt_every > 0 && t.step % t.o.ckpt_every == 0) || last || stop;
+        if (ckpt_due && !simulating(&t)) save_checkpoint(&t);
         if (stop) break;
     }
     print_summary(&t, final_val, now_s() - t0);

@@ -75,6 +75,13 @@ const opt_spec TRAIN_OPTS[] = {
     {"gemm", OPT_STR, F(gemm), "dnnl", "GEMM provider: dnnl or openblas", 0},
     {"out", OPT_STR, F(out), "", "run directory; default runs/<model>-<date>-<time>", 0},
     {"resume", OPT_STR, F(resume), "", "continue the run in this directory", 0},
+    {"device", OPT_STR, F(device), "cpu",
+     "cpu, or cuda (gpt, llama, vit; one process: single worker or --sim-world)", 0},
+    {"sim-world", OPT_INT, F(sim_world), "0",
+     "one process runs worker --sim-rank of an N-worker job alone, with no communication and "
+     "no checkpoints (to measure its memory and speed); 0 = off",
+     0},
+    {"sim-rank", OPT_INT, F(sim_rank), "0", "the worker that --sim-world runs, in [0, N)", 0},
     {NULL, 0, 0, NULL, NULL, 0},
 };
 
@@ -85,7 +92,7 @@ bool train_opt_may_change_on_resume(const char *name) {
                                "val-batches", "ckpt-every",     "threads",    "gemm",
                                "resume",      "check-replicas", "sdp-mask",   "sdp-unit",
                                "sdp-owners",  "sdp-coverage",   "sdp-assign", "sdp-chunks",
-                               "sdp-seed",    "branch-scale"};
+                               "sdp-seed",    "branch-scale",   "device"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;
     return false;

@@ -29,6 +29,9 @@ typedef struct {
     /* run */
     int log_every, val_every, val_batches, ckpt_every, stop_after, seed, threads;
     char out[OPT_STR_MAX], resume[OPT_STR_MAX], gemm[OPT_STR_MAX];
+    /* device and simulation */
+    char device[OPT_STR_MAX];
+    int sim_world, sim_rank;
 } train_opts;
 
 extern const opt_spec TRAIN_OPTS[];

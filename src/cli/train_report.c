@@ -62,7 +62,7 @@ void print_start(const trainer *t) {
     printf("  full model %.2fM parameters (%s) | workers %d | threads/worker %d (cores %d) | "
            "gemm %s\n",
            (double)t->full.numel / 1e6, sdp_fmt_bytes(p, sizeof p, (double)t->full.numel * 4),
-           t->world.size, t->world.threads, t->world.cores, sdp_gemm_provider_name(t->gemm));
+           job_workers(t), t->world.threads, t->world.cores, sdp_gemm_provider_name(t->gemm));
     const sdp_plan_cfg *pc = &t->plan.cfg;
     if (pc->mask == SDP_MASK_NONE)
         printf("  data parallelism: every worker holds and trains the whole model\n");
@@ -73,10 +73,14 @@ void print_start(const trainer *t) {
                sdp_plan_coverage(&t->plan), sdp_assign_kind_name(pc->assign),
                sdp_branch_scale_name(pc->scale));
     if (pc->mask != SDP_MASK_NONE) sdp_plan_print(&t->plan, &t->full, stdout);
+    if (simulating(t))
+        printf("  simulating rank %d of %d (no communication): its own data stream, gradient "
+               "norm and (sub)network's validation loss; no checkpoint is written\n",
+               job_rank(t), job_workers(t));
     const char *unit = t->data.images ? "images" : "tokens";
-    printf("  worker 0 holds %.2fM parameters, owns %.2fM | data %s: %zu train %s, %zu val %s | "
+    printf("  worker %d holds %.2fM parameters, owns %.2fM | data %s: %zu train %s, %zu val %s | "
            "batch %d x %d x %d accum per worker | run dir %s\n",
-           (double)t->model.layout->numel / 1e6, (double)t->sync.owned / 1e6,
+           job_rank(t), (double)t->model.layout->numel / 1e6, (double)t->sync.owned / 1e6,
            t->data.images ? t->o.dataset : t->o.data, batches_train_examples(&t->data), unit,
            batches_val_examples(&t->data), unit, t->data.B, t->data.T, t->o.grad_accum, t->o.out);
     if (t->o.resume[0]) printf("  resumed at step %ld\n", t->step);
@@ -117,21 +121,24 @@ void log_progress(trainer *t, double loss, double lr, double norm, double dt, in
 void log_validation(trainer *t, sdp_metrics val, double elapsed) {
     if (!is_rank0(t) || !(val.count > 0)) return;
     const double v = val.loss / val.count;
+    /* A simulated worker evaluates its own (sub)network, not the job's model: say so. */
+    const char *what = simulating(t) ? "sim " : "", *key = simulating(t) ? "sim_" : "";
+    const char *whose = simulating(t) ? " (this worker's subnetwork)" : "";
     if (t->data.images) {
         const double acc = val.correct / val.count;
-        printf("step %5ld/%d | test loss %.4f | test accuracy %.2f%% (%.0f images)\n", t->step,
-               t->o.steps, v, 100 * acc, val.count);
+        printf("step %5ld/%d | %stest loss %.4f | %stest accuracy %.2f%% (%.0f images)%s\n",
+               t->step, t->o.steps, what, v, what, 100 * acc, val.count, whose);
         fprintf(t->metrics,
-                "{\"step\":%ld,\"val_loss\":%.9g,\"val_accuracy\":%.9g,\"tokens\":%.17g,"
+                "{\"step\":%ld,\"%sval_loss\":%.9g,\"%sval_accuracy\":%.9g,\"tokens\":%.17g,"
                 "\"flops\":%.17g,\"elapsed_s\":%.3f}\n",
-                t->step, v, acc, t->examples_seen, t->flops_done, elapsed);
+                t->step, key, v, key, acc, t->examples_seen, t->flops_done, elapsed);
     } else {
-        printf("step %5ld/%d | val loss %.4f (%.4f bits/token)\n", t->step, t->o.steps, v,
-               v / log(2.0));
+        printf("step %5ld/%d | %sval loss %.4f (%.4f bits/token)%s\n", t->step, t->o.steps, what, v,
+               v / log(2.0), whose);
         fprintf(t->metrics,
-                "{\"step\":%ld,\"val_loss\":%.9g,\"tokens\":%.17g,\"flops\":%.17g,"
+                "{\"step\":%ld,\"%sval_loss\":%.9g,\"tokens\":%.17g,\"flops\":%.17g,"
                 "\"elapsed_s\":%.3f}\n",
-                t->step, v, t->examples_seen, t->flops_done, elapsed);
+                t->step, key, v, t->examples_seen, t->flops_done, elapsed);
     }
     fflush(t->metrics);
 }
@@ -176,7 +183,7 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
     fprintf(f, "{\n  \"workers\": [\n");
     for (int r = 0; r < t->world.size; r++) {
         const double *row = all + (size_t)r * NCOLS;
-        fprintf(f, "    {\"rank\": %d", r);
+        fprintf(f, "    {\"rank\": %d", simulating(t) ? job_rank(t) : r);
         for (int c = 0; c < SDP_MEM_NCAT; c++)
             fprintf(f, ", \"%s\": %.0f", sdp_memcat_name((sdp_memcat)c), row[c]);
         fprintf(f, ", \"peak_rss\": %.0f, \"sent_per_step\": %.0f}%s\n", row[COL_RSS],
@@ -206,11 +213,17 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
     write_memory_json(t, all, sent_all, steps);
     free(sent_all);
     const double final_val = val.count > 0 ? val.loss / val.count : NAN;
+    const char *what = simulating(t) ? "simulated worker's own " : "";
     if (t->data.images)
-        printf("\nsummary: %ld steps in %.1f s, test loss %.4f, test accuracy %.2f%%\n", t->step,
-               wall, final_val, val.count > 0 ? 100 * val.correct / val.count : NAN);
+        printf("\nsummary: %ld steps in %.1f s, %stest loss %.4f, test accuracy %.2f%%\n", t->step,
+               wall, what, final_val, val.count > 0 ? 100 * val.correct / val.count : NAN);
     else
-        printf("\nsummary: %ld steps in %.1f s, final val loss %.4f\n", t->step, wall, final_val);
+        printf("\nsummary: %ld steps in %.1f s, %sfinal val loss %.4f\n", t->step, wall, what,
+               final_val);
+    if (simulating(t))
+        printf("  simulated rank %d of %d: the row below is what that worker holds in the real "
+               "job\n",
+               job_rank(t), job_workers(t));
     printf("  memory per worker, peak bytes by category (what training holds; the DDP row is "
            "data parallelism's figure for the same model and batch):\n");
     printf("  %-10s", "worker");
@@ -219,7 +232,7 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
     double worst[NCOLS] = {0};
     for (int r = 0; r < N; r++) {
         char name[16];
-        snprintf(name, sizeof name, "%d", r);
+        snprintf(name, sizeof name, "%d", simulating(t) ? job_rank(t) : r);
         const double *row = all + (size_t)r * NCOLS;
         if (r < 8 || r == N - 1)
             print_row(name, row);
@@ -239,15 +252,19 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
     if (t->io_mem.total_peak)
         printf("  rank 0 also held %.1f MiB for evaluation and checkpoints (not in the table)\n",
                (double)t->io_mem.total_peak / 1048576.0);
-    const double ring = N > 1 ? 2.0 * (N - 1) / N * (double)t->full.numel * 4 : 0;
+    const int J = job_workers(t);
+    const double ring = J > 1 ? 2.0 * (J - 1) / J * (double)t->full.numel * 4 : 0;
     char b1[32], b2[32];
-    printf("  communication per step, most any worker sent: %s (a ring all-reduce of the full "
-           "model sends %s)\n",
-           sdp_fmt_bytes(b1, sizeof b1, (double)max_sent / (double)steps),
-           sdp_fmt_bytes(b2, sizeof b2, ring));
-    printf("  run directory: %s (config.json, plan.json, metrics.jsonl, memory.json, "
-           "model.safetensors)\n",
-           t->o.out);
+    if (simulating(t))
+        printf("  communication: none (simulated; sdp plan --world %d predicts what it sends)\n",
+               J);
+    else
+        printf("  communication per step, most any worker sent: %s (a ring all-reduce of the "
+               "full model sends %s)\n",
+               sdp_fmt_bytes(b1, sizeof b1, (double)max_sent / (double)steps),
+               sdp_fmt_bytes(b2, sizeof b2, ring));
+    printf("  run directory: %s (config.json, plan.json, metrics.jsonl, memory.json%s)\n", t->o.out,
+           simulating(t) ? "; no checkpoint" : ", model.safetensors");
     fflush(stdout);
     free(all);
 }

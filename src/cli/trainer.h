@@ -50,6 +50,18 @@ static inline bool is_rank0(const trainer *t) {
     return t->world.rank == 0;
 }
 
+/* --sim-world: this one process runs worker --sim-rank of an N-worker job, communicating
+ * nothing. The job's size and this worker's rank in it, simulated or real: */
+static inline bool simulating(const trainer *t) {
+    return t->o.sim_world > 0;
+}
+static inline int job_workers(const trainer *t) {
+    return simulating(t) ? t->o.sim_world : t->world.size;
+}
+static inline int job_rank(const trainer *t) {
+    return simulating(t) ? t->o.sim_rank : t->world.rank;
+}
+
 /* train_ckpt.c */
 void save_checkpoint(trainer *t);
 void load_checkpoint(trainer *t);

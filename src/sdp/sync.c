@@ -110,8 +110,10 @@ static size_t publish_buffer_elems(const sdp_sync *s) {
     return largest;
 }
 
-void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
-                   const int *layer_of_param, int rank, int world, sdp_mem *mem) {
+/* Both inits: buckets, compact offsets and the publishing buffer. With simulate, one process
+ * stands for `rank` of `world` workers: the buckets get no communicators (MPI_COMM_NULL). */
+static void sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
+                      const int *layer_of_param, int rank, int world, sdp_mem *mem, bool simulate) {
     memset(s, 0, sizeof *s);
     s->plan = plan;
     s->map = map;
@@ -121,32 +123,44 @@ void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
     s->grad_index = calloc((size_t)map->nruns + 1, sizeof(size_t));
     s->buckets = calloc((size_t)plan->ngroups + 1, sizeof *s->buckets);
     SDP_CHECK(s->grad_index && s->buckets, "out of memory");
-    MPI_Comm world_comm;
-    MPI_Comm_dup(MPI_COMM_WORLD, &world_comm);
+    MPI_Comm world_comm = MPI_COMM_NULL;
+    if (!simulate) MPI_Comm_dup(MPI_COMM_WORLD, &world_comm);
     add_bucket(s, -1, world_comm, world, layer_of_param);
-    MPI_Group world_group;
-    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group world_group = MPI_GROUP_NULL;
+    if (!simulate) MPI_Comm_group(MPI_COMM_WORLD, &world_group);
     /* Members create each group's communicator in the same global order, so creation never
      * deadlocks; non-members skip it. */
     for (int g = 0; g < plan->ngroups; g++) {
         const sdp_owner_group *og = &plan->groups[g];
         if (og->nmembers == world || !is_member(og, rank)) continue;
-        MPI_Group grp;
-        MPI_Comm comm;
-        MPI_Group_incl(world_group, og->nmembers, og->members, &grp);
-        MPI_Comm_create_group(MPI_COMM_WORLD, grp, g, &comm);
-        MPI_Group_free(&grp);
+        MPI_Comm comm = MPI_COMM_NULL;
+        if (!simulate) {
+            MPI_Group grp;
+            MPI_Group_incl(world_group, og->nmembers, og->members, &grp);
+            MPI_Comm_create_group(MPI_COMM_WORLD, grp, g, &comm);
+            MPI_Group_free(&grp);
+        }
         add_bucket(s, g, comm, og->nmembers, layer_of_param);
     }
-    MPI_Group_free(&world_group);
+    if (!simulate) MPI_Group_free(&world_group);
     assign_compact_offsets(s);
     size_t publish = publish_buffer_elems(s);
     if (publish) s->pack = sdp_alloc(mem, SDP_MEM_BUFFERS, publish * sizeof(float));
 }
 
+void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
+                   const int *layer_of_param, int rank, int world, sdp_mem *mem) {
+    sync_init(s, plan, map, layer_of_param, rank, world, mem, false);
+}
+
+void sdp_sync_init_simulated(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
+                             const int *layer_of_param, int rank, int world, sdp_mem *mem) {
+    sync_init(s, plan, map, layer_of_param, rank, world, mem, true);
+}
+
 void sdp_sync_free(sdp_sync *s) {
     for (int b = 0; b < s->nbuckets; b++) {
-        MPI_Comm_free(&s->buckets[b].comm);
+        if (s->buckets[b].comm != MPI_COMM_NULL) MPI_Comm_free(&s->buckets[b].comm);
         free(s->buckets[b].runs);
         free(s->buckets[b].reqs);
     }

@@ -1,0 +1,99 @@
+# `sdp train --sim-world N --sim-rank r` runs worker r of an N-worker job alone: it must hold
+# exactly the bytes that `sdp plan --world N` predicts for rank r (the figures a real run's rank r
+# allocates, see test_sdp_memplan.sh), read rank r's data stream, and refuse bad set-ups.
+source "$(dirname "$0")/lib.sh"
+MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
+make_text "$WORK/text.txt" 40000
+MODEL=(--layers 4 --heads 4 --width 32 --seq-len 16 --batch 2)
+DATA=(--data "$WORK/text.txt")
+RUN=(--steps 2 --val-every 0 --val-batches 1 --threads 1)
+
+# check_memory N ARGS...: every rank r of N simulated alone holds what the plan predicts.
+check_memory() {
+  local n=$1; shift
+  local name="N=$n $*"
+  "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --json "$@" >"$WORK/plan.json" 2>&1 \
+    || { fail "$name: plan failed"; cat "$WORK/plan.json"; return; }
+  for ((r = 0; r < n; r++)); do
+    timeout 120 "$SDP_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" --out "$WORK/sim$r" \
+      --sim-world "$n" --sim-rank "$r" "$@" >"$WORK/log" 2>&1 \
+      || { fail "$name rank $r: simulated training failed"; cat "$WORK/log"; return; }
+    grep -qF "simulating rank $r of $n (no communication)" "$WORK/log" \
+      || { fail "$name rank $r: banner lacks 'simulating rank $r of $n'"; return; }
+    [ ! -e "$WORK/sim$r/model.safetensors" ] \
+      || { fail "$name rank $r: a simulated run wrote a checkpoint"; return; }
+    python3 - "$WORK/plan.json" "$WORK/sim$r/memory.json" "$r" <<'PY' \
+      || { fail "$name rank $r: measured bytes differ from the plan"; return; }
+import json, sys
+plan, measured = (json.load(open(p)) for p in sys.argv[1:3])
+r = int(sys.argv[3])
+keys = ["params", "grads", "optimizer", "activations", "scratch", "buffers"]
+assert len(measured["workers"]) == 1, "one worker expected in memory.json"
+m = measured["workers"][0]
+assert m["rank"] == r, "memory.json names rank %d, not %d" % (m["rank"], r)
+p = plan["workers"][r]
+bad = [(k, p[k], m[k]) for k in keys if p[k] != m[k]]
+for b in bad: print("rank %d %s: planned %d, measured %d" % ((r,) + b))
+sys.exit(1 if bad else 0)
+PY
+  done
+  pass "$name: every simulated rank holds the planned bytes"
+}
+check_memory 4 --sdp-mask forward --sdp-unit block
+check_memory 4 --sdp-mask forward --sdp-unit neuron
+check_memory 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
+check_memory 4 --sdp-mask forward --sdp-unit block --model llama
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  MODEL=(--model resnet --depth 8 --channels 4 --batch 4 --optimizer sgd)
+  DATA=(--bn-recal-batches 2)
+  check_memory 4 --sdp-mask forward --sdp-unit neuron
+  MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
+  DATA=()
+  check_memory 4 --sdp-mask forward --sdp-unit block
+  check_memory 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
+else
+  echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+fi
+
+# The first step's loss is computed before any update, from the same initial parameters on every
+# worker, so a real 2-worker data-parallel run's first loss is the mean of its two workers' first
+# losses: the simulated ranks' (equal counts). This holds only if each simulated rank reads the
+# real rank's data stream. (Later steps differ by design: nothing is averaged in a simulation.)
+MODEL=(--layers 4 --heads 4 --width 32 --seq-len 16 --batch 2)
+DATA=(--data "$WORK/text.txt")
+first_loss() { python3 -c 'import json,sys; print([json.loads(l)["loss"] for l in open(sys.argv[1]) if "\"loss\"" in l][0])' "$1"; }
+for mask in none; do
+  SDP=(--sdp-mask "$mask" --log-every 1)
+  timeout 120 "${MPI[@]}" -n 2 "$SDP_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" "${SDP[@]}" \
+    --out "$WORK/real" >"$WORK/log" 2>&1 || { fail "$mask: real 2-rank run failed"; cat "$WORK/log"; continue; }
+  ok=1
+  for r in 0 1; do
+    timeout 120 "$SDP_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" "${SDP[@]}" --sim-world 2 \
+      --sim-rank "$r" --out "$WORK/s$r" >"$WORK/log" 2>&1 || { fail "$mask: sim rank $r failed"; cat "$WORK/log"; ok=0; }
+  done
+  [ $ok = 1 ] || continue
+  real=$(first_loss "$WORK/real/metrics.jsonl"); s0=$(first_loss "$WORK/s0/metrics.jsonl")
+  s1=$(first_loss "$WORK/s1/metrics.jsonl")
+  if python3 -c 'import sys; a,b,c=map(float,sys.argv[1:]); sys.exit(0 if abs(a-(b+c)/2) <= 1e-6*abs(a) and abs(b-c) > 1e-6 else 1)' "$real" "$s0" "$s1"; then
+    pass "$mask: real 2-rank first loss $real = mean of simulated ranks' $s0 and $s1"
+  else
+    fail "$mask: real 2-rank first loss $real, simulated ranks $s0 and $s1 (mean expected, ranks differing)"
+  fi
+done
+grep -q '"sim_val_loss"' "$WORK/s0/metrics.jsonl" && ! grep -q '"val_loss"' "$WORK/s0/metrics.jsonl" \
+  && pass "a simulated run's validation is labelled sim_val_loss in metrics.jsonl" \
+  || fail "metrics.jsonl of a simulated run lacks sim_val_loss (or has val_loss)"
+
+# Errors.
+E=(train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" --out "$WORK/err")
+expect_error "--sim-rank out of range" "--sim-rank 4 is not a worker of --sim-world 4" \
+  "$SDP_BIN" "${E[@]}" --sim-world 4 --sim-rank 4
+expect_error "--sim-rank without --sim-world" "needs --sim-world" "$SDP_BIN" "${E[@]}" --sim-rank 1
+msgs=$(timeout 30 "${MPI[@]}" -n 2 "$SDP_BIN" "${E[@]}" --sim-world 4 --sim-rank 1 2>&1 >/dev/null \
+  | grep '^sdp: error' | sed -E 's/^sdp: error \(rank [0-9]+ of [0-9]+\): //' | sort -u)
+if [ "$(printf '%s\n' "$msgs" | grep -c .)" -eq 1 ] && grep -qF "2 MPI ranks were started" <<<"$msgs"; then
+  pass "--sim-world under mpirun -n 2: $msgs"
+else
+  fail "--sim-world under mpirun -n 2: expected one message naming 2 MPI ranks, got: $msgs"
+fi
+finish
