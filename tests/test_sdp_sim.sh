@@ -96,4 +96,10 @@ if [ "$(printf '%s\n' "$msgs" | grep -c .)" -eq 1 ] && grep -qF "2 MPI ranks wer
 else
   fail "--sim-world under mpirun -n 2: expected one message naming 2 MPI ranks, got: $msgs"
 fi
+# --device cuda: what it refuses before any device is touched (these hold with or without a GPU).
+expect_error "--device cuda with resnet" "resnet has no CUDA kernels yet" \
+  "$SDP_BIN" "${E[@]}" --model resnet --device cuda
+expect_error "--device cuda with sgd" "--optimizer sgd has no CUDA kernel yet" \
+  "$SDP_BIN" "${E[@]}" --optimizer sgd --device cuda
+expect_error "unknown --device" "unknown --device 'tpu'" "$SDP_BIN" "${E[@]}" --device tpu
 finish

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sdp/backend.h"
 #include "sdp/mem.h"
 
 #define SDP_NAME_MAX   96
@@ -135,6 +136,9 @@ typedef struct {
     float rope_theta;
     int depth;                                   /* resnet: 20, 18, ... */
     int in_channels, image_size, classes, patch; /* image models */
+    /* The backend to build on, the caller's (it must outlive the model). NULL: a CPU backend of
+     * the model's own over create's gemm and mem. Families without kernels for it fail. */
+    sdp_backend *backend;
 } sdp_model_config;
 
 typedef struct sdp_model sdp_model;

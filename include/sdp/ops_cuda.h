@@ -55,6 +55,9 @@ typedef struct {
 
 /* Number of CUDA devices, or 0 when there is none or no working driver (never fails). */
 int sdp_cuda_device_count(void);
+/* Bytes in use on the current device by every process and context (cudaMemGetInfo's total minus
+ * free), or 0 when the query fails. Sampled by callers to find a peak. */
+size_t sdp_cuda_bytes_in_use(void);
 /* Selects the device, creates the stream and the cuBLAS handle. Failures are fatal. */
 sdp_cuda_ctx *sdp_cuda_ctx_create(int device);
 /* Waits for the stream, then frees every allocation still live and the context itself. */

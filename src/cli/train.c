@@ -159,11 +159,15 @@ static void build_worker(trainer *t) {
     sdp_plan_build(&t->plan, &pc, &t->full);
     const bool forward = pc.mask == SDP_MASK_FORWARD;
     t->gemm = run_gemm(&t->o);
-    run_create_worker_model(&t->model, &t->cfg, &t->plan, &t->full, job_rank(t), t->data.B,
+    sdp_model_config on_device = t->cfg; /* only the worker's model runs on t->be */
+    on_device.backend = t->be;
+    run_create_worker_model(&t->model, &on_device, &t->plan, &t->full, job_rank(t), t->data.B,
                             t->data.T, SDP_MODEL_TRAIN_BARE, t->gemm, &t->mem);
     sdp_subnet_map_build(&t->map, &t->full, t->model.layout, &t->plan, job_rank(t), forward);
-    sdp_subnet_init_values(&t->map, &t->full, t->model.layout, t->model.params,
-                           (uint64_t)t->o.seed);
+    const size_t nlocal = t->model.layout->numel;
+    float *init = host_copy(t, t->model.params, nlocal);
+    sdp_subnet_init_values(&t->map, &t->full, t->model.layout, init, (uint64_t)t->o.seed);
+    host_copy_done(t, init, t->model.params, nlocal, true);
     int *layer_of = malloc(sizeof(int) * (size_t)(t->model.layout->nparams + 1));
     SDP_CHECK(layer_of, "out of memory");
     for (int i = 0; i < t->model.layout->nparams; i++)
@@ -179,10 +183,10 @@ static void build_worker(trainer *t) {
      * owns in part (neuron units under backward masking), computed as GEMMs on those slices. */
     sdp_sync_grad_layout(&t->sync, t->model.layout, &t->grad_offset, &t->grad_slices);
     t->ngrads = t->sync.owned;
-    t->grads = sdp_alloc(&t->mem, SDP_MEM_GRADS, t->ngrads * sizeof(float));
+    t->grads = device_alloc(t, SDP_MEM_GRADS, t->ngrads);
     t->model.ops->use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
     sdp_opt_cfg oc = optimizer_config(&t->o);
-    sdp_optim_init(&t->opt, &oc, t->sync.owned, &t->mem);
+    device_optim_init(t, &oc, t->sync.owned);
     t->nsegs = sdp_sync_segments(&t->sync, t->model.layout, t->o.decay_all, &t->segs);
 }
 
@@ -191,6 +195,7 @@ static void setup(trainer *t, int argc, char **argv) {
     validate_options(&t->o);
     sdp_world_init(&t->world, &argc, &argv, t->o.threads);
     check_simulation_world(t);
+    device_open(t);
     check_same_config(t);
     choose_run_dir(t);
     load_data(t);
@@ -211,12 +216,19 @@ static void on_layer_done(void *ctx, int layer) {
     sdp_sync_layer_done(&t->sync, t->grads, layer);
 }
 
-/* Gradients, loss and norm of this step: averaged over the owners, or under --sim-world the
- * worker's own (nothing is exchanged). */
+/* Whether this worker exchanges anything: not under --sim-world, nor on a device (one process,
+ * and MPI reads host buffers). */
+static bool communicates(const trainer *t) {
+    return !simulating(t) && !t->be;
+}
+
+/* Gradients, loss and norm of this step: averaged over the owners, or the worker's own when it
+ * communicates nothing (on a device the gradients are also clipped here). */
 static void finish_gradients(trainer *t, const double local[2], step_result *r) {
-    if (simulating(t)) {
+    if (!communicates(t)) {
         r->loss = local[0] / local[1];
-        r->grad_norm = sqrt(sdp_sumsq(t->grads, t->ngrads));
+        r->grad_norm =
+            t->be ? device_clip_grads(t, (float)t->o.clip) : sqrt(sdp_sumsq(t->grads, t->ngrads));
         return;
     }
     sdp_sync_grads_end(&t->sync, t->grads);
@@ -228,9 +240,9 @@ static void finish_gradients(trainer *t, const double local[2], step_result *r) 
 
 static step_result train_step(trainer *t) {
     sdp_model *m = &t->model;
-    const bool sync = !simulating(t);
+    const bool sync = communicates(t);
     const int B = t->data.B, T = t->data.T, A = t->o.grad_accum;
-    memset(t->grads, 0, t->ngrads * sizeof(float));
+    device_zero(t, t->grads, t->ngrads);
     const sdp_comm_bytes before = t->sync.bytes;
     double local[2] = {0, 0};
     for (int a = 0; a < A; a++) {
@@ -253,9 +265,10 @@ static step_result train_step(trainer *t) {
               "the gradient norm became %g at step %ld: training diverged; lower --lr or raise "
               "--warmup",
               r.grad_norm, t->step + 1);
-    sdp_scale(t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
+    if (!t->be) sdp_scale(t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
     r.lr = sdp_lr_at(t->step, t->o.warmup, t->o.steps, (float)t->o.lr, (float)t->o.lr_min);
-    sdp_optim_step(&t->opt, m->params, t->grads, t->segs, t->nsegs, r.lr);
+    device_optim_step(t, r.lr);
+    device_sample_peak(t);
     if (t->plan.cfg.mask == SDP_MASK_BACKWARD && sync) sdp_sync_publish(&t->sync, m->params);
     t->step_bytes_sent += t->sync.bytes.sent - before.sent;
     t->step_bytes_recv += t->sync.bytes.recv - before.recv;
@@ -273,8 +286,9 @@ static step_result train_step(trainer *t) {
 static sdp_metrics validate(trainer *t) {
     sdp_metrics v = {NAN, 0, NAN};
     if (!t->data.has_val) return v;
-    /* A simulated worker has only its own (sub)network: that is what it evaluates. */
-    if (simulating(t))
+    /* A simulated worker has only its own (sub)network: that is what it evaluates. On a device
+     * (one process) the worker's model is the whole model. */
+    if (simulating(t) || t->be)
         return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_SELF);
     sdp_sync_average_buffers(&t->sync, t->model.params); /* running statistics agree */
     if (t->plan.cfg.mask == SDP_MASK_FORWARD) {

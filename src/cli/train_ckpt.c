@@ -37,14 +37,17 @@ static void recalibrate_running_stats(trainer *t) {
 }
 
 const float *full_params_on_rank0(trainer *t) {
-    if (t->plan.cfg.mask != SDP_MASK_FORWARD) return t->model.params; /* every worker is full */
+    /* every worker is full (on a device: read through a host copy, as under forward masking) */
+    if (t->plan.cfg.mask != SDP_MASK_FORWARD && !t->be) return t->model.params;
     if (is_rank0(t) && !t->has_full_model) {
         run_family(&t->cfg)->create(&t->full_model, &t->cfg, NULL, t->data.B, t->data.T,
                                     SDP_MODEL_INFER, t->gemm, &t->io_mem);
         t->has_full_model = true;
     }
-    sdp_sync_gather_full(&t->sync, t->model.params, false,
-                         is_rank0(t) ? t->full_model.params : NULL);
+    const size_t nlocal = t->model.layout->numel;
+    float *local = host_copy(t, t->model.params, nlocal);
+    sdp_sync_gather_full(&t->sync, local, false, is_rank0(t) ? t->full_model.params : NULL);
+    host_copy_done(t, local, t->model.params, nlocal, false);
     const bool whole_model_trained = t->plan.cfg.owners == t->plan.cfg.world;
     if (is_rank0(t) && t->data.images && !whole_model_trained) recalibrate_running_stats(t);
     return is_rank0(t) ? t->full_model.params : NULL;
@@ -67,7 +70,7 @@ static float *state_buffer(const trainer *t, int i) {
 }
 
 void save_checkpoint(trainer *t) {
-    sdp_sync_average_buffers(&t->sync, t->model.params); /* running statistics agree */
+    if (!t->be) sdp_sync_average_buffers(&t->sync, t->model.params); /* statistics agree */
     const float *params = full_params_on_rank0(t);
     const char *names[2];
     int ns = state_names(t, names);
@@ -76,7 +79,9 @@ void save_checkpoint(trainer *t) {
         float *full = is_rank0(t)
                           ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, t->full.numel * sizeof(float))
                           : NULL;
-        sdp_sync_gather_full(&t->sync, state_buffer(t, i), true, full);
+        float *state = host_copy(t, state_buffer(t, i), t->opt.n);
+        sdp_sync_gather_full(&t->sync, state, true, full);
+        host_copy_done(t, state, state_buffer(t, i), t->opt.n, false);
         bufs[i] = (sdp_ckpt_buffer){full, names[i]};
     }
     if (is_rank0(t)) {
@@ -161,7 +166,10 @@ void load_checkpoint(trainer *t) {
     sdp_st_file mf, of;
     sdp_ckpt_buffer pb = {full, ""};
     sdp_ckpt_load(&mf, mpath, &t->full, &pb, 1, &t->io_mem);
-    sdp_sync_scatter_full(&t->sync, full, t->model.params, false);
+    const size_t nlocal = t->model.layout->numel;
+    float *local = host_copy(t, t->model.params, nlocal);
+    sdp_sync_scatter_full(&t->sync, full, local, false);
+    host_copy_done(t, local, t->model.params, nlocal, true);
     const long step = meta_long(&mf, "sdp.step", mpath);
     sdp_st_close(&mf, &t->io_mem);
     optim_path_of_step(t, step, opath, sizeof opath);
@@ -171,7 +179,9 @@ void load_checkpoint(trainer *t) {
     for (int i = 0; i < ns; i++) {
         sdp_ckpt_buffer sb = {full, names[i]};
         sdp_ckpt_load(&of, opath, &t->full, &sb, 1, &t->io_mem);
-        sdp_sync_scatter_full(&t->sync, full, state_buffer(t, i), true);
+        float *state = host_copy(t, state_buffer(t, i), t->opt.n);
+        sdp_sync_scatter_full(&t->sync, full, state, true);
+        host_copy_done(t, state, state_buffer(t, i), t->opt.n, true);
         if (i < ns - 1) sdp_st_close(&of, &t->io_mem);
     }
     if (ns == 0) sdp_st_read(&of, opath, &t->io_mem);

@@ -102,7 +102,7 @@ void log_progress(trainer *t, double loss, double lr, double norm, double dt, in
     const double tokens = (double)t->data.B * t->data.T * t->o.grad_accum * nsteps;
     const double tok_s = tokens / dt, ms = 1000.0 * dt / nsteps;
     char mem[32], eta[32];
-    sdp_fmt_bytes(mem, sizeof mem, (double)t->mem.total_cur);
+    sdp_fmt_bytes(mem, sizeof mem, (double)device_mem(t)->total_cur);
     fmt_duration(eta, sizeof eta, (double)(t->o.steps - t->step) * dt / nsteps);
     printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f %s/s/worker | %7.1f ms/step | "
            "mem %s | eta %s\n",
@@ -113,8 +113,8 @@ void log_progress(trainer *t, double loss, double lr, double norm, double dt, in
             "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.6g,"
             "\"ms_per_step\":%.6g,\"tokens\":%.17g,\"flops\":%.17g,\"mem_bytes\":%zu,"
             "\"elapsed_s\":%.3f}\n",
-            t->step, loss, lr, norm, tok_s, ms, t->examples_seen, t->flops_done, t->mem.total_cur,
-            elapsed);
+            t->step, loss, lr, norm, tok_s, ms, t->examples_seen, t->flops_done,
+            device_mem(t)->total_cur, elapsed);
     fflush(t->metrics);
 }
 
@@ -186,8 +186,10 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
         fprintf(f, "    {\"rank\": %d", simulating(t) ? job_rank(t) : r);
         for (int c = 0; c < SDP_MEM_NCAT; c++)
             fprintf(f, ", \"%s\": %.0f", sdp_memcat_name((sdp_memcat)c), row[c]);
-        fprintf(f, ", \"peak_rss\": %.0f, \"sent_per_step\": %.0f}%s\n", row[COL_RSS],
-                (double)sent[r] / (double)steps, r == t->world.size - 1 ? "" : ",");
+        fprintf(f, ", \"peak_rss\": %.0f, \"sent_per_step\": %.0f", row[COL_RSS],
+                (double)sent[r] / (double)steps);
+        if (t->be) fprintf(f, ", \"device_peak_in_use\": %zu", t->device_peak);
+        fprintf(f, "}%s\n", r == t->world.size - 1 ? "" : ",");
     }
     fprintf(f, "  ]\n}\n");
     fclose(f);
@@ -199,8 +201,9 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
 void print_summary(trainer *t, sdp_metrics val, double wall) {
     const int N = t->world.size;
     double mine[NCOLS];
-    for (int c = 0; c < SDP_MEM_NCAT; c++) mine[c] = (double)t->mem.peak[c];
-    mine[COL_TOTAL] = (double)t->mem.total_peak;
+    const sdp_mem *mem = device_mem(t); /* on a device: its tally, as the plan predicts it */
+    for (int c = 0; c < SDP_MEM_NCAT; c++) mine[c] = (double)mem->peak[c];
+    mine[COL_TOTAL] = (double)mem->total_peak;
     mine[COL_RSS] = (double)sdp_peak_rss();
     double *all = is_rank0(t) ? malloc(sizeof(double) * NCOLS * (size_t)N) : NULL;
     MPI_Gather(mine, NCOLS, MPI_DOUBLE, all, NCOLS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -224,6 +227,12 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
         printf("  simulated rank %d of %d: the row below is what that worker holds in the real "
                "job\n",
                job_rank(t), job_workers(t));
+    if (t->be) {
+        char b[32];
+        printf("  on the %s device: the worker row is device memory by category; %s in use at "
+               "the peak by every context on the device (cudaMemGetInfo)\n",
+               t->be->name, sdp_fmt_bytes(b, sizeof b, (double)t->device_peak));
+    }
     printf("  memory per worker, peak bytes by category (what training holds; the DDP row is "
            "data parallelism's figure for the same model and batch):\n");
     printf("  %-10s", "worker");

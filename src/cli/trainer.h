@@ -17,8 +17,10 @@
 typedef struct {
     train_opts o;
     sdp_world world;
-    sdp_mem mem;    /* what training holds: the figures compared with data parallelism */
-    sdp_mem io_mem; /* evaluation copies and checkpoint buffers, reported apart */
+    sdp_mem mem;        /* what training holds: the figures compared with data parallelism */
+    sdp_mem io_mem;     /* evaluation copies and checkpoint buffers, reported apart */
+    sdp_backend *be;    /* --device cuda: the model's backend; NULL: the CPU */
+    size_t device_peak; /* --device cuda: most bytes in use on the device (cudaMemGetInfo) */
     batch_source data;
     /* the full model and the plan over it */
     sdp_model_config cfg;
@@ -61,6 +63,22 @@ static inline int job_workers(const trainer *t) {
 static inline int job_rank(const trainer *t) {
     return simulating(t) ? t->o.sim_rank : t->world.rank;
 }
+
+/* train_device.c: the trainable state on the host or on the device of t->be */
+void device_open(trainer *t);
+float *device_alloc(trainer *t, sdp_memcat cat, size_t n); /* zero-filled floats */
+void device_zero(trainer *t, float *x, size_t n);
+/* x itself on the CPU; else a host copy (io_mem) that host_copy_done frees, uploading it back
+ * first when changed. */
+float *host_copy(trainer *t, const float *x, size_t n);
+void host_copy_done(trainer *t, float *h, float *x, size_t n, bool changed);
+void device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n);
+void device_optim_step(trainer *t, float lr);
+/* Clips the gradients to max_norm (0: off) by their own norm, which it returns (device only). */
+double device_clip_grads(trainer *t, float max_norm);
+/* Where the training bytes by category are counted: the device's tally, or t->mem. */
+const sdp_mem *device_mem(const trainer *t);
+void device_sample_peak(trainer *t);
 
 /* train_ckpt.c */
 void save_checkpoint(trainer *t);

@@ -56,6 +56,8 @@ static void describe_full(sdp_layout *full, const sdp_model_config *c) {
 
 static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spec *spec, int B,
                    int T, sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
+    SDP_CHECK(!c->backend || strcmp(c->backend->name, "cpu") == 0,
+              "resnet has no CUDA kernels yet: use --device cpu");
     SDP_CHECK(T <= 1, "resnet: images have no sequence length (got T = %d): use T = 1", T);
     sdp_resnet_config r = resnet_config(c);
     sdp_resnet *impl = sdp_resnet_create(&r, spec, B, mode, gemm, CONV_ALGO, mem);

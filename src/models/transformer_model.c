@@ -1,5 +1,5 @@
 /* The transformer (gpt and llama styles on tokens, vit on images) behind the generic model
- * interface (sdp/model.h), on a CPU backend of its own: the trainer runs on the CPU. */
+ * interface (sdp/model.h), on the configuration's backend or else a CPU backend of its own. */
 #include "sdp/check.h"
 #include "sdp/model.h"
 #include "sdp/transformer.h"
@@ -10,6 +10,7 @@
 typedef struct {
     sdp_tf tf;
     sdp_backend *be;
+    bool owns_be; /* a CPU backend made here, not the caller's */
 } tf_model;
 
 static sdp_tf *tf(const sdp_model *m) {
@@ -19,7 +20,7 @@ static sdp_tf *tf(const sdp_model *m) {
 static void destroy(sdp_model *m) {
     tf_model *impl = m->impl;
     sdp_tf_destroy(&impl->tf);
-    sdp_backend_destroy(impl->be);
+    if (impl->owns_be) sdp_backend_destroy(impl->be);
     free(impl);
     memset(m, 0, sizeof *m);
 }
@@ -105,7 +106,8 @@ static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spe
         sdp_tf_shape_full(&shape, &t);
     tf_model *impl = calloc(1, sizeof *impl);
     SDP_CHECK(impl, "out of memory");
-    impl->be = sdp_backend_cpu(gemm, mem);
+    impl->owns_be = c->backend == NULL;
+    impl->be = c->backend ? c->backend : sdp_backend_cpu(gemm, mem);
     sdp_tf_create(&impl->tf, &t, &shape, B, T, mode, impl->be);
     sdp_tf_shape_free(&shape);
     memset(m, 0, sizeof *m);

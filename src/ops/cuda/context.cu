@@ -27,6 +27,15 @@ int sdp_cuda_device_count(void) {
     return n;
 }
 
+size_t sdp_cuda_bytes_in_use(void) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return total_b - free_b;
+}
+
 static void account(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     m->cur[cat] += bytes;
     if (m->cur[cat] > m->peak[cat]) m->peak[cat] = m->cur[cat];

@@ -1,0 +1,34 @@
+# `sdp train --device cuda` against `--device cpu`: a tiny GPT, the same seed and data, 10 steps;
+# every step's loss within 1e-4 relative. Exits 77 (skipped) without a CUDA device.
+source "$(dirname "$0")/../lib.sh"
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  echo "skip: no CUDA device (nvidia-smi lists none)"; exit 77
+fi
+make_text "$WORK/text.txt" 40000
+ARGS=(--data "$WORK/text.txt" --layers 2 --heads 4 --width 64 --seq-len 32 --batch 4 --steps 10
+      --log-every 1 --val-every 5 --val-batches 2 --threads 1 --seed 7)
+for dev in cpu cuda; do
+  timeout 120 "$SDP_BIN" train "${ARGS[@]}" --device "$dev" --out "$WORK/$dev" >"$WORK/$dev.log" 2>&1 \
+    || { fail "--device $dev: training failed"; cat "$WORK/$dev.log"; finish; exit 1; }
+done
+if python3 - "$WORK/cpu/metrics.jsonl" "$WORK/cuda/metrics.jsonl" <<'PY'
+import json, sys
+def losses(p, key):
+    return [json.loads(l)[key] for l in open(p) if '"%s"' % key in l]
+ok = True
+for key in ["loss", "val_loss"]:
+    cpu, gpu = losses(sys.argv[1], key), losses(sys.argv[2], key)
+    assert len(cpu) == len(gpu) and cpu, (key, len(cpu), len(gpu))
+    for i, (a, b) in enumerate(zip(cpu, gpu)):
+        rel = abs(a - b) / abs(a)
+        print("%s %d: cpu %.7f cuda %.7f rel %.2e" % (key, i + 1, a, b, rel))
+        ok &= rel <= 1e-4
+sys.exit(0 if ok else 1)
+PY
+then pass "cuda losses equal cpu losses to 1e-4 relative at every step"
+else fail "cuda losses differ from cpu losses"; fi
+grep -q '"device_peak_in_use"' "$WORK/cuda/memory.json" && pass "memory.json has the device peak" \
+  || fail "memory.json lacks device_peak_in_use"
+[ -f "$WORK/cuda/model.safetensors" ] && pass "a cuda run writes its checkpoint" \
+  || fail "no checkpoint after a cuda run"
+finish
