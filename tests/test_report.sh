@@ -15,9 +15,9 @@ train() {
   timeout 30 "${MPI[@]}" -n 2 "$SDP_BIN" train "${R[@]}" "$@" --out "$WORK/$name" \
     >"$WORK/$name.log" 2>&1 || { fail "training $name"; tail -3 "$WORK/$name.log"; }
 }
-train fwd1 --steps 10 --sdp-mask forward --seed 1
-train fwd2 --steps 10 --sdp-mask forward --seed 2
-train fwd_long --steps 20 --sdp-mask forward --seed 1
+train fwd1 --steps 10 --sdp-mask forward --sdp-unit block --seed 1
+train fwd2 --steps 10 --sdp-mask forward --sdp-unit block --seed 2
+train fwd_long --steps 20 --sdp-mask forward --sdp-unit block --seed 1
 train ddp --steps 10 --seed 1
 RUNS=("$WORK/fwd1" "$WORK/ddp" "$WORK/fwd2" "$WORK/fwd_long")
 

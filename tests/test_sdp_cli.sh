@@ -91,8 +91,8 @@ expect_mpi_error "more neuron chunks than heads" "more than the width" \
   2 "${E[@]}" --sdp-mask forward --sdp-unit neuron --sdp-chunks 8
 expect_mpi_error "chunks not dividing the heads" "dividing 4" \
   2 "${E[@]}" --sdp-mask backward --sdp-unit neuron --sdp-chunks 3
-expect_mpi_error "default chunks (one per worker) not dividing the heads" "dividing 4" \
-  3 "${E[@]}" --sdp-mask forward --sdp-unit neuron --sdp-owners 1
+expect_mpi_error "default chunks (one per worker) more than the heads" "the default of 5 chunks" \
+  5 "${E[@]}" --sdp-mask forward --sdp-unit neuron --sdp-owners 1
 
 # Ranks launched with different options (an MPMD command line): every rank stops, and the
 # message names the rank that differs.

@@ -58,7 +58,8 @@ for n in 2 3 4; do
   done
 done
 # Negative control: with k < N the model is not data parallelism's (its plan is checked below).
-train_on 4 "$WORK/k3" "${M[@]}" --sdp-mask backward --sdp-owners 3 --check-replicas 1 \
+train_on 4 "$WORK/k3" "${M[@]}" --sdp-mask backward --sdp-unit block --sdp-owners 3 \
+  --check-replicas 1 \
   && ! cmp -s "$WORK/ddp4/model.safetensors" "$WORK/k3/model.safetensors" \
   && pass "control: backward masking with k=3 of 4 gives another model" \
   || fail "control: k=3 of 4 gave data parallelism's model"

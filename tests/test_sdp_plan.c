@@ -251,8 +251,13 @@ static void test_invariants_over_many_configs(void **state) {
                     sdp_plan_free(&p);
                     plans++;
                     for (int ci = 0; ci < nchunk; ci++) {
-                        int chunks = chunk_list[ci] ? chunk_list[ci] : N;
-                        if (divides % chunks) continue; /* the default N must split every group */
+                        int chunks = chunk_list[ci];
+                        /* The default: N when it splits every group, else the next count that
+                         * does (computed here from the layouts' widths: 12 and 144, or 8 and
+                         * 16, so a count splits both exactly when it divides 12, or 8). */
+                        for (int d = N; !chunks && d <= divides; d++)
+                            if (divides % d == 0) chunks = d;
+                        if (!chunks || divides % chunks) continue;
                         c = make_cfg(SDP_MASK_BACKWARD, SDP_UNIT_NEURON, (sdp_assign_kind)assign, N,
                                      k, chunk_list[ci], 7 * (uint64_t)N + (uint64_t)k);
                         sdp_plan_build(&p, &c, L);
@@ -271,6 +276,44 @@ static void test_invariants_over_many_configs(void **state) {
 }
 
 /* Where a sequence's length is a multiple of N, unit u of it is owned by (u + j) mod N. */
+/* The default chunk count: N when it splits every group; else the next count that does (6 heads
+ * and 1536 MLP neurons on 4 workers: 6); N again when none does, and then a clear error. */
+static void test_default_chunks(void **state) {
+    (void)state;
+    struct {
+        int heads, width, d_ff, world, want;
+    } cases[] = {{4, 32, 128, 4, 4},
+                 {6, 384, 1536, 4, 6},
+                 {6, 384, 1536, 5, 6},
+                 {12, 48, 144, 8, 12},
+                 {6, 384, 1536, 2, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sdp_layout L;
+        tf_layout(&L, SDP_STYLE_GPT, 2, cases[i].heads, cases[i].width, cases[i].d_ff);
+        sdp_plan p;
+        sdp_plan_cfg c =
+            make_cfg(SDP_MASK_FORWARD, SDP_UNIT_NEURON, SDP_ASSIGN_CYCLIC, cases[i].world, 1, 0, 1);
+        sdp_plan_build(&p, &c, &L);
+        assert_int_equal(p.cfg.chunks, cases[i].want);
+        sdp_plan_free(&p);
+        sdp_layout_free(&L);
+    }
+}
+
+static void build_with_no_splitting_count(void *ctx) {
+    (void)ctx;
+    sdp_layout L;
+    tf_layout(&L, SDP_STYLE_GPT, 2, 5, 20, 35); /* 5 heads, 35 neurons: only 5 splits both */
+    sdp_plan p;
+    sdp_plan_cfg c = make_cfg(SDP_MASK_FORWARD, SDP_UNIT_NEURON, SDP_ASSIGN_CYCLIC, 6, 1, 0, 1);
+    sdp_plan_build(&p, &c, &L);
+}
+
+static void test_default_chunks_that_cannot_split_fail_clearly(void **state) {
+    (void)state;
+    tu_expect_fatal(build_with_no_splitting_count, NULL, "the default of 6 chunks");
+}
+
 static void test_cyclic_window_formula(void **state) {
     (void)state;
     sdp_layout L;
@@ -524,9 +567,11 @@ static void test_bad_requests_fail_clearly(void **state) {
     expect_build_fails(SDP_UNIT_NEURON, 4, 2, 16, 1,
                        "--sdp-chunks 16 is more than the width of group g0 in block net.0 (8 "
                        "atoms): use --sdp-chunks of at most 8");
-    expect_build_fails(SDP_UNIT_NEURON, 16, 2, 0, 0,
-                       "one chunk per worker (16 chunks) is more than the width of group attn "
-                       "in block transformer.h.0 (12 atoms)");
+    expect_build_fails(
+        SDP_UNIT_NEURON, 16, 2, 0, 0,
+        "the default of 16 chunks (one per worker, or the next count that splits every group) is "
+        "more than the width of group attn "
+        "in block transformer.h.0 (12 atoms)");
     expect_build_fails(SDP_UNIT_NEURON, 4, 2, 5, 0,
                        "--sdp-chunks 5 does not split the width of group attn in block "
                        "transformer.h.0 (12 atoms) into equal chunks: use --sdp-chunks dividing "
@@ -903,6 +948,8 @@ static void test_publishers_balance_published_elements(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariants_over_many_configs),
+        cmocka_unit_test(test_default_chunks),
+        cmocka_unit_test(test_default_chunks_that_cannot_split_fail_clearly),
         cmocka_unit_test(test_cyclic_window_formula),
         cmocka_unit_test(test_cyclic_leftovers_by_hand),
         cmocka_unit_test(test_random_assignment),

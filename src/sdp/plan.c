@@ -59,7 +59,32 @@ static void describe_chunks(char *buf, size_t len, int requested, int chunks) {
     if (requested > 0)
         snprintf(buf, len, "--sdp-chunks %d", chunks);
     else
-        snprintf(buf, len, "the default of one chunk per worker (%d chunks)", chunks);
+        snprintf(buf, len,
+                 "the default of %d chunks (one per worker, or the next count that "
+                 "splits every group)",
+                 chunks);
+}
+
+/* One chunk per worker when that splits every inner group evenly (every worker then owns k/N of
+ * each group); otherwise the smallest count above N that does, so that common shapes such as 6
+ * heads on 4 workers run without flags (the leftover chunks take back-to-back windows, and
+ * shares stay balanced within one chunk). N when no count up to the narrowest group works:
+ * check_chunks_fit then explains. */
+static int default_chunks(const sdp_layout *full, int world) {
+    int narrowest = 0;
+    for (int b = 0; b < full->nblocks; b++)
+        for (int g = 0; g < full->blocks[b].ngroups; g++) {
+            const int w = full->blocks[b].groups[g].width;
+            if (narrowest == 0 || w < narrowest) narrowest = w;
+        }
+    for (int c = world; c <= narrowest; c++) {
+        bool splits = true;
+        for (int b = 0; b < full->nblocks && splits; b++)
+            for (int g = 0; g < full->blocks[b].ngroups; g++)
+                splits = splits && full->blocks[b].groups[g].width % c == 0;
+        if (splits) return c;
+    }
+    return world;
 }
 
 /* The divisors of w to suggest: all of them when few, else the ones nearest to `want`. */
@@ -110,7 +135,9 @@ static void list_neuron_units(sdp_plan *p, const sdp_layout *full) {
               requested);
     /* With everyone owning everything the split is irrelevant, and plain data parallelism must
      * run on any model with any number of workers: default to one chunk per group. */
-    int chunks = requested > 0 ? requested : (p->cfg.mask == SDP_MASK_NONE ? 1 : p->cfg.world);
+    int chunks = requested > 0                  ? requested
+                 : p->cfg.mask == SDP_MASK_NONE ? 1
+                                                : default_chunks(full, p->cfg.world);
     p->cfg.chunks = chunks;
     int n = 0;
     for (int b = 0; b < full->nblocks; b++) {
