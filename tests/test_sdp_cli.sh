@@ -106,4 +106,15 @@ if [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] &&
 else
   fail "differing options: exit status $rc"; cat "$WORK/stderr"
 fi
+# --branch-scale auto (the default): inverse for forward masking with neuron units on models
+# without batch norm; none for block units, for the ResNet, and under --branch-scale none.
+P=(plan --world 4 --sdp-mask forward --layers 2 --heads 4 --width 32)
+for spec in "inverse:--model gpt" "inverse:--model vit --patch 7" "none:--model gpt --sdp-unit block" \
+            "none:--model resnet --depth 14" "none:--model gpt --branch-scale none"; do
+  want=${spec%%:*} args=${spec#*:}
+  # shellcheck disable=SC2086
+  got=$("$SDP_BIN" "${P[@]}" $args | head -1 | grep -o "branch scale [a-z]*")
+  [ "$got" = "branch scale $want" ] && pass "branch scale auto: $args gives $want" ||
+    fail "branch scale auto: $args gives '$got', expected $want"
+done
 finish

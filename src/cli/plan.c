@@ -137,7 +137,7 @@ int cmd_plan(int argc, char **argv) {
     sdp_model_config cfg = run_model_config(&o.t, data_shape_of(&o.t));
     sdp_layout full;
     run_full_layout(&full, &cfg);
-    sdp_plan_cfg pc = run_plan_config(&o.t, o.world);
+    sdp_plan_cfg pc = run_plan_config(&o.t, o.world, &full);
     sdp_plan plan, ddp_plan;
     sdp_plan_build(&plan, &pc, &full);
     sdp_plan_cfg dc = pc;
@@ -162,6 +162,8 @@ int cmd_plan(int argc, char **argv) {
         else
             printf("%s masking, %s units, k = %d (C = %.3g)", sdp_mask_mode_name(pc.mask),
                    sdp_unit_kind_name(pc.unit), plan.cfg.owners, sdp_plan_coverage(&plan));
+        if (pc.mask == SDP_MASK_FORWARD)
+            printf(", branch scale %s", sdp_branch_scale_name(pc.scale));
         if (run_images(&o.t))
             printf(" | batch %d images | %s\n", o.t.batch, o.dtype);
         else

@@ -155,7 +155,7 @@ static void build_worker(trainer *t) {
     batches_image_shape(&t->data, &shape.channels, &shape.image_size, &shape.classes);
     t->cfg = run_model_config(&t->o, shape);
     run_full_layout(&t->full, &t->cfg);
-    sdp_plan_cfg pc = run_plan_config(&t->o, job_workers(t));
+    sdp_plan_cfg pc = run_plan_config(&t->o, job_workers(t), &t->full);
     sdp_plan_build(&t->plan, &pc, &t->full);
     const bool forward = pc.mask == SDP_MASK_FORWARD;
     t->gemm = run_gemm(&t->o);

@@ -63,8 +63,10 @@ const opt_spec TRAIN_OPTS[] = {
      "group",
      0},
     {"sdp-seed", OPT_INT, F(sdp_seed), "0", "seed of the random assignment", 0},
-    {"branch-scale", OPT_STR, F(branch_scale), "none",
-     "forward masking: none, or inverse (scale kept branches by 1/C)", 0},
+    {"branch-scale", OPT_STR, F(branch_scale), "auto",
+     "forward masking: none, inverse (scale kept branches by 1/C), or auto: inverse for neuron "
+     "units on models without batch norm, else none (the choice docs/results.md supports)",
+     0},
     {"check-replicas", OPT_INT, F(check_replicas), "0",
      "every S steps, check that all owners of a unit hold identical state; 0 = never", 0},
     {"log-every", OPT_INT, F(log_every), "10", "steps between progress lines", 1},
