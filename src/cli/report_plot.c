@@ -128,12 +128,10 @@ static void write_memory_data(const char *dir, const report_group *g, int ngroup
     fprintf(f, "# group");
     for (int b = 0; b < REPORT_NBARS; b++) fprintf(f, " %s", REPORT_BAR_NAMES[b]);
     fprintf(f, " (MiB of the largest worker)\n");
-    for (int i = 0; i < ngroups; i++) {
-        fputc('"', f);
-        for (const char *s = g[i].label; *s; s++) fputc(*s == '"' ? '\'' : *s, f);
-        fputc('"', f);
+    for (int i = 0; i < ngroups; i++) { /* bars are numbered; memory.gp lists the labels */
+        fprintf(f, "%d", i + 1);
         for (int b = 0; b < REPORT_NBARS; b++) fprintf(f, " %.6g", g[i].bars[b] / 1048576.0);
-        fputc('\n', f);
+        fprintf(f, " # %s\n", g[i].label);
     }
     close_file(f, dir, "memory.dat");
 }
@@ -145,7 +143,7 @@ static FILE *begin_script(const char *dir, const char *name, const char *title, 
     FILE *f = open_in(dir, script);
     fprintf(f,
             "# Written by sdp report; run `gnuplot %s` in this directory to redraw %s.svg.\n"
-            "set terminal svg size 900,540 dynamic noenhanced font 'sans,14' background "
+            "set terminal svg size 1200,560 dynamic noenhanced font 'sans,14' background "
             "rgb 'white'\n"
             "set output '%s.svg'\n",
             script, name, name);
@@ -155,7 +153,8 @@ static FILE *begin_script(const char *dir, const char *name, const char *title, 
         put_quoted(f, what[i][1]);
         fputc('\n', f);
     }
-    fprintf(f, "set grid lc rgb '#dddddd'\nset key top right opaque box\nset xrange [0:*]\n"
+    /* The key sits beside the plot: group labels are long, and inside they hide the curves. */
+    fprintf(f, "set grid lc rgb '#dddddd'\nset key outside right top box\nset xrange [0:*]\n"
                "set offsets 0, graph 0.03, graph 0.05, graph 0.05\n");
     return f;
 }
@@ -196,7 +195,6 @@ static void loss_script(const char *dir, const char *name, const char *xlabel, i
 
 static void accuracy_script(const char *dir, const report_group *g, int ngroups) {
     FILE *f = begin_script(dir, "accuracy", "Validation accuracy", "step", "accuracy (%)");
-    fprintf(f, "set key bottom right\n"); /* accuracy rises */
     char file[64];
     const char *sep = "plot";
     for (int i = 0; i < ngroups; i++) {
@@ -211,14 +209,28 @@ static void accuracy_script(const char *dir, const report_group *g, int ngroups)
     close_file(f, dir, "accuracy.gp");
 }
 
-static void memory_script(const char *dir) {
+/* Bars are numbered and the numbers explained under the plot, one per line: group labels are too
+ * long to sit under the bars, and rotated text renders unreliably across SVG viewers. */
+static void memory_script(const char *dir, const report_group *g, int ngroups) {
     FILE *f = begin_script(dir, "memory", "Largest worker's memory by category", "",
                            "MiB (peak bytes per category)");
+    const int height = 480 + 22 * ngroups;
     fprintf(f,
+            "set terminal svg size 1200,%d dynamic noenhanced font 'sans,14' background "
+            "rgb 'white'\nset output 'memory.svg'\n"
             "set style data histograms\nset style histogram rowstacked\n"
             "set style fill solid 0.85 border rgb 'black'\nset boxwidth 0.6\n"
-            "set key outside right top\nset grid noxtics\nset xtics rotate by 15 right nomirror\n"
-            "set autoscale x\nset yrange [0:*]\n");
+            "set grid noxtics\nset xtics nomirror\nset autoscale x\nset yrange [0:*]\n"
+            "set bmargin at screen %.4f\n",
+            height, (double)(40 + 22 * ngroups) / height);
+    for (int i = 0; i < ngroups; i++) {
+        char text[SDP_NAME_MAX + 32];
+        snprintf(text, sizeof text, "%d: %s", i + 1, g[i].label);
+        fprintf(f, "set label %d ", i + 1);
+        put_quoted(f, text);
+        fprintf(f, " at screen 0.08, screen %.4f left\n",
+                (double)(22 * (ngroups - i) + 4) / height);
+    }
     fprintf(f, "plot 'memory.dat' using 2:xtic(1) lc rgb '%s' title '%s'", colour(0),
             REPORT_BAR_NAMES[0]);
     for (int b = 1; b < REPORT_NBARS; b++)
@@ -277,7 +289,7 @@ void report_plot(const char *dir, const report_group *g, int ngroups) {
     loss_script(dir, "loss_vs_steps", "step", 1, g, ngroups);
     snprintf(xlabel, sizeof xlabel, "cumulative %s per worker", u.name);
     loss_script(dir, "loss_vs_flops", xlabel, 2, g, ngroups);
-    memory_script(dir);
+    memory_script(dir, g, ngroups);
     run_gnuplot(dir, "loss_vs_steps");
     run_gnuplot(dir, "loss_vs_flops");
     if (any_accuracy(g, ngroups)) {
