@@ -102,4 +102,7 @@ expect_error "--device cuda with resnet" "resnet has no CUDA kernels yet" \
 expect_error "--device cuda with sgd" "--optimizer sgd has no CUDA kernel yet" \
   "$SDP_BIN" "${E[@]}" --optimizer sgd --device cuda
 expect_error "unknown --device" "unknown --device 'tpu'" "$SDP_BIN" "${E[@]}" --device tpu
+# `sdp` itself never links CUDA (sdp-cuda does), so there --device cuda names the way out.
+expect_error "--device cuda on sdp" "this sdp was built without CUDA: run sdp-cuda" \
+  "$SDP_BIN" "${E[@]}" --device cuda
 finish

@@ -20,6 +20,7 @@
 
 #include "sdp/mem.h"
 #include "sdp/ops.h"
+#include "sdp/optim.h"
 
 typedef struct sdp_backend sdp_backend;
 
@@ -30,6 +31,13 @@ struct sdp_backend {
 
     /* Waits, frees what ctx holds and the backend itself (sdp_backend_destroy calls it). */
     void (*destroy)(sdp_backend *be);
+    /* Device backends only (NULL on the CPU, where the trainer calls sdp_optim_step itself):
+     * the AdamW update of sdp_optim_step on backend memory, t being the step's count after
+     * the increment; and the bytes in use on the device (for the peak). */
+    void (*adamw_update)(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m, float *v,
+                         float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
+                         float lr);
+    size_t (*bytes_in_use)(const sdp_backend *be);
 
     /* ---- memory ---- */
     /* Zero-filled, counted in mem under cat. With a dry mem (CPU only) returns NULL. */
@@ -127,7 +135,8 @@ struct sdp_backend {
 sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem);
 
 /* The CUDA backend on device `device` (its own context, stream and device memory, counted in
- * its own mem). In a build without CUDA it fails: "sdp was built without CUDA: ...". */
+ * its own mem). Defined by the sdp_cuda library; programs built without it link
+ * src/ops/nocuda/, where it fails: "this sdp was built without CUDA: ...". */
 sdp_backend *sdp_backend_cuda(int device);
 /* Whether this build has the CUDA backend and a device to run it on (never fails). */
 bool sdp_backend_cuda_available(void);

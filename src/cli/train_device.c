@@ -9,10 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-#ifdef SDP_HAVE_CUDA
-#include "sdp/ops_cuda.h"
-#endif
-
 void device_open(trainer *t) {
     if (strcmp(t->o.device, "cpu") == 0) return;
     SDP_CHECK(strcmp(t->o.device, "cuda") == 0, "unknown --device '%s': use cpu or cuda",
@@ -73,14 +69,9 @@ void device_optim_step(trainer *t, float lr) {
         sdp_optim_step(&t->opt, t->model.params, t->grads, t->segs, t->nsegs, lr);
         return;
     }
-#ifdef SDP_HAVE_CUDA
     t->opt.t++;
-    sdp_cuda_adamw_update(t->be->ctx, &t->opt.cfg, t->opt.t, t->opt.m, t->opt.v, t->model.params,
-                          t->grads, t->segs, t->nsegs, lr);
-#else
-    (void)lr;
-    SDP_ASSERT(false);
-#endif
+    t->be->adamw_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->opt.v, t->model.params, t->grads,
+                        t->segs, t->nsegs, lr);
 }
 
 /* The norm from a host copy of the gradients: one download per step (and an upload when
@@ -100,12 +91,7 @@ const sdp_mem *device_mem(const trainer *t) {
 }
 
 void device_sample_peak(trainer *t) {
-#ifdef SDP_HAVE_CUDA
-    if (t->be) {
-        size_t used = sdp_cuda_bytes_in_use();
-        if (used > t->device_peak) t->device_peak = used;
-    }
-#else
-    (void)t;
-#endif
+    if (!t->be) return;
+    const size_t used = t->be->bytes_in_use(t->be);
+    if (used > t->device_peak) t->device_peak = used;
 }

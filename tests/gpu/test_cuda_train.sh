@@ -1,6 +1,7 @@
-# `sdp train --device cuda` against `--device cpu`: a tiny GPT, the same seed and data, 10 steps;
-# every step's loss within 1e-4 relative. Exits 77 (skipped) without a CUDA device.
+# `sdp-cuda train --device cuda` against `sdp train --device cpu`: a tiny GPT, the same seed and
+# data, 10 steps; every step's loss within 1e-4 relative. Exits 77 (skipped) without a device.
 source "$(dirname "$0")/../lib.sh"
+: "${SDP_CUDA_BIN:?ctest sets it to the sdp-cuda program}"
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   echo "skip: no CUDA device (nvidia-smi lists none)"; exit 77
 fi
@@ -8,7 +9,8 @@ make_text "$WORK/text.txt" 40000
 ARGS=(--data "$WORK/text.txt" --layers 2 --heads 4 --width 64 --seq-len 32 --batch 4 --steps 10
       --log-every 1 --val-every 5 --val-batches 2 --threads 1 --seed 7)
 for dev in cpu cuda; do
-  timeout 120 "$SDP_BIN" train "${ARGS[@]}" --device "$dev" --out "$WORK/$dev" >"$WORK/$dev.log" 2>&1 \
+  bin=$SDP_BIN; [ "$dev" = cuda ] && bin=$SDP_CUDA_BIN
+  timeout 120 "$bin" train "${ARGS[@]}" --device "$dev" --out "$WORK/$dev" >"$WORK/$dev.log" 2>&1 \
     || { fail "--device $dev: training failed"; cat "$WORK/$dev.log"; finish; exit 1; }
 done
 if python3 - "$WORK/cpu/metrics.jsonl" "$WORK/cuda/metrics.jsonl" <<'PY'

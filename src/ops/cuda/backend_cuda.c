@@ -205,6 +205,17 @@ static void cuda_vit_embed_bwd(const sdp_backend *be, float *dpatches, float *dc
     sdp_cuda_vit_embed_bwd(cu(be), dpatches, dcls, dpos, dembed, B, T, C);
 }
 
+static void cuda_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m,
+                              float *v, float *params, const float *grads,
+                              const sdp_opt_segment *segs, int nseg, float lr) {
+    sdp_cuda_adamw_update(cu(be), cfg, t, m, v, params, grads, segs, nseg, lr);
+}
+
+static size_t cuda_bytes_in_use(const sdp_backend *be) {
+    (void)be;
+    return sdp_cuda_bytes_in_use();
+}
+
 bool sdp_backend_cuda_available(void) {
     return sdp_cuda_device_count() > 0;
 }
@@ -218,6 +229,8 @@ sdp_backend *sdp_backend_cuda(int device) {
         .ctx = ctx,
         .mem = &ctx->mem,
         .destroy = cuda_destroy,
+        .adamw_update = cuda_adamw_update,
+        .bytes_in_use = cuda_bytes_in_use,
         .alloc = cuda_alloc,
         .free = cuda_free,
         .zero = cuda_zero,

@@ -1,0 +1,15 @@
+/* The CUDA entry points of programs built without the CUDA backend: `sdp` itself (which stays
+ * free of the CUDA libraries, whose loading alone costs about 200 MiB of resident memory), and
+ * every build where nvcc was not found. `sdp-cuda` links src/ops/cuda/ instead. */
+#include "sdp/backend.h"
+#include "sdp/check.h"
+
+sdp_backend *sdp_backend_cuda(int device) {
+    (void)device;
+    sdp_fatal("this sdp was built without CUDA: run sdp-cuda (built beside sdp when nvcc is "
+              "found), or install nvcc (CUDA 12 or 13) and rebuild");
+}
+
+bool sdp_backend_cuda_available(void) {
+    return false;
+}
