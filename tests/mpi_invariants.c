@@ -1,6 +1,6 @@
 /* Invariants 1 and 3 of DESIGN.md section 2 on real MPI ranks, for every SDP mode: forward and
  * backward masking, block and neuron units, cyclic and random assignment, k in {1, 2, N-1},
- * gpt and llama styles, branch scale none and inverse.
+ * gpt, llama and vit styles, branch scale none and inverse.
  *
  * Identical replicas (invariant 1). Each mode trains a tiny transformer for a few real steps as
  * `sdp train` does (src/cli/train.c: zero gradients, forward and backward, sdp_sync_grads, the
@@ -40,6 +40,8 @@
 #include <string.h>
 
 enum { BATCH = 2, SEQ = 8, VOCAB = 32, STEPS = 3 };
+/* vit: 2-channel 4x4 images in 2x2 patches (4 patches + the class token), 5 classes */
+enum { IMG_CH = 2, IMG_SIZE = 4, PATCH = 2, CLASSES = 5, IMG_LEN = IMG_CH * IMG_SIZE * IMG_SIZE };
 
 /* Twelve heads and 48 MLP neurons: chunks of 2, 3, 4 and 6 divide both. */
 static sdp_tf_config model_config(sdp_tf_style style) {
@@ -49,7 +51,11 @@ static sdp_tf_config model_config(sdp_tf_style style) {
                        .d_model = 24,
                        .d_ff = 48,
                        .seq_len = SEQ,
-                       .vocab = VOCAB};
+                       .vocab = VOCAB,
+                       .in_channels = IMG_CH,
+                       .image_size = IMG_SIZE,
+                       .patch = PATCH,
+                       .classes = CLASSES};
     sdp_tf_config_finish(&c);
     return c;
 }
@@ -162,7 +168,22 @@ static void fill_batch(int *inputs, int *targets, int rank, int step) {
     }
 }
 
+/* Random images and labels (vit), different on every rank and at every step. */
+static void fill_images(float *images, int *labels, int rank, int step) {
+    sdp_rng r = sdp_rng_make(2025, (uint64_t)(1000 * rank + step));
+    for (int i = 0; i < BATCH * IMG_LEN; i++) images[i] = sdp_rng_normal(&r);
+    for (int i = 0; i < BATCH; i++) labels[i] = (int)sdp_rng_below(&r, CLASSES);
+}
+
 static void forward_backward(sdp_tf *m, int rank, int step) {
+    if (m->cfg.style == SDP_STYLE_VIT) {
+        float images[BATCH * IMG_LEN];
+        int labels[BATCH];
+        fill_images(images, labels, rank, step);
+        sdp_tf_forward_images(m, images, labels, BATCH);
+        sdp_tf_backward(m, 1.0f / BATCH);
+        return;
+    }
     int inputs[BATCH * SEQ], targets[BATCH * SEQ];
     fill_batch(inputs, targets, rank, step);
     sdp_tf_forward(m, inputs, targets, BATCH, SEQ);
@@ -513,8 +534,10 @@ int main(int argc, char **argv) {
         for (int b = 0; b < 2; b++)
             for (int c = 0; c < 2; c++)
                 for (int d = 0; d < nk; d++, modes++) {
-                    /* Styles and branch scales alternate, so each meets every other choice. */
-                    mode md = {.style = modes % 2 ? SDP_STYLE_LLAMA : SDP_STYLE_GPT,
+                    /* Styles cycle and branch scales alternate, so each meets the other
+                     * choices. */
+                    const sdp_tf_style styles[3] = {SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT};
+                    mode md = {.style = styles[modes % 3],
                                .mask = masks[a],
                                .unit = units[b],
                                .assign = assigns[c],
