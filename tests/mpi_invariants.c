@@ -21,7 +21,15 @@
  * it is each rank's own compact-model gradient before the sync, so only the averaging is checked
  * there (the compact gradients themselves are checked by test_sdp_forward_equiv).
  *
- * usage: mpiexec -n N mpi_invariants [replicas|grads]   (exit status 0 when every check holds) */
+ * Where the buffers live. The checks run with the sync reading host memory (`host`), or told that
+ * the buffers are a device's (sdp_sync_use_backend): with device communicators (`devcomm`, a
+ * stand-in for NCCL that all-reduces through MPI when a reduction starts) or without (`staged`,
+ * each bucket copied to the host, reduced and copied back). The stand-in device is host memory
+ * behind the CPU backend's copies, so the same invariants check sync.c's device paths on any
+ * machine; NCCL itself runs only on a GPU.
+ *
+ * usage: mpiexec -n N mpi_invariants [replicas|grads|all] [host|staged|devcomm]
+ * (exit status 0 when every check holds) */
 #include "sdp/check.h"
 #include "sdp/comm.h"
 #include "sdp/optim.h"
@@ -99,9 +107,53 @@ typedef struct {
     int nsegs;
     sdp_mem mem;
     sdp_backend *be;
+    sdp_backend device; /* the stand-in device the sync is told about (not `host`) */
 } worker;
 
-static void worker_build(worker *w, const mode *md, int rank, int world) {
+typedef enum { MEMORY_HOST, MEMORY_STAGED, MEMORY_DEVCOMM } memory_kind;
+
+/* ---- the stand-in device: the CPU backend's host memory, flagged as a device's ----------------
+ */
+
+static void *no_device_comm(const sdp_backend *be, MPI_Comm comm) {
+    (void)be, (void)comm;
+    return NULL;
+}
+
+static void *mpi_device_comm(const sdp_backend *be, MPI_Comm comm) {
+    (void)be;
+    MPI_Comm *dc = malloc(sizeof *dc);
+    SDP_CHECK(dc, "out of memory");
+    MPI_Comm_dup(comm, dc);
+    return dc;
+}
+
+static void mpi_device_comm_close(const sdp_backend *be, void *dc) {
+    (void)be;
+    MPI_Comm_free(dc);
+    free(dc);
+}
+
+static void mpi_allreduce_start(const sdp_backend *be, void *dc, float *x, size_t n) {
+    (void)be;
+    MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)dc);
+}
+
+static void no_wait(const sdp_backend *be) {
+    (void)be;
+}
+
+static void use_stand_in_device(worker *w, memory_kind kind) {
+    w->device = *w->be;
+    w->device.host_memory = false;
+    w->device.comm_open = kind == MEMORY_DEVCOMM ? mpi_device_comm : no_device_comm;
+    w->device.comm_close = mpi_device_comm_close;
+    w->device.allreduce_start = mpi_allreduce_start;
+    w->device.allreduce_wait = no_wait;
+    sdp_sync_use_backend(&w->sync, &w->device);
+}
+
+static void worker_build(worker *w, const mode *md, memory_kind memory, int rank, int world) {
     memset(w, 0, sizeof *w);
     w->cfg = model_config(md->style);
     sdp_tf_shape full_shape;
@@ -135,6 +187,7 @@ static void worker_build(worker *w, const mode *md, int rank, int world) {
     for (int i = 0; i < w->model.layout.nparams; i++) layer_of[i] = w->model.layout.params[i].block;
     sdp_sync_init(&w->sync, &w->plan, &w->map, layer_of, rank, world, &w->mem);
     free(layer_of);
+    if (memory != MEMORY_HOST) use_stand_in_device(w, memory);
     sdp_sync_grad_layout(&w->sync, &w->model.layout, &w->grad_offset, &w->grad_slices);
     w->ngrads = w->sync.owned;
     w->grads = sdp_alloc(&w->mem, SDP_MEM_GRADS, w->ngrads * sizeof(float));
@@ -345,9 +398,9 @@ static void check_images(problems *pr, const worker *w, const image *all, int wo
     free(trained);
 }
 
-static long check_replicas(const mode *md, int rank, int world) {
+static long check_replicas(const mode *md, memory_kind memory, int rank, int world) {
     worker w;
-    worker_build(&w, md, rank, world);
+    worker_build(&w, md, memory, rank, world);
     for (int s = 0; s < STEPS; s++) worker_step(&w, rank, s);
     const size_t n = w.full.numel;
     image mine, all = {0};
@@ -408,9 +461,10 @@ static void masked_gradient(double *g, const worker *w, int rank, int step) {
  * the sum of magnitudes; 8 float epsilons of sum |g_r| (over owners) covers k <= 7 with room. */
 static const double GRAD_TOL = 8 * FLT_EPSILON;
 
-static long check_grads(const mode *md, int rank, int world, double *worst_overall) {
+static long check_grads(const mode *md, memory_kind memory, int rank, int world,
+                        double *worst_overall) {
     worker w;
-    worker_build(&w, md, rank, world);
+    worker_build(&w, md, memory, rank, world);
     problems pr = {0};
     double worst = 0;
     if (w.ngrads != w.sync.owned)
@@ -518,9 +572,14 @@ static int owner_counts(int world, int *k) {
 int main(int argc, char **argv) {
     sdp_world world;
     sdp_world_init(&world, &argc, &argv, 1);
-    const bool replicas = argc < 2 || strcmp(argv[1], "replicas") == 0;
-    const bool grads = argc < 2 || strcmp(argv[1], "grads") == 0;
-    SDP_CHECK(replicas || grads, "usage: mpi_invariants [replicas|grads]");
+    const char *what = argc > 1 ? argv[1] : "all", *where = argc > 2 ? argv[2] : "host";
+    const bool replicas = strcmp(what, "all") == 0 || strcmp(what, "replicas") == 0;
+    const bool grads = strcmp(what, "all") == 0 || strcmp(what, "grads") == 0;
+    const memory_kind memory = strcmp(where, "staged") == 0    ? MEMORY_STAGED
+                               : strcmp(where, "devcomm") == 0 ? MEMORY_DEVCOMM
+                                                               : MEMORY_HOST;
+    SDP_CHECK((replicas || grads) && (memory != MEMORY_HOST || strcmp(where, "host") == 0),
+              "usage: mpi_invariants [replicas|grads|all] [host|staged|devcomm]");
     const int N = world.size, rank = world.rank;
     int ks[3];
     const int nk = owner_counts(N, ks);
@@ -545,13 +604,13 @@ int main(int argc, char **argv) {
                                             ? SDP_SCALE_INVERSE
                                             : SDP_SCALE_NONE,
                                .owners = ks[d]};
-                    if (replicas) bad += check_replicas(&md, rank, N);
-                    if (grads) bad += check_grads(&md, rank, N, &worst);
+                    if (replicas) bad += check_replicas(&md, memory, rank, N);
+                    if (grads) bad += check_grads(&md, memory, rank, N, &worst);
                 }
     if (rank == 0)
-        printf("%s: %d modes on %d ranks, %ld problems; worst gradient error %.3g of the "
-               "tolerance\n",
-               bad ? "FAIL" : "PASS", modes, N, bad, worst);
+        printf("%s: %d modes on %d ranks, %s memory, %ld problems; worst gradient error %.3g of "
+               "the tolerance\n",
+               bad ? "FAIL" : "PASS", modes, N, where, bad, worst);
     sdp_world_finalize();
     return bad ? 1 : 0;
 }

@@ -1,6 +1,6 @@
 # The invariants of DESIGN.md section 2 on real MPI ranks.
 #  1 and 3: mpi_invariants (identical replicas; synced gradients against the all-reduce oracle)
-#           on 2, 3, 4 and 8 ranks.
+#           on 2, 3, 4 and 8 ranks, and on 3 and 4 ranks with device-memory synchronisation.
 #  2: k = N under forward and backward masking is bitwise data parallelism (N = 2, 3, 4); and
 #     4 workers with batch 2 train the same model as 1 worker with batch 8, to float tolerance.
 #  5: the plan.json of a 4-rank run gives every unit exactly k owners and balanced shares.
@@ -26,6 +26,19 @@ for n in 2 3 4 8; do
   else
     fail "mpi_invariants on $n ranks"; grep -v '^ok' "$WORK/inv$n.log" | head -20
   fi
+done
+
+# The same checks with the sync told that the buffers are a device's (sdp_sync_use_backend), with
+# and without device communicators: the code paths of `sdp-cuda train --device cuda` on several
+# ranks, over a stand-in device made of host memory.
+for n in 3 4; do
+  for memory in staged devcomm; do
+    if timeout 120 "${MPI[@]}" -n "$n" "$SDP_mpi_invariants" all "$memory" >"$WORK/inv$n$memory.log" 2>&1; then
+      pass "$(tail -1 "$WORK/inv$n$memory.log")"
+    else
+      fail "mpi_invariants on $n ranks, $memory memory"; grep -v '^ok' "$WORK/inv$n$memory.log" | head -20
+    fi
+  done
 done
 
 # ---- 2a: k = N is data parallelism, bit for bit ---------------------------------------------------

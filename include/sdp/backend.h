@@ -15,6 +15,7 @@
 #ifndef SDP_BACKEND_H
 #define SDP_BACKEND_H
 
+#include <mpi.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -28,6 +29,7 @@ struct sdp_backend {
     const char *name; /* "cpu" or "cuda", for reports */
     void *ctx;        /* the implementation's state (cuda: its sdp_cuda_ctx *) */
     sdp_mem *mem;     /* bytes of this backend's memory by category (host or device) */
+    bool host_memory; /* its buffers are host memory, which MPI and the host may read in place */
 
     /* Waits, frees what ctx holds and the backend itself (sdp_backend_destroy calls it). */
     void (*destroy)(sdp_backend *be);
@@ -38,6 +40,26 @@ struct sdp_backend {
                          float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
                          float lr);
     size_t (*bytes_in_use)(const sdp_backend *be);
+
+    /* ---- reductions: the gradient norm and clipping where the gradients are ---- */
+    void (*scale)(const sdp_backend *be, float *x, size_t n, float s);
+    /* Waits: the sum of squares of x, accumulated in double in a fixed order (the same result
+     * from run to run). */
+    double (*sumsq)(const sdp_backend *be, const float *x, size_t n);
+
+    /* ---- communication among devices (NULL on the CPU, where MPI reads host memory) ---- */
+    /* A communicator over the ranks of `comm` that reduces device memory directly (NCCL), or NULL
+     * when the ranks cannot have one (two of them share a device, or there is one rank): the
+     * caller then stages through host memory. Collective over comm; every rank gets the same
+     * answer. */
+    void *(*comm_open)(const sdp_backend *be, MPI_Comm comm);
+    void (*comm_close)(const sdp_backend *be, void *dc);
+    /* Starts summing x[0, n) in place over dc's ranks once every kernel issued so far is done, on
+     * a communication stream, so the kernels issued next overlap it. Every rank of dc must start
+     * the same reductions in the same order. */
+    void (*allreduce_start)(const sdp_backend *be, void *dc, float *x, size_t n);
+    /* Orders every kernel issued from now on after the reductions started so far. */
+    void (*allreduce_wait)(const sdp_backend *be);
 
     /* ---- memory ---- */
     /* Zero-filled, counted in mem under cat. With a dry mem (CPU only) returns NULL. */
@@ -140,6 +162,8 @@ sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem);
 sdp_backend *sdp_backend_cuda(int device);
 /* Whether this build has the CUDA backend and a device to run it on (never fails). */
 bool sdp_backend_cuda_available(void);
+/* The CUDA devices this process sees (0 without the CUDA backend or a device; never fails). */
+int sdp_backend_cuda_devices(void);
 
 /* Waits for the backend, frees what its context holds, and the backend itself. NULL: nothing. */
 void sdp_backend_destroy(sdp_backend *be);

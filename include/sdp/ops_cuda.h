@@ -23,6 +23,14 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+/* MPI's C API only, also when nvcc compiles this header as C++. */
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
 
 /* The sdp headers are C headers without extern "C" of their own. */
 #ifdef __cplusplus
@@ -51,6 +59,10 @@ typedef struct {
      * used; dry is always false. */
     sdp_mem mem;
     sdp_cuda_block *blocks; /* host-side list of live allocations: pointer, bytes, category */
+    /* Gradient reductions among devices (comm_nccl.c), made by the first comm_open: they run on
+     * comm_stream, after comm_ready (recorded on stream), and stream waits for comm_done. */
+    cudaStream_t comm_stream;
+    cudaEvent_t comm_ready, comm_done;
 } sdp_cuda_ctx;
 
 /* Number of CUDA devices, or 0 when there is none or no working driver (never fails). */
@@ -191,6 +203,23 @@ void sdp_cuda_vit_embed_bwd(sdp_cuda_ctx *ctx, float *dpatches, float *dcls, flo
 void sdp_cuda_adamw_update(sdp_cuda_ctx *ctx, const sdp_opt_cfg *cfg, long t, float *m, float *v,
                            float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
                            float lr);
+
+/* ---- reductions (reduce.cu) ---------------------------------------------------------------- */
+
+/* x *= s (nothing when s == 1). */
+void sdp_cuda_scale(sdp_cuda_ctx *ctx, float *x, size_t n, float s);
+/* Waits: sum of x[i]^2 in double, in an order that depends on n alone. */
+double sdp_cuda_sumsq(sdp_cuda_ctx *ctx, const float *x, size_t n);
+
+/* ---- communication among devices (comm_nccl.c) --------------------------------------------- */
+
+/* The backend's comm_open, comm_close, allreduce_start and allreduce_wait (sdp/backend.h) over
+ * NCCL: one NCCL communicator per MPI communicator, bootstrapped over it, and one communication
+ * stream per context, ordered after the compute stream by events. */
+void *sdp_cuda_comm_open(sdp_cuda_ctx *ctx, MPI_Comm comm);
+void sdp_cuda_comm_close(sdp_cuda_ctx *ctx, void *dc);
+void sdp_cuda_allreduce_start(sdp_cuda_ctx *ctx, void *dc, float *x, size_t n);
+void sdp_cuda_allreduce_wait(sdp_cuda_ctx *ctx);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sdp/backend.h"
 #include "sdp/mem.h"
 #include "sdp/optim.h"
 #include "sdp/plan.h"
@@ -28,8 +29,10 @@ typedef struct {
     size_t start;    /* of the region in the compact gradient buffer */
     size_t count;    /* elements */
     int ready_after; /* local layer whose backward completes the bucket; -1: at the end */
+    bool started;    /* its reduction of this step has begun */
     int nreq;
-    MPI_Request *reqs; /* outstanding all-reduce pieces */
+    MPI_Request *reqs; /* outstanding all-reduce pieces (host memory) */
+    void *dev;         /* device communicator (backend comm_open), or NULL */
 } sdp_bucket;
 
 typedef struct {
@@ -47,6 +50,9 @@ typedef struct {
     size_t *grad_index;  /* per run: offset of its gradient (and state) in the compact buffers */
     sdp_comm_bytes bytes;
     sdp_mem *mem;
+    /* Where the gradients and parameters passed in live (sdp_sync_use_backend): NULL, host */
+    const sdp_backend *be;
+    float *stage; /* SDP_MEM_BUFFERS: host copy of a bucket reduced through MPI from a device */
 } sdp_sync;
 
 /* Creates the owner-group communicators (collective over MPI_COMM_WORLD). `layer_of_param`
@@ -60,6 +66,15 @@ void sdp_sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
 void sdp_sync_init_simulated(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *map,
                              const int *layer_of_param, int rank, int world, sdp_mem *mem);
 void sdp_sync_free(sdp_sync *s);
+
+/* Gradients and parameters live in be's memory from now on (without this call, or with a
+ * host-memory backend, they are host arrays). On a device, a bucket whose members each have
+ * their own device is reduced by the backend's device communicator (NCCL) on its communication
+ * stream, overlapped with the backward pass; one whose members share a device is staged through
+ * host memory and MPI after the backward pass. The norm, the averaging and publishing run on
+ * device memory too. gather_full, scatter_full, average_buffers and check_replicas still take
+ * host arrays. Collective over MPI_COMM_WORLD (not on a simulated sync). */
+void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be);
 
 /* Per local tensor: where its gradient lives in the compact gradient buffer (-1: not owned;
  * SDP_GRAD_SLICED: owned in part, with slices[i] saying which parts and where). Arrays malloc'd

@@ -178,6 +178,7 @@ static void build_worker(trainer *t) {
     else
         sdp_sync_init(&t->sync, &t->plan, &t->map, layer_of, t->world.rank, t->world.size, &t->mem);
     free(layer_of);
+    if (t->be && !simulating(t)) sdp_sync_use_backend(&t->sync, t->be);
 
     /* Gradients only for what the worker owns: whole tensors, or owned slices of tensors it
      * owns in part (neuron units under backward masking), computed as GEMMs on those slices. */
@@ -216,19 +217,17 @@ static void on_layer_done(void *ctx, int layer) {
     sdp_sync_layer_done(&t->sync, t->grads, layer);
 }
 
-/* Whether this worker exchanges anything: not under --sim-world, nor on a device (one process,
- * and MPI reads host buffers). */
+/* Whether this worker exchanges anything: not under --sim-world. */
 static bool communicates(const trainer *t) {
-    return !simulating(t) && !t->be;
+    return !simulating(t);
 }
 
 /* Gradients, loss and norm of this step: averaged over the owners, or the worker's own when it
- * communicates nothing (on a device the gradients are also clipped here). */
+ * communicates nothing. */
 static void finish_gradients(trainer *t, const double local[2], step_result *r) {
     if (!communicates(t)) {
         r->loss = local[0] / local[1];
-        r->grad_norm =
-            t->be ? device_clip_grads(t, (float)t->o.clip) : sqrt(sdp_sumsq(t->grads, t->ngrads));
+        r->grad_norm = sqrt(device_sumsq(t, t->grads, t->ngrads));
         return;
     }
     sdp_sync_grads_end(&t->sync, t->grads);
@@ -265,7 +264,7 @@ static step_result train_step(trainer *t) {
               "the gradient norm became %g at step %ld: training diverged; lower --lr or raise "
               "--warmup",
               r.grad_norm, t->step + 1);
-    if (!t->be) sdp_scale(t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
+    device_scale(t, t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
     r.lr = sdp_lr_at(t->step, t->o.warmup, t->o.steps, (float)t->o.lr, (float)t->o.lr_min);
     device_optim_step(t, r.lr);
     device_sample_peak(t);
@@ -281,27 +280,25 @@ static step_result train_step(trainer *t) {
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
-/* Evaluation always runs the full model: under forward masking rank 0 assembles it and evaluates
- * alone; otherwise every worker holds the whole current model and evaluates its share. */
+/* Evaluation always runs the full model. Where every worker holds the whole current model
+ * (backward masking, data parallelism, or every unit owned by every worker), each evaluates its
+ * share; under forward masking rank 0 assembles the full model and evaluates alone. */
 static sdp_metrics validate(trainer *t) {
     sdp_metrics v = {NAN, 0, NAN};
     if (!t->data.has_val) return v;
-    /* A simulated worker has only its own (sub)network: that is what it evaluates. On a device
-     * (one process) the worker's model is the whole model. */
-    if (simulating(t) || t->be)
+    /* A simulated worker has only its own (sub)network: that is what it evaluates. */
+    if (simulating(t))
         return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_SELF);
-    sdp_sync_average_buffers(&t->sync, t->model.params); /* running statistics agree */
-    if (t->plan.cfg.mask == SDP_MASK_FORWARD) {
-        full_params_on_rank0(t);
-        if (is_rank0(t))
-            v = batches_evaluate(&t->data, &t->full_model, t->o.val_batches, MPI_COMM_SELF);
-        double b[3] = {v.loss, v.count, v.correct};
-        MPI_Bcast(b, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        v = (sdp_metrics){b[0], b[1], b[2]};
-    } else {
-        v = batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_WORLD);
-    }
-    return v;
+    device_average_buffers(t); /* running statistics agree */
+    const bool whole =
+        t->plan.cfg.mask != SDP_MASK_FORWARD || t->plan.cfg.owners == t->plan.cfg.world;
+    if (whole) return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_WORLD);
+    full_params_on_rank0(t);
+    if (is_rank0(t))
+        v = batches_evaluate(&t->data, &t->full_model, t->o.val_batches, MPI_COMM_SELF);
+    double b[3] = {v.loss, v.count, v.correct};
+    MPI_Bcast(b, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return (sdp_metrics){b[0], b[1], b[2]};
 }
 
 /* ---- entry point ---------------------------------------------------------------------------- */
@@ -315,7 +312,7 @@ int cmd_train(int argc, char **argv) {
                "workers,\nwith data parallelism or subnetwork data parallelism (--sdp-mask).\n"
                "--sim-world N --sim-rank r runs worker r of an N-worker job alone (one process, "
                "no\ncommunication, no checkpoints), to measure one worker's memory and speed.\n"
-               "--device cuda trains on the GPU (sdp-cuda only; gpt, llama, vit; one process).");
+               "--device cuda trains on GPUs, one per rank (sdp-cuda only; gpt, llama, vit).");
     setup(&t, argc, argv);
     if (t.o.resume[0]) load_checkpoint(&t);
     write_run_files(&t);
@@ -341,8 +338,7 @@ int cmd_train(int argc, char **argv) {
             window_loss = 0;
             window_steps = 0;
         }
-        if (t.o.check_replicas > 0 && t.step % t.o.check_replicas == 0)
-            sdp_sync_check_replicas(&t.sync, t.model.params, t.opt.m, t.opt.v, t.step);
+        if (t.o.check_replicas > 0 && t.step % t.o.check_replicas == 0) device_check_replicas(&t);
         if ((t.o.val_every > 0 && t.step % t.o.val_every == 0) || last) {
             final_val = validate(&t);
             log_validation(&t, final_val, now_s() - t0);

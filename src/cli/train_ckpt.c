@@ -70,7 +70,7 @@ static float *state_buffer(const trainer *t, int i) {
 }
 
 void save_checkpoint(trainer *t) {
-    if (!t->be) sdp_sync_average_buffers(&t->sync, t->model.params); /* statistics agree */
+    device_average_buffers(t); /* statistics agree */
     const float *params = full_params_on_rank0(t);
     const char *names[2];
     int ns = state_names(t, names);

@@ -1,7 +1,8 @@
 /* Where a worker's trainable state lives: host memory (--device cpu, the model's own CPU
  * backend) or a CUDA device (--device cuda: the model on sdp_backend_cuda, gradients and AdamW
- * state in device memory, the update by sdp_cuda_adamw_update). The rest of the trainer reaches
- * that state only through these functions and t->be. */
+ * state in device memory, the update by the backend's adamw_update; each rank on a device of its
+ * own where the node has enough). The rest of the trainer reaches that state only through these
+ * functions and t->be; sdp/sync.h reaches it through the backend (sdp_sync_use_backend). */
 #include "trainer.h"
 
 #include "sdp/check.h"
@@ -15,16 +16,14 @@ void device_open(trainer *t) {
               t->o.device);
     SDP_CHECK(strcmp(t->o.model, "resnet") != 0,
               "resnet has no CUDA kernels yet: use --device cpu");
-    SDP_CHECK(t->world.size == 1,
-              "--device cuda runs one process only (%d MPI ranks were started): multi-rank CUDA "
-              "training needs NCCL, which sdp does not use yet; run one worker or --sim-world",
-              t->world.size);
     SDP_CHECK(strcmp(t->o.optimizer, "adamw") == 0,
               "--optimizer %s has no CUDA kernel yet: use --optimizer adamw or --device cpu",
               t->o.optimizer);
-    SDP_CHECK(t->o.check_replicas == 0,
-              "--check-replicas compares ranks, and --device cuda runs one: drop it");
-    t->be = sdp_backend_cuda(0); /* without CUDA: fails with the backend's own message */
+    /* One device per rank of a node when there are enough; ranks beyond that share them (and
+     * then reduce through host memory, see sdp_sync_use_backend). Without CUDA, or without a
+     * device, sdp_backend_cuda fails with its own message. */
+    const int devices = sdp_backend_cuda_devices();
+    t->be = sdp_backend_cuda(devices > 0 ? t->world.local_rank % devices : 0);
 }
 
 float *device_alloc(trainer *t, sdp_memcat cat, size_t n) {
@@ -74,16 +73,40 @@ void device_optim_step(trainer *t, float lr) {
                         t->segs, t->nsegs, lr);
 }
 
-/* The norm from a host copy of the gradients: one download per step (and an upload when
- * clipping scales them), a known cost until the device has a sum-of-squares reduction. On one
- * process (the only CUDA case) this is the worker's global norm. */
-double device_clip_grads(trainer *t, float max_norm) {
-    float *h = host_copy(t, t->grads, t->ngrads);
-    const double norm = sqrt(sdp_sumsq(h, t->ngrads));
-    const float s = sdp_clip_scale(norm, max_norm);
-    if (isfinite(norm) && s != 1.0f) sdp_scale(h, t->ngrads, s);
-    host_copy_done(t, h, t->grads, t->ngrads, isfinite(norm) && s != 1.0f);
-    return norm;
+double device_sumsq(trainer *t, const float *x, size_t n) {
+    return t->be ? t->be->sumsq(t->be, x, n) : sdp_sumsq(x, n);
+}
+
+void device_scale(trainer *t, float *x, size_t n, float s) {
+    if (t->be)
+        t->be->scale(t->be, x, n, s);
+    else
+        sdp_scale(x, n, s);
+}
+
+static bool has_buffers(const sdp_layout *L) {
+    for (int i = 0; i < L->nparams; i++)
+        if (L->params[i].buffer) return true;
+    return false;
+}
+
+void device_average_buffers(trainer *t) {
+    if (!has_buffers(t->model.layout)) return;
+    const size_t n = t->model.layout->numel;
+    float *h = host_copy(t, t->model.params, n);
+    sdp_sync_average_buffers(&t->sync, h);
+    host_copy_done(t, h, t->model.params, n, true);
+}
+
+void device_check_replicas(trainer *t) {
+    const size_t n = t->model.layout->numel;
+    float *p = host_copy(t, t->model.params, n);
+    float *m = t->opt.m ? host_copy(t, t->opt.m, t->opt.n) : NULL;
+    float *v = t->opt.v ? host_copy(t, t->opt.v, t->opt.n) : NULL;
+    sdp_sync_check_replicas(&t->sync, p, m, v, t->step);
+    if (v) host_copy_done(t, v, t->opt.v, t->opt.n, false);
+    if (m) host_copy_done(t, m, t->opt.m, t->opt.n, false);
+    host_copy_done(t, p, t->model.params, n, false);
 }
 
 const sdp_mem *device_mem(const trainer *t) {

@@ -83,7 +83,7 @@ const opt_spec TRAIN_OPTS[] = {
     {"out", OPT_STR, F(out), "", "run directory; default runs/<model>-<date>-<time>", 0},
     {"resume", OPT_STR, F(resume), "", "continue the run in this directory", 0},
     {"device", OPT_STR, F(device), "cpu",
-     "cpu, or cuda (gpt, llama, vit; one process: single worker or --sim-world)", 0},
+     "cpu, or cuda (gpt, llama, vit; one GPU per rank, sdp-cuda only)", 0},
     {"sim-world", OPT_INT, F(sim_world), "0",
      "one process runs worker --sim-rank of an N-worker job alone, with no communication and "
      "no checkpoints (to measure its memory and speed); 0 = off",

@@ -74,8 +74,13 @@ float *host_copy(trainer *t, const float *x, size_t n);
 void host_copy_done(trainer *t, float *h, float *x, size_t n, bool changed);
 void device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n);
 void device_optim_step(trainer *t, float lr);
-/* Clips the gradients to max_norm (0: off) by their own norm, which it returns (device only). */
-double device_clip_grads(trainer *t, float max_norm);
+/* Sum of squares and scaling of an array in the worker's memory. */
+double device_sumsq(trainer *t, const float *x, size_t n);
+void device_scale(trainer *t, float *x, size_t n, float s);
+/* sdp_sync_average_buffers and sdp_sync_check_replicas on the worker's state, through host copies
+ * on a device. */
+void device_average_buffers(trainer *t);
+void device_check_replicas(trainer *t);
 /* Where the training bytes by category are counted: the device's tally, or t->mem. */
 const sdp_mem *device_mem(const trainer *t);
 void device_sample_peak(trainer *t);

@@ -160,6 +160,7 @@ void sdp_sync_init_simulated(sdp_sync *s, const sdp_plan *plan, const sdp_subnet
 
 void sdp_sync_free(sdp_sync *s) {
     for (int b = 0; b < s->nbuckets; b++) {
+        if (s->buckets[b].dev) s->be->comm_close(s->be, s->buckets[b].dev);
         if (s->buckets[b].comm != MPI_COMM_NULL) MPI_Comm_free(&s->buckets[b].comm);
         free(s->buckets[b].runs);
         free(s->buckets[b].reqs);
@@ -167,6 +168,7 @@ void sdp_sync_free(sdp_sync *s) {
     free(s->buckets);
     free(s->grad_index);
     sdp_free(s->mem, s->pack);
+    sdp_free(s->mem, s->stage);
     memset(s, 0, sizeof *s);
 }
 
@@ -283,6 +285,50 @@ void sdp_sync_grad_layout_free(long *grad_offset, sdp_grad_slices *slices, int n
     free(grad_offset);
 }
 
+/* ---- where the buffers live ------------------------------------------------------------------ */
+
+static bool on_device(const sdp_sync *s) {
+    return s->be && !s->be->host_memory;
+}
+
+/* A bucket in device memory without a device communicator: reduced through host memory. */
+static bool staged(const sdp_sync *s, const sdp_bucket *b) {
+    return on_device(s) && !b->dev;
+}
+
+static bool reduced(const sdp_bucket *b) {
+    return b->nmembers > 1 && b->count > 0;
+}
+
+void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be) {
+    s->be = be;
+    if (!on_device(s)) return;
+    size_t largest_staged = 0;
+    /* Buckets are opened in group order on every rank, as their MPI communicators were made. */
+    for (int b = 0; b < s->nbuckets; b++) {
+        sdp_bucket *bk = &s->buckets[b];
+        if (bk->comm != MPI_COMM_NULL && bk->nmembers > 1) bk->dev = be->comm_open(be, bk->comm);
+        if (staged(s, bk) && bk->count > largest_staged) largest_staged = bk->count;
+    }
+    if (largest_staged)
+        s->stage = sdp_alloc(s->mem, SDP_MEM_BUFFERS, largest_staged * sizeof(float));
+}
+
+/* dst (host) = src (host or the backend's memory), and the reverse. */
+static void to_host(const sdp_sync *s, float *dst, const float *src, size_t n) {
+    if (on_device(s))
+        s->be->download(s->be, dst, src, n * sizeof(float));
+    else
+        memcpy(dst, src, n * sizeof(float));
+}
+
+static void from_host(const sdp_sync *s, float *dst, const float *src, size_t n) {
+    if (on_device(s))
+        s->be->upload(s->be, dst, src, n * sizeof(float));
+    else
+        memcpy(dst, src, n * sizeof(float));
+}
+
 /* ---- gradients ------------------------------------------------------------------------------ */
 
 static void count_ring_allreduce(sdp_sync *s, size_t elems, int members) {
@@ -293,17 +339,48 @@ static void count_ring_allreduce(sdp_sync *s, size_t elems, int members) {
 
 /* MPI counts are ints: very large buckets go in pieces. */
 static void start_bucket(sdp_sync *s, sdp_bucket *b, float *grads) {
-    if (b->nreq != 0 || b->nmembers == 1 || b->count == 0) return;
+    if (b->started || !reduced(b) || staged(s, b)) return;
+    b->started = true;
+    count_ring_allreduce(s, b->count, b->nmembers);
+    if (on_device(s)) {
+        s->be->allreduce_start(s->be, b->dev, grads + b->start, b->count);
+        return;
+    }
     for (size_t off = 0; off < b->count; off += MAX_PIECE) {
         size_t len = b->count - off < MAX_PIECE ? b->count - off : MAX_PIECE;
         MPI_Iallreduce(MPI_IN_PLACE, grads + b->start + off, (int)len, MPI_FLOAT, MPI_SUM, b->comm,
                        &b->reqs[b->nreq++]);
     }
+}
+
+/* Device memory, no device communicator: down to the host, all-reduced by MPI, and back. */
+static void reduce_staged(sdp_sync *s, sdp_bucket *b, float *grads) {
+    b->started = true;
     count_ring_allreduce(s, b->count, b->nmembers);
+    to_host(s, s->stage, grads + b->start, b->count);
+    for (size_t off = 0; off < b->count; off += MAX_PIECE) {
+        size_t len = b->count - off < MAX_PIECE ? b->count - off : MAX_PIECE;
+        MPI_Allreduce(MPI_IN_PLACE, s->stage + off, (int)len, MPI_FLOAT, MPI_SUM, b->comm);
+    }
+    from_host(s, grads + b->start, s->stage, b->count);
+}
+
+static void scale(const sdp_sync *s, float *x, size_t n, float by) {
+    if (on_device(s))
+        s->be->scale(s->be, x, n, by);
+    else
+        sdp_scale(x, n, by);
+}
+
+static double sumsq(const sdp_sync *s, const float *x, size_t n) {
+    return on_device(s) ? s->be->sumsq(s->be, x, n) : sdp_sumsq(x, n);
 }
 
 void sdp_sync_grads_begin(sdp_sync *s) {
-    for (int b = 0; b < s->nbuckets; b++) s->buckets[b].nreq = 0;
+    for (int b = 0; b < s->nbuckets; b++) {
+        s->buckets[b].started = false;
+        s->buckets[b].nreq = 0;
+    }
 }
 
 void sdp_sync_layer_done(sdp_sync *s, float *grads, int layer) {
@@ -316,13 +393,19 @@ void sdp_sync_layer_done(sdp_sync *s, float *grads, int layer) {
 }
 
 void sdp_sync_grads_end(sdp_sync *s, float *grads) {
-    for (int b = 0; b < s->nbuckets; b++) start_bucket(s, &s->buckets[b], grads);
+    bool device_comms = false;
+    for (int b = 0; b < s->nbuckets; b++) {
+        start_bucket(s, &s->buckets[b], grads);
+        device_comms |= s->buckets[b].dev != NULL;
+    }
+    if (device_comms) s->be->allreduce_wait(s->be);
     for (int b = 0; b < s->nbuckets; b++) {
         sdp_bucket *bk = &s->buckets[b];
-        if (bk->nreq == 0) continue;
-        MPI_Waitall(bk->nreq, bk->reqs, MPI_STATUSES_IGNORE);
-        sdp_scale(grads + bk->start, bk->count, 1.0f / (float)bk->nmembers);
-        bk->nreq = -1; /* done this step */
+        if (!reduced(bk)) continue;
+        if (staged(s, bk)) reduce_staged(s, bk, grads);
+        if (bk->nreq > 0) MPI_Waitall(bk->nreq, bk->reqs, MPI_STATUSES_IGNORE);
+        bk->nreq = 0;
+        scale(s, grads + bk->start, bk->count, 1.0f / (float)bk->nmembers);
     }
 }
 
@@ -336,7 +419,7 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
     for (int b = 0; b < s->nbuckets; b++) {
         const sdp_bucket *bk = &s->buckets[b];
         /* each of the group's owners holds the same gradient */
-        local += sdp_sumsq(grads + bk->start, bk->count) / bk->nmembers;
+        local += sumsq(s, grads + bk->start, bk->count) / bk->nmembers;
     }
     /* Gather and add in rank order so every rank computes the bitwise same norm. */
     double *all = malloc(sizeof(double) * (size_t)s->world);
@@ -373,8 +456,8 @@ void sdp_sync_publish(sdp_sync *s, float *params) {
         for (int j = 0; j < n; j++) count += run_at(s, runs[j])->len;
         if (s->rank == root)
             for (size_t at = 0, j = 0; j < (size_t)n; j++) {
-                memcpy(s->pack + at, params + run_at(s, runs[j])->local,
-                       run_at(s, runs[j])->len * sizeof(float));
+                to_host(s, s->pack + at, params + run_at(s, runs[j])->local,
+                        run_at(s, runs[j])->len);
                 at += run_at(s, runs[j])->len;
             }
         for (size_t off = 0; off < count; off += (size_t)1 << 30) {
@@ -386,8 +469,8 @@ void sdp_sync_publish(sdp_sync *s, float *params) {
         if (!is_member(og, s->rank)) {
             s->bytes.recv += bytes;
             for (size_t at = 0, j = 0; j < (size_t)n; j++) {
-                memcpy(params + run_at(s, runs[j])->local, s->pack + at,
-                       run_at(s, runs[j])->len * sizeof(float));
+                from_host(s, params + run_at(s, runs[j])->local, s->pack + at,
+                          run_at(s, runs[j])->len);
                 at += run_at(s, runs[j])->len;
             }
         }

@@ -1,5 +1,9 @@
 # `sdp-cuda train --device cuda` against `sdp train --device cpu`: a tiny GPT, the same seed and
-# data, 10 steps; every step's loss within 1e-4 relative. Exits 77 (skipped) without a device.
+# data, 10 steps; every step's loss within 1e-4 relative. Then SDP on 2 ranks, forward and
+# backward masking, k = 1, on CUDA with the owners' replicas compared every step
+# (--check-replicas 1), against the same runs on the CPU. On a one-GPU machine the two ranks share
+# the device, so their gradients are reduced through host memory (sdp_sync_use_backend's staged
+# path); NCCL needs a GPU per rank. Exits 77 (skipped) without a device.
 source "$(dirname "$0")/../lib.sh"
 : "${SDP_CUDA_BIN:?ctest sets it to the sdp-cuda program}"
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -13,7 +17,9 @@ for dev in cpu cuda; do
   timeout 120 "$bin" train "${ARGS[@]}" --device "$dev" --out "$WORK/$dev" >"$WORK/$dev.log" 2>&1 \
     || { fail "--device $dev: training failed"; cat "$WORK/$dev.log"; finish; exit 1; }
 done
-if python3 - "$WORK/cpu/metrics.jsonl" "$WORK/cuda/metrics.jsonl" <<'PY'
+# same_losses CPU_RUN CUDA_RUN: every logged loss and validation loss within 1e-4 relative
+same_losses() {
+  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" <<'PY'
 import json, sys
 def losses(p, key):
     return [json.loads(l)[key] for l in open(p) if '"%s"' % key in l]
@@ -27,8 +33,25 @@ for key in ["loss", "val_loss"]:
         ok &= rel <= 1e-4
 sys.exit(0 if ok else 1)
 PY
+}
+if same_losses "$WORK/cpu" "$WORK/cuda"
 then pass "cuda losses equal cpu losses to 1e-4 relative at every step"
 else fail "cuda losses differ from cpu losses"; fi
+
+MPI=("${MPIEXEC:-mpiexec}" --oversubscribe -n 2)
+for mask in forward backward; do
+  SDP=(--sdp-mask "$mask" --sdp-owners 1 --check-replicas 1)
+  for dev in cpu cuda; do
+    bin=$SDP_BIN; [ "$dev" = cuda ] && bin=$SDP_CUDA_BIN
+    timeout 180 "${MPI[@]}" "$bin" train "${ARGS[@]}" "${SDP[@]}" --device "$dev" \
+      --out "$WORK/$mask-$dev" >"$WORK/$mask-$dev.log" 2>&1 \
+      || { fail "2 ranks, $mask masking, --device $dev: training failed"; tail -5 "$WORK/$mask-$dev.log"; }
+  done
+  [ -f "$WORK/$mask-cuda/metrics.jsonl" ] || continue
+  if same_losses "$WORK/$mask-cpu" "$WORK/$mask-cuda"
+  then pass "2 ranks, $mask masking: cuda losses equal cpu losses, and owners stayed identical"
+  else fail "2 ranks, $mask masking: cuda losses differ from cpu losses"; fi
+done
 grep -q '"device_peak_in_use"' "$WORK/cuda/memory.json" && pass "memory.json has the device peak" \
   || fail "memory.json lacks device_peak_in_use"
 [ -f "$WORK/cuda/model.safetensors" ] && pass "a cuda run writes its checkpoint" \

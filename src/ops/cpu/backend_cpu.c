@@ -4,6 +4,7 @@
 #include "sdp/backend.h"
 #include "sdp/check.h"
 #include "sdp/ops_vision.h"
+#include "sdp/optim.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,18 @@ static void cpu_copy_rows(const sdp_backend *be, float *dst, size_t ld_dst, cons
     (void)be;
     for (size_t r = 0; r < rows; r++)
         memcpy(dst + r * ld_dst, src + r * ld_src, cols * sizeof(float));
+}
+
+/* ---- reductions ---- */
+
+static void cpu_scale(const sdp_backend *be, float *x, size_t n, float s) {
+    (void)be;
+    sdp_scale(x, n, s);
+}
+
+static double cpu_sumsq(const sdp_backend *be, const float *x, size_t n) {
+    (void)be;
+    return sdp_sumsq(x, n);
 }
 
 /* ---- dense algebra ---- */
@@ -264,7 +277,10 @@ sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem) {
         .name = "cpu",
         .ctx = cb,
         .mem = mem,
+        .host_memory = true,
         .destroy = cpu_destroy,
+        .scale = cpu_scale,
+        .sumsq = cpu_sumsq,
         .alloc = cpu_alloc,
         .free = cpu_free,
         .zero = cpu_zero,

@@ -211,6 +211,32 @@ static void cuda_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, lon
     sdp_cuda_adamw_update(cu(be), cfg, t, m, v, params, grads, segs, nseg, lr);
 }
 
+/* ---- reductions and communication ---- */
+
+static void cuda_scale(const sdp_backend *be, float *x, size_t n, float s) {
+    sdp_cuda_scale(cu(be), x, n, s);
+}
+
+static double cuda_sumsq(const sdp_backend *be, const float *x, size_t n) {
+    return sdp_cuda_sumsq(cu(be), x, n);
+}
+
+static void *cuda_comm_open(const sdp_backend *be, MPI_Comm comm) {
+    return sdp_cuda_comm_open(cu(be), comm);
+}
+
+static void cuda_comm_close(const sdp_backend *be, void *dc) {
+    sdp_cuda_comm_close(cu(be), dc);
+}
+
+static void cuda_allreduce_start(const sdp_backend *be, void *dc, float *x, size_t n) {
+    sdp_cuda_allreduce_start(cu(be), dc, x, n);
+}
+
+static void cuda_allreduce_wait(const sdp_backend *be) {
+    sdp_cuda_allreduce_wait(cu(be));
+}
+
 static size_t cuda_bytes_in_use(const sdp_backend *be) {
     (void)be;
     return sdp_cuda_bytes_in_use();
@@ -218,6 +244,10 @@ static size_t cuda_bytes_in_use(const sdp_backend *be) {
 
 bool sdp_backend_cuda_available(void) {
     return sdp_cuda_device_count() > 0;
+}
+
+int sdp_backend_cuda_devices(void) {
+    return sdp_cuda_device_count();
 }
 
 sdp_backend *sdp_backend_cuda(int device) {
@@ -229,6 +259,12 @@ sdp_backend *sdp_backend_cuda(int device) {
         .ctx = ctx,
         .mem = &ctx->mem,
         .destroy = cuda_destroy,
+        .scale = cuda_scale,
+        .sumsq = cuda_sumsq,
+        .comm_open = cuda_comm_open,
+        .comm_close = cuda_comm_close,
+        .allreduce_start = cuda_allreduce_start,
+        .allreduce_wait = cuda_allreduce_wait,
         .adamw_update = cuda_adamw_update,
         .bytes_in_use = cuda_bytes_in_use,
         .alloc = cuda_alloc,

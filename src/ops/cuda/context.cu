@@ -119,6 +119,12 @@ void sdp_cuda_ctx_destroy(sdp_cuda_ctx *ctx) {
     if (!ctx) return;
     CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
     while (ctx->blocks) sdp_cuda_free(ctx, ctx->blocks->ptr);
+    if (ctx->comm_stream) {
+        CUDA_CHECK(cudaStreamSynchronize(ctx->comm_stream));
+        CUDA_CHECK(cudaEventDestroy(ctx->comm_ready));
+        CUDA_CHECK(cudaEventDestroy(ctx->comm_done));
+        CUDA_CHECK(cudaStreamDestroy(ctx->comm_stream));
+    }
     CUBLAS_CHECK(cublasDestroy(ctx->cublas));
     CUDA_CHECK(cudaStreamDestroy(ctx->stream));
     free(ctx);

@@ -13,3 +13,7 @@ sdp_backend *sdp_backend_cuda(int device) {
 bool sdp_backend_cuda_available(void) {
     return false;
 }
+
+int sdp_backend_cuda_devices(void) {
+    return 0;
+}

@@ -1,0 +1,98 @@
+/* Gradient reductions among GPUs with NCCL, for SDP's owner groups: one NCCL communicator per
+ * owner-group MPI communicator, bootstrapped over it (its rank 0 makes the unique id and
+ * broadcasts it), so every group reduces among its own members only.
+ *
+ * Reductions run on one communication stream per context. A reduction starts after an event
+ * recorded on the compute stream, so it sees the gradients the backward pass has written so far
+ * while the layers below keep computing; allreduce_wait makes the compute stream wait for all of
+ * them. One stream for every group keeps the reductions in the order they are started, which
+ * sdp/sync.h makes the same on every member of a group, so no two ranks wait on each other in
+ * opposite orders.
+ *
+ * NCCL refuses two ranks on one device. When ranks share a device (a one-GPU machine running
+ * several ranks, as the tests do), comm_open returns NULL and sdp/sync.h stages those reductions
+ * through host memory and MPI instead. */
+#include "sdp/cuda_check.h"
+#include "sdp/ops_cuda.h"
+
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NCCL_CHECK(call)                                                                           \
+    do {                                                                                           \
+        ncclResult_t sdp_nccl_res_ = (call);                                                       \
+        if (sdp_nccl_res_ != ncclSuccess)                                                          \
+            sdp_fatal("NCCL error at %s:%d: %s: check that every rank has its own GPU and that "   \
+                      "NCCL can reach the others (NCCL_DEBUG=INFO says more)",                     \
+                      __FILE__, __LINE__, ncclGetErrorString(sdp_nccl_res_));                      \
+    } while (0)
+
+typedef struct {
+    ncclComm_t comm;
+} device_comm;
+
+enum { UUID_BYTES = 16 };
+
+/* Whether two ranks of comm run on the same device (by UUID, which also tells apart devices of
+ * the same index on different nodes). Every rank gets the same answer. */
+static bool ranks_share_a_device(const sdp_cuda_ctx *ctx, MPI_Comm comm, int size) {
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx->device));
+    char *all = malloc((size_t)size * UUID_BYTES);
+    SDP_CHECK(all, "out of host memory: close other programs");
+    MPI_Allgather(prop.uuid.bytes, UUID_BYTES, MPI_BYTE, all, UUID_BYTES, MPI_BYTE, comm);
+    bool shared = false;
+    for (int i = 0; i < size && !shared; i++)
+        for (int j = i + 1; j < size && !shared; j++)
+            shared =
+                memcmp(all + (size_t)i * UUID_BYTES, all + (size_t)j * UUID_BYTES, UUID_BYTES) == 0;
+    free(all);
+    return shared;
+}
+
+static void make_comm_stream(sdp_cuda_ctx *ctx) {
+    if (ctx->comm_stream) return;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->comm_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&ctx->comm_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&ctx->comm_done, cudaEventDisableTiming));
+}
+
+void *sdp_cuda_comm_open(sdp_cuda_ctx *ctx, MPI_Comm comm) {
+    int size = 0, rank = 0;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &rank);
+    if (size < 2 || ranks_share_a_device(ctx, comm, size)) return NULL;
+    ncclUniqueId id;
+    if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm);
+    CUDA_CHECK(cudaSetDevice(ctx->device));
+    make_comm_stream(ctx);
+    device_comm *dc = calloc(1, sizeof *dc);
+    SDP_CHECK(dc, "out of host memory: close other programs");
+    NCCL_CHECK(ncclCommInitRank(&dc->comm, size, id, rank));
+    return dc;
+}
+
+void sdp_cuda_comm_close(sdp_cuda_ctx *ctx, void *p) {
+    if (!p) return;
+    device_comm *dc = p;
+    CUDA_CHECK(cudaStreamSynchronize(ctx->comm_stream));
+    NCCL_CHECK(ncclCommDestroy(dc->comm));
+    free(dc);
+}
+
+void sdp_cuda_allreduce_start(sdp_cuda_ctx *ctx, void *p, float *x, size_t n) {
+    device_comm *dc = p;
+    SDP_ASSERT(dc && ctx->comm_stream);
+    if (n == 0) return;
+    CUDA_CHECK(cudaEventRecord(ctx->comm_ready, ctx->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(ctx->comm_stream, ctx->comm_ready, 0));
+    NCCL_CHECK(ncclAllReduce(x, x, n, ncclFloat32, ncclSum, dc->comm, ctx->comm_stream));
+}
+
+void sdp_cuda_allreduce_wait(sdp_cuda_ctx *ctx) {
+    if (!ctx->comm_stream) return;
+    CUDA_CHECK(cudaEventRecord(ctx->comm_done, ctx->comm_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(ctx->stream, ctx->comm_done, 0));
+}

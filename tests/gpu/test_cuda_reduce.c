@@ -1,0 +1,105 @@
+/* The CUDA reductions behind the gradient norm, clipping and averaging (src/ops/cuda/reduce.cu),
+ * against the CPU's sdp_sumsq and sdp_scale, and the device communicator's refusal of a single
+ * rank (src/ops/cuda/comm_nccl.c; reductions among GPUs need a GPU per rank, which a one-GPU
+ * machine cannot test: tests/gpu/test_cuda_train.sh covers the staged path instead).
+ *
+ * sumsq: both sides accumulate float squares in double, in different orders, so they agree to
+ * about n double epsilons relative (tolerance 1e-12), and the device gives the bitwise same sum
+ * twice. scale: one float product per element on both sides, so bitwise equal.
+ *
+ * Exits 77 (skipped, for ctest) when there is no CUDA device or no driver. */
+#include "../testutil.h"
+
+#include "sdp/ops_cuda.h"
+#include "sdp/optim.h"
+
+static const size_t SIZES[] = {1, 31, 256, 1000, 262147, 5000011};
+
+static float *random_floats(size_t n, uint64_t seed) {
+    float *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    sdp_rng rng = sdp_rng_make(seed, 0);
+    tu_fill(x, n, &rng, 3.0f);
+    return x;
+}
+
+static float *to_device(sdp_cuda_ctx *ctx, const float *x, size_t n) {
+    float *d = sdp_cuda_malloc(ctx, SDP_MEM_GRADS, n * sizeof *x);
+    sdp_cuda_upload(ctx, d, x, n * sizeof *x);
+    return d;
+}
+
+static void test_sumsq(void **state) {
+    sdp_cuda_ctx *ctx = *state;
+    for (size_t i = 0; i < sizeof SIZES / sizeof *SIZES; i++) {
+        const size_t n = SIZES[i];
+        float *x = random_floats(n, 40 + i);
+        float *d = to_device(ctx, x, n);
+        const double want = sdp_sumsq(x, n), got = sdp_cuda_sumsq(ctx, d, n);
+        const double again = sdp_cuda_sumsq(ctx, d, n), rel = fabs(got - want) / want;
+        printf("  sumsq n=%-8zu cpu %.17g cuda %.17g rel %.2e\n", n, want, got, rel);
+        assert_true(rel <= 1e-12);
+        assert_true(memcmp(&got, &again, sizeof got) == 0);
+        sdp_cuda_free(ctx, d);
+        free(x);
+    }
+    assert_true(sdp_cuda_sumsq(ctx, NULL, 0) == 0);
+}
+
+static void test_scale(void **state) {
+    sdp_cuda_ctx *ctx = *state;
+    const float factors[] = {0.25f, 1.0f, -3.5f, 0.1f};
+    for (size_t i = 0; i < sizeof SIZES / sizeof *SIZES; i++)
+        for (size_t f = 0; f < sizeof factors / sizeof *factors; f++) {
+            const size_t n = SIZES[i];
+            float *x = random_floats(n, 70 + i), *got = malloc(n * sizeof *got);
+            assert_non_null(got);
+            float *d = to_device(ctx, x, n);
+            sdp_cuda_scale(ctx, d, n, factors[f]);
+            sdp_cuda_download(ctx, got, d, n * sizeof *got);
+            sdp_scale(x, n, factors[f]);
+            assert_memory_equal(got, x, n * sizeof *x);
+            sdp_cuda_free(ctx, d);
+            free(x);
+            free(got);
+        }
+    printf("  scale: bitwise equal to sdp_scale for %zu sizes and 4 factors\n",
+           sizeof SIZES / sizeof *SIZES);
+}
+
+/* One rank has no one to reduce with: no device communicator, and nothing to wait for. */
+static void test_single_rank_comm(void **state) {
+    sdp_cuda_ctx *ctx = *state;
+    assert_null(sdp_cuda_comm_open(ctx, MPI_COMM_SELF));
+    sdp_cuda_allreduce_wait(ctx);
+    sdp_cuda_sync(ctx);
+}
+
+static int create_ctx(void **state) {
+    *state = sdp_cuda_ctx_create(0);
+    return 0;
+}
+
+static int destroy_ctx(void **state) {
+    sdp_cuda_ctx_destroy(*state);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int devices = 0;
+    cudaError_t err = cudaGetDeviceCount(&devices);
+    if (err != cudaSuccess || devices == 0) {
+        printf("test_cuda_reduce: skipped: %s\n",
+               err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
+        return 77;
+    }
+    MPI_Init(&argc, &argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sumsq),
+        cmocka_unit_test(test_scale),
+        cmocka_unit_test(test_single_rank_comm),
+    };
+    const int failed = cmocka_run_group_tests(tests, create_ctx, destroy_ctx);
+    MPI_Finalize();
+    return failed;
+}
