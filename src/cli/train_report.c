@@ -176,7 +176,7 @@ static void print_row(const char *name, const double *row) {
 
 /* Every worker's measured bytes, for comparison with `sdp plan --json`. */
 static void write_memory_json(const trainer *t, const double *all, const uint64_t *sent,
-                              long steps) {
+                              const double *device_peak, long steps) {
     char *txt = NULL, path[1024];
     size_t len = 0;
     FILE *f = open_memstream(&txt, &len);
@@ -188,7 +188,7 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
             fprintf(f, ", \"%s\": %.0f", sdp_memcat_name((sdp_memcat)c), row[c]);
         fprintf(f, ", \"peak_rss\": %.0f, \"sent_per_step\": %.0f", row[COL_RSS],
                 (double)sent[r] / (double)steps);
-        if (t->be) fprintf(f, ", \"device_peak_in_use\": %zu", t->device_peak);
+        if (t->be) fprintf(f, ", \"device_peak_in_use\": %.0f", device_peak[r]);
         fprintf(f, "}%s\n", r == t->world.size - 1 ? "" : ",");
     }
     fprintf(f, "  ]\n}\n");
@@ -211,10 +211,14 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
     MPI_Reduce(&sent, &max_sent, 1, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
     uint64_t *sent_all = is_rank0(t) ? malloc(sizeof(uint64_t) * (size_t)N) : NULL;
     MPI_Gather(&sent, 1, MPI_UINT64_T, sent_all, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    double device_peak = (double)t->device_peak, *device_all = NULL;
+    if (is_rank0(t)) device_all = malloc(sizeof(double) * (size_t)N);
+    MPI_Gather(&device_peak, 1, MPI_DOUBLE, device_all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (!is_rank0(t)) return;
     const long steps = t->step > 0 ? t->step : 1;
-    write_memory_json(t, all, sent_all, steps);
+    write_memory_json(t, all, sent_all, device_all, steps);
     free(sent_all);
+    free(device_all);
     const double final_val = val.count > 0 ? val.loss / val.count : NAN;
     const char *what = simulating(t) ? "simulated worker's own " : "";
     if (t->data.images)

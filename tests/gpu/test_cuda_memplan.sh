@@ -1,0 +1,51 @@
+# GPU memory is accounted like the CPU's: `sdp-cuda train --device cuda --sim-world N --sim-rank r`
+# holds on the device, in each category the plan models (params, grads, optimizer, activations),
+# exactly the bytes `sdp plan --world N` predicts for rank r, for every rank, in both masking
+# regimes and for gpt, llama and vit. Scratch is the CUDA backend's workspace, which the plan does
+# not model: it is printed, with the device's own peak. Exits 77 (skipped) without a device.
+source "$(dirname "$0")/../lib.sh"
+: "${SDP_CUDA_BIN:?ctest sets it to the sdp-cuda program}"
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  echo "skip: no CUDA device (nvidia-smi lists none)"; exit 77
+fi
+make_text "$WORK/text.txt" 40000
+MODEL=(--layers 4 --heads 4 --width 32 --seq-len 16 --batch 2)
+DATA=(--data "$WORK/text.txt")
+RUN=(--steps 2 --val-every 0 --val-batches 1 --threads 1 --device cuda)
+
+check_memory() {
+  local n=$1; shift
+  local name="N=$n $*"
+  "$SDP_CUDA_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --json "$@" >"$WORK/plan.json" 2>&1 \
+    || { fail "$name: plan failed"; cat "$WORK/plan.json"; return; }
+  for ((r = 0; r < n; r++)); do
+    timeout 120 "$SDP_CUDA_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" --out "$WORK/sim$r" \
+      --sim-world "$n" --sim-rank "$r" "$@" >"$WORK/log" 2>&1 \
+      || { fail "$name rank $r: simulated training on the device failed"; cat "$WORK/log"; return; }
+    python3 - "$WORK/plan.json" "$WORK/sim$r/memory.json" "$r" <<'PY' \
+      || { fail "$name rank $r: device bytes differ from the plan"; return; }
+import json, sys
+plan, measured = (json.load(open(p)) for p in sys.argv[1:3])
+r = int(sys.argv[3])
+m, p = measured["workers"][0], plan["workers"][r]
+bad = [(k, p[k], m[k]) for k in ["params", "grads", "optimizer", "activations"] if p[k] != m[k]]
+for b in bad: print("rank %d %s: planned %d, measured %d" % ((r,) + b))
+print("rank %d: scratch %d bytes (workspace), device peak %d bytes" %
+      (r, m["scratch"], m["device_peak_in_use"]))
+sys.exit(1 if bad else 0)
+PY
+  done
+  pass "$name: every simulated rank holds the planned bytes on the device"
+}
+check_memory 4 --sdp-mask forward --sdp-unit block
+check_memory 4 --sdp-mask forward --sdp-unit neuron
+check_memory 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
+check_memory 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 2 --model llama
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
+  DATA=()
+  check_memory 4 --sdp-mask forward --sdp-unit block
+else
+  echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+fi
+finish
