@@ -96,6 +96,9 @@ void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes) {
 
 sdp_cuda_ctx *sdp_cuda_ctx_create(int device) {
     int count = sdp_cuda_device_count();
+    SDP_CHECK(count > 0,
+              "no usable CUDA device (none found, or the driver is older than the CUDA runtime "
+              "sdp was built with): check nvidia-smi, or train on the CPU with --device cpu");
     SDP_CHECK(
         device >= 0 && device < count,
         "CUDA device %d does not exist (%d found): pick a device in [0, %d) or run on the CPU",
