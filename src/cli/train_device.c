@@ -24,7 +24,7 @@ void device_open(trainer *t) {
               t->o.optimizer);
     SDP_CHECK(t->o.check_replicas == 0,
               "--check-replicas compares ranks, and --device cuda runs one: drop it");
-    t->be = sdp_backend_cuda(0); /* without CUDA: fails with the backend's own message */
+    t->be = sdp_backend_cuda(0, train_opts_precision(&t->o)); /* without CUDA: fails */
 }
 
 float *device_alloc(trainer *t, sdp_memcat cat, size_t n) {
