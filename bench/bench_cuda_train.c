@@ -140,6 +140,9 @@ static void *random_matrix(cudaDataType t, uint64_t seed) {
     }
     CUDA_CHECK(cudaMalloc(&dev, bytes));
     CUDA_CHECK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+    /* From pageable memory the copy may still be in flight when cudaMemcpy returns, and the
+     * backend's stream does not wait for the default stream. */
+    CUDA_CHECK(cudaDeviceSynchronize());
     free(host);
     return dev;
 }
