@@ -156,10 +156,16 @@ struct sdp_backend {
  * sdp_alloc counted in mem (which may be dry: then nothing is allocated or computed). */
 sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem);
 
+/* Arithmetic of the CUDA backend's matrix products (GEMMs and attention's products).
+ * FP32: plain fp32 cuBLAS (no TF32), results equal the CPU's to rounding: for parity tests.
+ * BF16: tensor cores; operands are rounded to bf16 inside cuBLAS, products accumulate in fp32.
+ * Parameters, gradients, optimizer state and activations stay fp32 in memory in both modes. */
+typedef enum { SDP_PRECISION_FP32, SDP_PRECISION_BF16 } sdp_precision;
+
 /* The CUDA backend on device `device` (its own context, stream and device memory, counted in
- * its own mem). Defined by the sdp_cuda library; programs built without it link
- * src/ops/nocuda/, where it fails: "this sdp was built without CUDA: ...". */
-sdp_backend *sdp_backend_cuda(int device);
+ * its own mem), its matrix products in `precision`. Defined by the sdp_cuda library; programs
+ * built without it link src/ops/nocuda/, where it fails: "this sdp was built without CUDA: ...". */
+sdp_backend *sdp_backend_cuda(int device, sdp_precision precision);
 /* Whether this build has the CUDA backend and a device to run it on (never fails). */
 bool sdp_backend_cuda_available(void);
 /* The CUDA devices this process sees (0 without the CUDA backend or a device; never fails). */

@@ -1,4 +1,6 @@
-/* CUDA kernels, fp32, row-major: the GPU counterparts of the CPU kernels in sdp/ops.h.
+/* CUDA kernels, row-major, fp32 storage: the GPU counterparts of the CPU kernels in sdp/ops.h.
+ * Matrix products run in the context's precision (sdp_precision: plain fp32, or bf16 tensor cores
+ * with fp32 accumulation); every other kernel computes in fp32.
  *
  * Every sdp_cuda_<name> has the arguments of sdp_<name> in the same order, with a leading
  * sdp_cuda_ctx * and without the GEMM provider or CPU scratch; every array argument is a device
@@ -37,6 +39,7 @@
 extern "C" {
 #endif
 
+#include "sdp/backend.h"
 #include "sdp/mem.h"
 #include "sdp/optim.h"
 
@@ -46,11 +49,12 @@ typedef struct sdp_cuda_block sdp_cuda_block; /* one live device allocation (con
 
 typedef struct {
     int device;
-    cudaStream_t stream;   /* every kernel, copy and cuBLAS call of this context runs here */
-    cublasHandle_t cublas; /* bound to stream */
-    /* Device scratch of the kernels that need temporaries (column sums, attention row sums, the
-     * loss total, the rope table). Reused by every call, which is safe because all of them run in
-     * stream order; grown on demand. Counted in mem as SDP_MEM_SCRATCH. */
+    sdp_precision precision; /* of every matrix product (sdp_cuda_gemm, attention) */
+    cudaStream_t stream;     /* every kernel, copy and cuBLAS call of this context runs here */
+    cublasHandle_t cublas;   /* bound to stream */
+    /* Device scratch of the kernels that need temporaries (column sums, attention's score
+     * matrices and row sums, the loss total, the rope table). Reused by every call, which is safe
+     * because all of them run in stream order; grown on demand. Counted as SDP_MEM_SCRATCH. */
     void *workspace;
     size_t workspace_bytes;
     unsigned *input_errors; /* device: flags raised by kernels that met bad ids */
@@ -70,8 +74,9 @@ int sdp_cuda_device_count(void);
 /* Bytes in use on the current device by every process and context (cudaMemGetInfo's total minus
  * free), or 0 when the query fails. Sampled by callers to find a peak. */
 size_t sdp_cuda_bytes_in_use(void);
-/* Selects the device, creates the stream and the cuBLAS handle. Failures are fatal. */
-sdp_cuda_ctx *sdp_cuda_ctx_create(int device);
+/* Selects the device, creates the stream and the cuBLAS handle; matrix products will run in
+ * `precision`. Failures are fatal. */
+sdp_cuda_ctx *sdp_cuda_ctx_create(int device, sdp_precision precision);
 /* Waits for the stream, then frees every allocation still live and the context itself. */
 void sdp_cuda_ctx_destroy(sdp_cuda_ctx *ctx);
 
@@ -91,8 +96,10 @@ void sdp_cuda_copy_rows(sdp_cuda_ctx *ctx, float *dst, size_t ld_dst, const floa
 
 /* ---- GEMM ---------------------------------------------------------------------------------- */
 
-/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, as sdp_gemm, through cuBLAS sgemm in full
- * fp32 (no TF32). cuBLAS is column-major, and a row-major matrix read column-major is its
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, as sdp_gemm, through cuBLAS: in full fp32
+ * (no TF32) when ctx->precision is SDP_PRECISION_FP32; with SDP_PRECISION_BF16, on tensor cores
+ * with A and B rounded to bf16 and fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF; A, B and C
+ * stay fp32 in memory). cuBLAS is column-major, and a row-major matrix read column-major is its
  * transpose, so this computes C^T = op(B)^T op(A)^T: B is passed as cuBLAS's first operand and A
  * as its second, with M and N swapped; the strides stay as they are. */
 void sdp_cuda_gemm(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, int N, int K, float alpha,
@@ -149,9 +156,9 @@ void sdp_cuda_residual_bwd(sdp_cuda_ctx *ctx, float *da, float *db, const float 
 
 /* Layouts as sdp_attention_fwd: qkv [B, T, 3*D], out [B, T, D], lse [B, H, T], D = H*hs, scale
  * 1/sqrt(hs). causal: query t sees keys 0..t; otherwise every key (bidirectional, as in ViT).
- * Head sizes up to SDP_CUDA_ATTENTION_MAX_HS. No CPU-style scratch: temporaries live in the
- * context's workspace. */
-enum { SDP_CUDA_ATTENTION_MAX_HS = 256 };
+ * The products (scores, P V and the five of the backward) are cuBLAS GEMMs in the context's
+ * precision, batched over the heads of one sequence at a time. No CPU-style scratch: the score
+ * matrices of one sequence (two of [H, T, T] floats) live in the context's workspace. */
 void sdp_cuda_attention_fwd(sdp_cuda_ctx *ctx, float *out, float *lse, const float *qkv, int B,
                             int T, int H, int hs, bool causal);
 /* dqkv += gradient w.r.t. qkv; out and lse are those saved by the forward with the same causal. */

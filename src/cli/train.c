@@ -46,6 +46,7 @@ static void validate_options(train_opts *o) {
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     SDP_CHECK(o->warmup <= o->steps, "--warmup %d exceeds --steps %d", o->warmup, o->steps);
     SDP_CHECK(o->lr_min <= o->lr, "--lr-min %g exceeds --lr %g", o->lr_min, o->lr);
+    train_opts_check_precision(o);
     if (o->sim_world == 0) {
         SDP_CHECK(o->sim_rank == 0, "--sim-rank %d needs --sim-world N (the simulated job's size)",
                   o->sim_rank);

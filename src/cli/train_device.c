@@ -23,7 +23,8 @@ void device_open(trainer *t) {
      * then reduce through host memory, see sdp_sync_use_backend). Without CUDA, or without a
      * device, sdp_backend_cuda fails with its own message. */
     const int devices = sdp_backend_cuda_devices();
-    t->be = sdp_backend_cuda(devices > 0 ? t->world.local_rank % devices : 0);
+    t->be = sdp_backend_cuda(devices > 0 ? t->world.local_rank % devices : 0,
+                             train_opts_precision(&t->o));
 }
 
 float *device_alloc(trainer *t, sdp_memcat cat, size_t n) {

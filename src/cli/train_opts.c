@@ -1,5 +1,7 @@
 #include "train_opts.h"
 
+#include "sdp/check.h"
+
 #include <string.h>
 
 #define F(field) offsetof(train_opts, field)
@@ -84,6 +86,10 @@ const opt_spec TRAIN_OPTS[] = {
     {"resume", OPT_STR, F(resume), "", "continue the run in this directory", 0},
     {"device", OPT_STR, F(device), "cpu",
      "cpu, or cuda (gpt, llama, vit; one GPU per rank, sdp-cuda only)", 0},
+    {"precision", OPT_STR, F(precision), "fp32",
+     "--device cuda: fp32 (exact GEMMs) or bf16 (GEMMs on tensor cores; weights, optimizer "
+     "state and activations stay fp32)",
+     0},
     {"sim-world", OPT_INT, F(sim_world), "0",
      "one process runs worker --sim-rank of an N-worker job alone, with no communication and "
      "no checkpoints (to measure its memory and speed); 0 = off",
@@ -99,8 +105,22 @@ bool train_opt_may_change_on_resume(const char *name) {
                                "val-batches", "ckpt-every",     "threads",    "gemm",
                                "resume",      "check-replicas", "sdp-mask",   "sdp-unit",
                                "sdp-owners",  "sdp-coverage",   "sdp-assign", "sdp-chunks",
-                               "sdp-seed",    "branch-scale",   "device"};
+                               "sdp-seed",    "branch-scale",   "device",     "precision"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;
     return false;
+}
+
+sdp_precision train_opts_precision(const train_opts *o) {
+    if (strcmp(o->precision, "fp32") == 0) return SDP_PRECISION_FP32;
+    SDP_CHECK(strcmp(o->precision, "bf16") == 0, "unknown --precision '%s': use fp32 or bf16",
+              o->precision);
+    return SDP_PRECISION_BF16;
+}
+
+void train_opts_check_precision(const train_opts *o) {
+    SDP_CHECK(train_opts_precision(o) == SDP_PRECISION_FP32 || strcmp(o->device, "cuda") == 0,
+              "--precision %s needs --device cuda (the CPU computes in fp32): use --precision "
+              "fp32 or --device cuda",
+              o->precision);
 }

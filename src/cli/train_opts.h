@@ -4,6 +4,8 @@
 
 #include "options.h"
 
+#include "sdp/backend.h"
+
 typedef struct {
     /* model */
     char model[OPT_STR_MAX];
@@ -30,11 +32,16 @@ typedef struct {
     int log_every, val_every, val_batches, ckpt_every, stop_after, seed, threads;
     char out[OPT_STR_MAX], resume[OPT_STR_MAX], gemm[OPT_STR_MAX];
     /* device and simulation */
-    char device[OPT_STR_MAX];
+    char device[OPT_STR_MAX], precision[OPT_STR_MAX];
     int sim_world, sim_rank;
 } train_opts;
 
 extern const opt_spec TRAIN_OPTS[];
+
+/* --precision as the CUDA backend's precision; fails with one line on an unknown name. */
+sdp_precision train_opts_precision(const train_opts *o);
+/* Fails with one line when --precision is unknown, or is bf16 without --device cuda. */
+void train_opts_check_precision(const train_opts *o);
 
 /* Options that a resumed run may change; every other one comes from the run's config.json. */
 bool train_opt_may_change_on_resume(const char *name);

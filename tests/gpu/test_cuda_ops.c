@@ -4,10 +4,18 @@
  * max |gpu - want| / (|want| + rms(want)), where the rms floor keeps entries that happen to be near
  * zero from dominating. Tolerances: 1e-5 for elementwise results, 1e-4 for results of
  * reductions (GEMM, norms' gradients, attention). Backward calls start from random gradients, so
- * the checks also cover accumulation.
+ * the checks also cover accumulation. All of this runs on a context in SDP_PRECISION_FP32.
  *
  * Causal attention is compared with the CPU kernel; non-causal attention with a naive
  * double-precision reference (forward) and central differences of it (backward).
+ *
+ * The bf16 checks run GEMM and attention on a second context in SDP_PRECISION_BF16 against the
+ * CPU kernels, by the normwise relative error |gpu - want|_2 / |want|_2 (an elementwise bound
+ * would be ruled by the few entries that cancel). Tolerance 2e-2: bf16 keeps 8 significant bits
+ * (unit roundoff 2^-9 = 2e-3), each result goes through two or three GEMMs with rounded operands,
+ * and a CPU emulation of these very calls with operands rounded to nearest bf16 gave normwise
+ * errors of 3e-3 (GEMM) and 3e-3 to 6e-3 (attention's out and dqkv). A wrong layout or a lost
+ * term errs by O(1).
  *
  * Exits 77 (skipped, for ctest) when there is no CUDA device or no driver. */
 #include "../testutil.h"
@@ -20,6 +28,7 @@
 enum { MAX_BUFFERS = 64 };
 static const double ELEMENTWISE_TOL = 1e-5;
 static const double REDUCTION_TOL = 1e-4;
+static const double BF16_TOL = 2e-2; /* normwise; see the top of the file */
 
 /* ---- buffers ------------------------------------------------------------------------------- */
 
@@ -117,6 +126,26 @@ static void expect_close(const char *kernel, const char *what, const float *got,
     free(w);
 }
 
+/* A result of matrix products: elementwise to REDUCTION_TOL on an fp32 context, normwise to
+ * BF16_TOL on a bf16 one. */
+static void expect_product(sdp_cuda_ctx *ctx, const char *kernel, const char *what,
+                           const float *got, const float *want, size_t n) {
+    if (ctx->precision == SDP_PRECISION_FP32) {
+        expect_close(kernel, what, got, want, n, REDUCTION_TOL);
+        return;
+    }
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < n; i++) {
+        diff += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        norm += (double)want[i] * want[i];
+    }
+    const double e = sqrt(diff / (norm + 1e-300));
+    printf("  %-26s %-8s n=%-8zu bf16 normwise rel err %.2e (tol %.0e)%s\n", kernel, what, n, e,
+           BF16_TOL, e <= BF16_TOL ? "" : "  FAIL");
+    fflush(stdout);
+    assert_true(e <= BF16_TOL); /* also false for NaN */
+}
+
 /* Device result against host result. */
 static void expect_dev(bufs *b, const char *kernel, const char *what, const float *dev,
                        const float *want, size_t n, double tol) {
@@ -139,17 +168,30 @@ static void check_gemm(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, int N, int K)
     sdp_gemm(SDP_GEMM_OPENBLAS, ta, tb, M, N, K, 0.7f, A, lda, B, ldb, 0.3f, C, ldc);
     sdp_cuda_gemm(ctx, ta, tb, M, N, K, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc);
     char name[64];
-    snprintf(name, sizeof name, "gemm %c%c %dx%dx%d", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K);
-    expect_dev(&b, name, "C", dC, C, (size_t)M * ldc, REDUCTION_TOL);
+    snprintf(name, sizeof name, "gemm %s %c%c %dx%dx%d",
+             ctx->precision == SDP_PRECISION_BF16 ? "bf16" : "fp32", ta ? 'T' : 'N', tb ? 'T' : 'N',
+             M, N, K);
+    expect_product(ctx, name, "C", download(&b, dC, (size_t)M * ldc), C, (size_t)M * ldc);
     bufs_free(&b);
 }
 
-static void test_gemm(void **state) {
+static void check_gemms(sdp_cuda_ctx *ctx) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-            check_gemm(*state, ta, tb, 37, 53, 29);
-            check_gemm(*state, ta, tb, 128, 96, 300);
+            check_gemm(ctx, ta, tb, 37, 53, 29);
+            check_gemm(ctx, ta, tb, 128, 96, 300);
         }
+}
+
+static void test_gemm(void **state) {
+    check_gemms(*state);
+}
+
+static void test_gemm_bf16(void **state) {
+    (void)state;
+    sdp_cuda_ctx *bf16 = sdp_cuda_ctx_create(0, SDP_PRECISION_BF16);
+    check_gemms(bf16);
+    sdp_cuda_ctx_destroy(bf16);
 }
 
 /* Backward runs twice: with every gradient, and with dinp and dbias NULL (skipped). */
@@ -442,24 +484,28 @@ static attention_result gpu_attention(bufs *b, const float *qkv, const float *do
     return r;
 }
 
-/* Causal: the GPU against the CPU kernel, forward and backward. */
-static void check_attention_causal(sdp_cuda_ctx *ctx, shape s) {
+/* The GPU against the CPU kernel, forward and backward. On an fp32 context dqkv starts random (so
+ * accumulation is checked too); on a bf16 one it starts at zero, so that the normwise error
+ * measures the gradient alone. */
+static void check_attention_vs_cpu(sdp_cuda_ctx *ctx, shape s, bool causal) {
+    const bool bf16 = ctx->precision == SDP_PRECISION_BF16;
     bufs b = bufs_make(ctx, 1000 + (uint64_t)s.T);
     size_t n = qkv_len(s), m = out_len(s), nl = lse_len(s);
     float *qkv = host_randn(&b, n, 1.5f), *dout = host_randn(&b, m, 1.0f);
-    float *dqkv = host_randn(&b, n, 1.0f);
-    attention_result g = gpu_attention(&b, qkv, dout, dqkv, s, true);
+    float *dqkv = host_randn(&b, n, bf16 ? 0.0f : 1.0f);
+    attention_result g = gpu_attention(&b, qkv, dout, dqkv, s, causal);
 
     float *out = host_alloc(&b, m * sizeof *out), *lse = host_alloc(&b, nl * sizeof *lse);
     float *scratch = host_alloc(&b, sdp_attention_scratch_floats(s.T, s.hs) * sizeof *scratch);
-    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, true, scratch);
-    sdp_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs, true, scratch);
+    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, causal, scratch);
+    sdp_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs, causal, scratch);
 
     char name[80];
-    snprintf(name, sizeof name, "attention causal %d,%d,%d,%d", s.B, s.T, s.H, s.hs);
-    expect_close(name, "out", g.out, out, m, REDUCTION_TOL);
-    expect_close(name, "lse", g.lse, lse, nl, REDUCTION_TOL);
-    expect_close(name, "dqkv", g.dqkv, dqkv, n, REDUCTION_TOL);
+    snprintf(name, sizeof name, "attention %s %s %d,%d,%d,%d", bf16 ? "bf16" : "fp32",
+             causal ? "causal" : "full", s.B, s.T, s.H, s.hs);
+    expect_product(ctx, name, "out", g.out, out, m);
+    expect_product(ctx, name, "lse", g.lse, lse, nl);
+    expect_product(ctx, name, "dqkv", g.dqkv, dqkv, n);
     bufs_free(&b);
 }
 
@@ -521,14 +567,30 @@ static void check_attention_bidirectional(sdp_cuda_ctx *ctx, shape s, size_t che
     bufs_free(&b);
 }
 
-/* T below, at and above tile multiples of 32; head sizes of 1 to 8 per lane, odd and even. */
-static const shape attention_shapes[] = {{1, 1, 1, 4},   {2, 5, 3, 4},    {1, 32, 2, 32},
-                                         {2, 67, 4, 16}, {1, 130, 2, 64}, {2, 33, 2, 128},
-                                         {1, 50, 2, 48}, {1, 35, 1, 256}, {1, 19, 3, 7}};
+/* T on and off multiples of the GEMM tiles (1, 5, 19, 33, 35, 37, 50, 67, 130 and 32, 64); head
+ * sizes odd and even, 4 to 256. */
+static const shape attention_shapes[] = {
+    {1, 1, 1, 4},    {2, 5, 3, 4},   {1, 32, 2, 32},  {2, 67, 4, 16}, {1, 130, 2, 64},
+    {2, 33, 2, 128}, {1, 50, 2, 48}, {1, 35, 1, 256}, {1, 19, 3, 7},  {2, 37, 3, 16},
+    {2, 64, 2, 64},  {1, 37, 2, 64}, {1, 64, 3, 16}};
+
+/* The bf16 shapes: T = 37 and 64, head sizes 16 and 64. */
+static const shape bf16_attention_shapes[] = {
+    {2, 37, 3, 16}, {2, 64, 2, 64}, {1, 37, 2, 64}, {1, 64, 3, 16}};
 
 static void test_attention_causal(void **state) {
     for (size_t i = 0; i < sizeof attention_shapes / sizeof attention_shapes[0]; i++)
-        check_attention_causal(*state, attention_shapes[i]);
+        check_attention_vs_cpu(*state, attention_shapes[i], true);
+}
+
+static void test_attention_bf16(void **state) {
+    (void)state;
+    sdp_cuda_ctx *bf16 = sdp_cuda_ctx_create(0, SDP_PRECISION_BF16);
+    for (size_t i = 0; i < sizeof bf16_attention_shapes / sizeof bf16_attention_shapes[0]; i++) {
+        check_attention_vs_cpu(bf16, bf16_attention_shapes[i], true);
+        check_attention_vs_cpu(bf16, bf16_attention_shapes[i], false);
+    }
+    sdp_cuda_ctx_destroy(bf16);
 }
 
 static void test_attention_bidirectional(void **state) {
@@ -775,7 +837,7 @@ static void test_device_memory_accounting(void **state) {
 /* ---- main ---------------------------------------------------------------------------------- */
 
 static int create_ctx(void **state) {
-    *state = sdp_cuda_ctx_create(0);
+    *state = sdp_cuda_ctx_create(0, SDP_PRECISION_FP32);
     return 0;
 }
 
@@ -800,6 +862,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_memory_accounting),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm_bf16),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_embed),
         cmocka_unit_test(test_norms),
@@ -809,6 +872,7 @@ int main(void) {
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention_causal),
         cmocka_unit_test(test_attention_bidirectional),
+        cmocka_unit_test(test_attention_bf16),
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_copy_rows),

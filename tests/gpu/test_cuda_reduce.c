@@ -76,7 +76,7 @@ static void test_single_rank_comm(void **state) {
 }
 
 static int create_ctx(void **state) {
-    *state = sdp_cuda_ctx_create(0);
+    *state = sdp_cuda_ctx_create(0, SDP_PRECISION_FP32);
     return 0;
 }
 

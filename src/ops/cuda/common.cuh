@@ -70,6 +70,14 @@ __device__ __forceinline__ float block_max(float x, float *shared) {
     return warp_max(x);
 }
 
+/* A batch of sdp_cuda_gemm products (row-major, the context's precision): for i < batch,
+ * C + i stride_c = alpha op(A + i stride_a) op(B + i stride_b) + beta (C + i stride_c).
+ * Strides are in floats. Defined in gemm.cu. */
+void sdp_cuda_gemm_strided_batched(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, int N, int K,
+                                   float alpha, const float *A, int lda, long long stride_a,
+                                   const float *B, int ldb, long long stride_b, float beta,
+                                   float *C, int ldc, long long stride_c, int batch);
+
 /* At least `bytes` of the context's device workspace (grown, and so reallocated, if needed: take
  * it once per call, before launching anything that uses it). Defined in context.cu. */
 void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes);

@@ -1,5 +1,6 @@
-/* The CUDA context: device, stream, cuBLAS handle, workspace, and device memory with the same
- * per-category accounting as sdp_alloc gives host memory.
+/* The CUDA context: device, precision of the matrix products, stream, cuBLAS handle and its
+ * workspace, our own workspace, and device memory with the same per-category accounting as
+ * sdp_alloc gives host memory.
  *
  * sdp_alloc keeps each buffer's size and category in a header in front of it, which device memory
  * cannot have (reading it back would need a copy). Device allocations are few (tens per model),
@@ -16,7 +17,12 @@ struct sdp_cuda_block {
     sdp_cuda_block *next;
 };
 
-enum { INITIAL_WORKSPACE_BYTES = 16 << 20 };
+enum {
+    INITIAL_WORKSPACE_BYTES = 16 << 20,
+    /* cuBLAS's own scratch: the size its documentation recommends for Hopper (4 MiB suffices
+     * before it). Given explicitly so that it is counted, and so that no GEMM runs short. */
+    CUBLAS_WORKSPACE_BYTES = 32 << 20
+};
 
 int sdp_cuda_device_count(void) {
     int n = 0;
@@ -94,7 +100,10 @@ void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes) {
     return ctx->workspace;
 }
 
-sdp_cuda_ctx *sdp_cuda_ctx_create(int device) {
+sdp_cuda_ctx *sdp_cuda_ctx_create(int device, sdp_precision precision) {
+    SDP_CHECK(precision == SDP_PRECISION_FP32 || precision == SDP_PRECISION_BF16,
+              "unknown CUDA precision %d: use SDP_PRECISION_FP32 or SDP_PRECISION_BF16",
+              (int)precision);
     int count = sdp_cuda_device_count();
     SDP_CHECK(count > 0,
               "no usable CUDA device (none found, or the driver is older than the CUDA runtime "
@@ -106,12 +115,15 @@ sdp_cuda_ctx *sdp_cuda_ctx_create(int device) {
     sdp_cuda_ctx *ctx = (sdp_cuda_ctx *)calloc(1, sizeof *ctx);
     SDP_CHECK(ctx, "out of host memory: close other programs");
     ctx->device = device;
+    ctx->precision = precision;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&ctx->cublas));
     CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
-    /* Plain fp32 products: TF32 would change results at the 1e-3 level. */
+    /* No TF32 behind our back: each GEMM names its arithmetic by its compute type (gemm.cu). */
     CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
+    void *cublas_workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, CUBLAS_WORKSPACE_BYTES);
+    CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, cublas_workspace, CUBLAS_WORKSPACE_BYTES));
     ctx->workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, INITIAL_WORKSPACE_BYTES);
     ctx->workspace_bytes = INITIAL_WORKSPACE_BYTES;
     ctx->input_errors = (unsigned *)sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, sizeof(unsigned));
@@ -121,6 +133,7 @@ sdp_cuda_ctx *sdp_cuda_ctx_create(int device) {
 void sdp_cuda_ctx_destroy(sdp_cuda_ctx *ctx) {
     if (!ctx) return;
     CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    CUBLAS_CHECK(cublasDestroy(ctx->cublas)); /* first: it holds a block (its workspace) */
     while (ctx->blocks) sdp_cuda_free(ctx, ctx->blocks->ptr);
     if (ctx->comm_stream) {
         CUDA_CHECK(cudaStreamSynchronize(ctx->comm_stream));
@@ -128,7 +141,6 @@ void sdp_cuda_ctx_destroy(sdp_cuda_ctx *ctx) {
         CUDA_CHECK(cudaEventDestroy(ctx->comm_done));
         CUDA_CHECK(cudaStreamDestroy(ctx->comm_stream));
     }
-    CUBLAS_CHECK(cublasDestroy(ctx->cublas));
     CUDA_CHECK(cudaStreamDestroy(ctx->stream));
     free(ctx);
 }

@@ -1,4 +1,7 @@
-/* Single-precision GEMM through cuBLAS, called row-major like sdp_gemm.
+/* GEMMs through cuBLAS, called row-major like sdp_gemm, fp32 in memory, with the arithmetic of
+ * the context's precision: plain fp32 (CUBLAS_COMPUTE_32F under the default math mode: no TF32),
+ * or bf16 tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF: cuBLAS rounds A and B to bf16 as it loads
+ * them and accumulates in fp32).
  *
  * cuBLAS reads matrices column-major, and a row-major X[r, c] with row stride ld is, read
  * column-major with leading dimension ld, the matrix X^T. So the row-major product
@@ -25,12 +28,33 @@ static void check_gemm_args(bool ta, bool tb, int M, int N, int K, int lda, int 
               "gemm: ldc=%d is less than the %d columns of C: pass the row stride of C", ldc, N);
 }
 
+static cublasComputeType_t compute_type(const sdp_cuda_ctx *ctx) {
+    return ctx->precision == SDP_PRECISION_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+}
+
+static cublasOperation_t op(bool transposed) {
+    return transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
 void sdp_cuda_gemm(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
                    int ldc) {
     check_gemm_args(ta, tb, M, N, K, lda, ldb, ldc);
     if (M == 0 || N == 0) return;
-    CUBLAS_CHECK(cublasSgemm(ctx->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda, &beta,
-                             C, ldc));
+    CUBLAS_CHECK(cublasGemmEx(ctx->cublas, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
+                              CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute_type(ctx),
+                              CUBLAS_GEMM_DEFAULT));
+}
+
+void sdp_cuda_gemm_strided_batched(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, int N, int K,
+                                   float alpha, const float *A, int lda, long long stride_a,
+                                   const float *B, int ldb, long long stride_b, float beta,
+                                   float *C, int ldc, long long stride_c, int batch) {
+    check_gemm_args(ta, tb, M, N, K, lda, ldb, ldc);
+    SDP_ASSERT(batch >= 0 && stride_a >= 0 && stride_b >= 0 && stride_c >= 0);
+    if (M == 0 || N == 0 || batch == 0) return;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx->cublas, op(tb), op(ta), N, M, K, &alpha, B,
+                                            CUDA_R_32F, ldb, stride_b, A, CUDA_R_32F, lda, stride_a,
+                                            &beta, C, CUDA_R_32F, ldc, stride_c, batch,
+                                            compute_type(ctx), CUBLAS_GEMM_DEFAULT));
 }

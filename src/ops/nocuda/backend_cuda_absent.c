@@ -4,8 +4,9 @@
 #include "sdp/backend.h"
 #include "sdp/check.h"
 
-sdp_backend *sdp_backend_cuda(int device) {
+sdp_backend *sdp_backend_cuda(int device, sdp_precision precision) {
     (void)device;
+    (void)precision;
     sdp_fatal("this sdp was built without CUDA: run sdp-cuda (built beside sdp when nvcc is "
               "found), or install nvcc (CUDA 12 or 13) and rebuild");
 }
