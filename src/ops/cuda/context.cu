@@ -120,6 +120,7 @@ void sdp_cuda_ctx_destroy(sdp_cuda_ctx *ctx) {
     CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
     while (ctx->blocks) sdp_cuda_free(ctx, ctx->blocks->ptr);
     CUBLAS_CHECK(cublasDestroy(ctx->cublas));
+    if (ctx->cudnn) CUDNN_CHECK(cudnnDestroy(ctx->cudnn));
     CUDA_CHECK(cudaStreamDestroy(ctx->stream));
     free(ctx);
 }
