@@ -97,10 +97,6 @@ else
   fail "--sim-world under mpirun -n 2: expected one message naming 2 MPI ranks, got: $msgs"
 fi
 # --device cuda: what it refuses before any device is touched (these hold with or without a GPU).
-expect_error "--device cuda with resnet" "resnet has no CUDA kernels yet" \
-  "$SDP_BIN" "${E[@]}" --model resnet --device cuda
-expect_error "--device cuda with sgd" "--optimizer sgd has no CUDA kernel yet" \
-  "$SDP_BIN" "${E[@]}" --optimizer sgd --device cuda
 expect_error "unknown --device" "unknown --device 'tpu'" "$SDP_BIN" "${E[@]}" --device tpu
 # `sdp` itself never links CUDA (sdp-cuda does), so there --device cuda names the way out.
 expect_error "--device cuda on sdp" "this sdp was built without CUDA: run sdp-cuda" \

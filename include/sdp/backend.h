@@ -1,4 +1,4 @@
-/* A compute backend: every kernel the transformer (gpt, llama, vit) calls, and the memory its
+/* A compute backend: every kernel the models (gpt, llama, vit, resnet) call, and the memory their
  * buffers live in, as one table of function pointers. The model code is written once against
  * this table and runs on the CPU (sdp_backend_cpu: sdp/ops.h over host memory) or on a CUDA
  * device (sdp_backend_cuda: sdp/ops_cuda.h over device memory).
@@ -21,6 +21,7 @@
 
 #include "sdp/mem.h"
 #include "sdp/ops.h"
+#include "sdp/ops_vision.h"
 #include "sdp/optim.h"
 
 typedef struct sdp_backend sdp_backend;
@@ -35,10 +36,18 @@ struct sdp_backend {
     void (*destroy)(sdp_backend *be);
     /* Device backends only (NULL on the CPU, where the trainer calls sdp_optim_step itself):
      * the AdamW update of sdp_optim_step on backend memory, t being the step's count after
-     * the increment; and the bytes in use on the device (for the peak). */
+     * the increment. */
     void (*adamw_update)(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m, float *v,
                          float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
                          float lr);
+    /* Device backends only, like adamw_update: the SGD update of sdp_optim_step
+     * (src/optim/sgd.c) on backend memory. buf is the momentum buffer (NULL when cfg->momentum
+     * is 0), indexed by the segments' state offsets; t is the step's count after the increment
+     * (t == 1: the buffer starts as the gradient). */
+    void (*sgd_update)(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
+                       float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
+                       float lr);
+    /* Device backends only: the bytes in use on the device (for the peak). */
     size_t (*bytes_in_use)(const sdp_backend *be);
 
     /* ---- reductions: the gradient norm and clipping where the gradients are ---- */
@@ -150,6 +159,48 @@ struct sdp_backend {
      * [B, T - 1, C] is overwritten. */
     void (*vit_embed_bwd)(const sdp_backend *be, float *dpatches, float *dcls, float *dpos,
                           const float *dembed, int B, int T, int C);
+
+    /* ---- vision (ResNet) ---- */
+    /* The kernels of sdp/ops_vision.h. A convolution runs through a plan, made once per shape by
+     * conv_plan_create: algo picks the CPU implementation, and other backends choose their own.
+     * Plans allocate nothing through be->mem, so they are made under a dry mem as well.
+     * conv_scratch_bytes is the scratch conv2d_fwd and conv2d_bwd take (0 where the backend keeps
+     * its own). As on the CPU, the backward accumulates into dinp, dw and dbias and skips NULL
+     * ones; inp is needed only for dw, w only for dinp. */
+    void *(*conv_plan_create)(const sdp_backend *be, const sdp_conv_shape *shape,
+                              sdp_conv_algo algo);
+    void (*conv_plan_free)(const sdp_backend *be, void *plan);
+    size_t (*conv_scratch_bytes)(const sdp_backend *be, const void *plan);
+    void (*conv2d_fwd)(const sdp_backend *be, const void *plan, float *out, const float *inp,
+                       const float *w, const float *bias, float *scratch);
+    void (*conv2d_bwd)(const sdp_backend *be, const void *plan, float *dinp, float *dw,
+                       float *dbias, const float *dout, const float *inp, const float *w,
+                       float *scratch);
+    void (*batchnorm_fwd_train)(const sdp_backend *be, float *out, float *mean, float *rstd,
+                                float *running_mean, float *running_var, const float *inp,
+                                const float *gamma, const float *beta, int B, int C, int H, int W);
+    void (*batchnorm_fwd_eval)(const sdp_backend *be, float *out, const float *inp,
+                               const float *running_mean, const float *running_var,
+                               const float *gamma, const float *beta, int B, int C, int H, int W);
+    void (*batchnorm_bwd)(const sdp_backend *be, float *dinp, float *dgamma, float *dbeta,
+                          const float *dout, const float *inp, const float *gamma,
+                          const float *mean, const float *rstd, int B, int C, int H, int W);
+    void (*relu_fwd)(const sdp_backend *be, float *out, const float *inp, size_t n);
+    void (*relu_bwd)(const sdp_backend *be, float *dinp, const float *dout, const float *out,
+                     size_t n);
+    void (*avgpool_fwd)(const sdp_backend *be, float *out, const float *inp, int B, int C, int H,
+                        int W, int k);
+    void (*avgpool_bwd)(const sdp_backend *be, float *dinp, const float *dout, int B, int C, int H,
+                        int W, int k);
+    void (*global_avgpool_fwd)(const sdp_backend *be, float *out, const float *inp, int B, int C,
+                               int H, int W);
+    void (*global_avgpool_bwd)(const sdp_backend *be, float *dinp, const float *dout, int B, int C,
+                               int H, int W);
+    /* dst[r * ld_dst + c] += src[r * ld_src + c] for r < rows, c < cols (backend to backend): an
+     * owned slice of a whole gradient added into the caller's buffer (the ResNet's sliced
+     * gradients under SDP backward masking). */
+    void (*add_rows)(const sdp_backend *be, float *dst, size_t ld_dst, const float *src,
+                     size_t ld_src, size_t rows, size_t cols);
 };
 
 /* The CPU backend: the kernels of sdp/ops.h with GEMMs by `gemm`, over host memory from

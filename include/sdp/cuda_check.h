@@ -1,5 +1,6 @@
-/* CUDA_CHECK and CUBLAS_CHECK: a failed CUDA runtime or cuBLAS call is fatal, reported through
- * sdp_fatal (one line, then exit or MPI_Abort) with the call's file, line and error string.
+/* CUDA_CHECK, CUBLAS_CHECK and CUDNN_CHECK: a failed CUDA runtime, cuBLAS or cuDNN call is fatal,
+ * reported through sdp_fatal (one line, then exit or MPI_Abort) with the call's file, line and
+ * error string.
  *
  * Usable from C and from CUDA C++. sdp/check.h is a C header whose sdp_fatal is declared
  * _Noreturn, which C++ front ends (nvcc's included) do not accept, and without extern "C"; for C++
@@ -12,6 +13,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #ifdef __cplusplus
 #define _Noreturn [[noreturn]]
@@ -39,6 +41,14 @@ extern "C" {
             sdp_fatal("cuBLAS error at %s:%d: %s (%s): check the sizes and strides passed",        \
                       __FILE__, __LINE__, cublasGetStatusString(sdp_cublas_st_),                   \
                       cublasGetStatusName(sdp_cublas_st_));                                        \
+    } while (0)
+
+#define CUDNN_CHECK(call)                                                                          \
+    do {                                                                                           \
+        cudnnStatus_t sdp_cudnn_st_ = (call);                                                      \
+        if (sdp_cudnn_st_ != CUDNN_STATUS_SUCCESS)                                                 \
+            sdp_fatal("cuDNN error at %s:%d: %s: check the shapes passed and the cuDNN install",   \
+                      __FILE__, __LINE__, cudnnGetErrorString(sdp_cudnn_st_));                     \
     } while (0)
 
 #endif

@@ -33,6 +33,7 @@
 #define MPICH_SKIP_MPICXX 1
 #endif
 #include <mpi.h>
+#include <cudnn.h>
 
 /* The sdp headers are C headers without extern "C" of their own. */
 #ifdef __cplusplus
@@ -52,6 +53,10 @@ typedef struct {
     sdp_precision precision; /* of every matrix product (sdp_cuda_gemm, attention) */
     cudaStream_t stream;     /* every kernel, copy and cuBLAS call of this context runs here */
     cublasHandle_t cublas;   /* bound to stream */
+    /* Bound to stream; made by the first convolution plan (sdp/ops_cuda_vision.h), so that
+     * contexts without convolutions (the transformers') never pay for a cuDNN handle's start-up
+     * and device memory. NULL until then. */
+    cudnnHandle_t cudnn;
     /* Device scratch of the kernels that need temporaries (column sums, attention's score
      * matrices and row sums, the loss total, the rope table). Reused by every call, which is safe
      * because all of them run in stream order; grown on demand. Counted as SDP_MEM_SCRATCH. */
@@ -210,6 +215,12 @@ void sdp_cuda_vit_embed_bwd(sdp_cuda_ctx *ctx, float *dpatches, float *dcls, flo
 void sdp_cuda_adamw_update(sdp_cuda_ctx *ctx, const sdp_opt_cfg *cfg, long t, float *m, float *v,
                            float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
                            float lr);
+/* One SGD step with the formula of src/optim/sgd.c (torch.optim.SGD, dampening 0), arguments as
+ * above: buf is the momentum buffer (NULL when cfg->momentum is 0) at the segments' state offsets,
+ * and t == 1 makes it start as the gradient. */
+void sdp_cuda_sgd_update(sdp_cuda_ctx *ctx, const sdp_opt_cfg *cfg, long t, float *buf,
+                         float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
+                         float lr);
 
 /* ---- reductions (reduce.cu) ---------------------------------------------------------------- */
 

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 
+#include "sdp/backend.h"
 #include "sdp/mem.h"
 #include "sdp/model.h"
 #include "sdp/ops.h"
@@ -49,26 +50,34 @@ void sdp_resnet_describe(sdp_layout *L, const sdp_resnet_config *c, const sdp_su
 
 typedef struct sdp_resnet sdp_resnet;
 
-/* Builds a (sub)network for batches of at most B images, with one conv plan per distinct conv
- * shape (made for the current thread count: call after sdp_set_threads). Under mem->dry nothing
- * is allocated or written, and the byte counts are those of a real create. */
+/* Builds a (sub)network for batches of at most B images on backend be (the caller's, which must
+ * outlive the model), with one conv plan per distinct conv shape (on the CPU made with algo for
+ * the current thread count: call after sdp_set_threads; other backends ignore algo). Buffers are
+ * backend memory; under a dry CPU mem nothing is allocated or written, and the byte counts are
+ * those of a real create. */
+sdp_resnet *sdp_resnet_create_on(const sdp_resnet_config *c, const sdp_subnet_spec *spec, int B,
+                                 sdp_model_mode mode, const sdp_backend *be, sdp_conv_algo algo);
+/* The same on a CPU backend of the model's own, over gemm and mem. */
 sdp_resnet *sdp_resnet_create(const sdp_resnet_config *c, const sdp_subnet_spec *spec, int B,
                               sdp_model_mode mode, sdp_gemm_provider gemm, sdp_conv_algo algo,
                               sdp_mem *mem);
 void sdp_resnet_destroy(sdp_resnet *r);
 const sdp_layout *sdp_resnet_layout(const sdp_resnet *r);
+/* Backend memory, as the gradients and logits below (host memory on the CPU): on a device, read
+ * and write them with the backend's download and upload. */
 float *sdp_resnet_params(sdp_resnet *r);
 /* The model's own gradient buffer (mode SDP_MODEL_TRAIN), laid out as the parameters. */
 float *sdp_resnet_grads(sdp_resnet *r);
 
-/* As sdp_tf_use_grads: gradient of tensor i at grad_offset[i], nowhere when -1 (its weight
- * gradient is not computed), or in slices[i] when SDP_GRAD_SLICED (computed whole into scratch
- * and added into the owned slices). Buffers must be -1. The offsets are copied; slices must
- * outlive the model's use of them. */
+/* As sdp_tf_use_grads (grads is backend memory): gradient of tensor i at grad_offset[i], nowhere
+ * when -1 (its weight gradient is not computed), or in slices[i] when SDP_GRAD_SLICED (computed
+ * whole into scratch and added into the owned slices). Buffers must be -1. The offsets are
+ * copied; slices must outlive the model's use of them. */
 void sdp_resnet_use_grads(sdp_resnet *r, float *grads, const long *grad_offset,
                           const sdp_grad_slices *slices);
 
-/* images [B, C, S, S], labels [B] (< 0 ignored; may be NULL: no loss). training: batch
+/* images [B, C, S, S], labels [B] (host arrays; labels < 0 ignored; may be NULL: no loss),
+ * uploaded into the model's own buffers. training: batch
  * statistics (and running-statistic updates); otherwise running statistics. */
 void sdp_resnet_forward(sdp_resnet *r, const float *images, const int *labels, int B, bool training,
                         sdp_metrics *out);
@@ -76,7 +85,7 @@ void sdp_resnet_forward(sdp_resnet *r, const float *images, const int *labels, i
  * is called with each local block index after its backward. */
 void sdp_resnet_backward(sdp_resnet *r, float dloss, void (*layer_done)(void *ctx, int block),
                          void *ctx);
-/* Logits of image i of the last forward without labels. */
+/* Logits of image i of the last forward without labels (backend memory). */
 const float *sdp_resnet_logits(const sdp_resnet *r, int i);
 
 /* 3 x forward FLOPs (2 per multiply-add of the convolutions and the classifier), per image. */

@@ -1,6 +1,6 @@
 /* Where a worker's trainable state lives: host memory (--device cpu, the model's own CPU
  * backend) or a CUDA device (--device cuda: the model on sdp_backend_cuda, gradients and AdamW
- * state in device memory, the update by the backend's adamw_update; each rank on a device of its
+ * state in device memory, the update by the backend's adamw_update or sgd_update; each rank on a device of its
  * own where the node has enough). The rest of the trainer reaches that state only through these
  * functions and t->be; sdp/sync.h reaches it through the backend (sdp_sync_use_backend). */
 #include "trainer.h"
@@ -14,11 +14,6 @@ void device_open(trainer *t) {
     if (strcmp(t->o.device, "cpu") == 0) return;
     SDP_CHECK(strcmp(t->o.device, "cuda") == 0, "unknown --device '%s': use cpu or cuda",
               t->o.device);
-    SDP_CHECK(strcmp(t->o.model, "resnet") != 0,
-              "resnet has no CUDA kernels yet: use --device cpu");
-    SDP_CHECK(strcmp(t->o.optimizer, "adamw") == 0,
-              "--optimizer %s has no CUDA kernel yet: use --optimizer adamw or --device cpu",
-              t->o.optimizer);
     /* One device per rank of a node when there are enough; ranks beyond that share them (and
      * then reduce through host memory, see sdp_sync_use_backend). Without CUDA, or without a
      * device, sdp_backend_cuda fails with its own message. */
@@ -57,11 +52,13 @@ void device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n) {
         sdp_optim_init(&t->opt, cfg, n, &t->mem);
         return;
     }
-    memset(&t->opt, 0, sizeof t->opt);
-    t->opt.cfg = *cfg;
-    t->opt.n = n;
-    t->opt.m = device_alloc(t, SDP_MEM_OPTIM, n); /* zero-filled, as sdp_optim_init's */
-    t->opt.v = device_alloc(t, SDP_MEM_OPTIM, n);
+    sdp_mem dry = {.dry = true}; /* checks cfg and sets the rest, allocating nothing */
+    sdp_optim_init(&t->opt, cfg, n, &dry);
+    /* The state sdp_optim_init would hold (AdamW: m and v; SGD: a momentum buffer unless the
+     * momentum is 0), zero-filled in device memory. */
+    const size_t buffers = sdp_optim_state_bytes_per_param(cfg) / sizeof(float);
+    t->opt.m = buffers > 0 ? device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
+    t->opt.v = buffers > 1 ? device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
 }
 
 void device_optim_step(trainer *t, float lr) {
@@ -70,8 +67,12 @@ void device_optim_step(trainer *t, float lr) {
         return;
     }
     t->opt.t++;
-    t->be->adamw_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->opt.v, t->model.params, t->grads,
-                        t->segs, t->nsegs, lr);
+    if (t->opt.cfg.kind == SDP_OPT_ADAMW)
+        t->be->adamw_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->opt.v, t->model.params,
+                            t->grads, t->segs, t->nsegs, lr);
+    else
+        t->be->sgd_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->model.params, t->grads,
+                          t->segs, t->nsegs, lr);
 }
 
 double device_sumsq(trainer *t, const float *x, size_t n) {

@@ -6,9 +6,13 @@
  *     out = relu(shortcut(x) + scale * bn2(conv2(relu(bn1(conv1(x))))))
  * with shortcut = identity, or bn(conv1x1(x)) when the block downsamples.
  *
- * Convolutions run on the whole batch capacity B the plans were made for (oneDNN primitives are
- * shape-specific); a smaller batch only leaves the rows past it unused. Backward keeps those rows'
- * gradients zero, so they add nothing to the weight gradients. */
+ * Convolutions run on the whole batch capacity B the plans were made for (oneDNN primitives and
+ * cuDNN algorithm choices are shape-specific); a smaller batch only leaves the rows past it unused.
+ * Backward keeps those rows' gradients zero, so they add nothing to the weight gradients.
+ *
+ * Every buffer lives in the backend's memory and every kernel runs through its table
+ * (sdp/backend.h), so the same code runs on the CPU and on CUDA; host arrays cross only through
+ * upload and download. */
 #include "sdp/resnet.h"
 
 #include "sdp/check.h"
@@ -225,10 +229,10 @@ void sdp_resnet_describe(sdp_layout *L, const sdp_resnet_config *cfg, const sdp_
 /* A convolution and its batch norm, with what the forward keeps for the backward. */
 typedef struct {
     conv_bn_tensors t;
-    const sdp_conv_plan *plan; /* NULL: a convolution over no input channels (output zero) */
-    int C, size;               /* output channels and spatial size */
-    float *conv;               /* the convolution's output [B, C, size, size] */
-    float *mean, *rstd;        /* batch statistics [C] */
+    const void *plan;   /* the backend's; NULL: a convolution over no input channels (zero) */
+    int C, size;        /* output channels and spatial size */
+    float *conv;        /* the convolution's output [B, C, size, size] */
+    float *mean, *rstd; /* batch statistics [C] */
 } conv_bn;
 
 typedef struct {
@@ -238,24 +242,30 @@ typedef struct {
     float *out;         /* [B, cout, out, out] */
 } block;
 
+/* A backend's convolution plan and the shape it was made for. */
+typedef struct {
+    sdp_conv_shape shape;
+    void *impl;
+} conv_plan;
+
 struct sdp_resnet {
     sdp_resnet_config cfg;
     sdp_model_mode mode;
     sdp_layout layout;
-    sdp_gemm_provider gemm;
-    sdp_conv_algo algo;
-    sdp_mem *mem;
-    int B; /* capacity */
+    const sdp_backend *be;
+    sdp_backend *own_be; /* the CPU backend sdp_resnet_create made, or NULL (the caller's) */
+    sdp_conv_algo algo;  /* the CPU convolution implementation */
+    int B;               /* capacity */
     float *params, *grads;
     bool own_grads;
     long *goff;                    /* per tensor: gradient offset, -1 or SDP_GRAD_SLICED */
     const sdp_grad_slices *slices; /* per tensor, for SDP_GRAD_SLICED */
     float *gscratch;               /* whole gradient of one sliced tensor */
     size_t gscratch_floats;
-    sdp_conv_plan *plans; /* one per distinct convolution shape */
+    conv_plan *plans; /* one per distinct convolution shape */
     int nplans, cap_plans;
     float *conv_scratch;
-    size_t conv_scratch_floats;
+    size_t conv_scratch_bytes;
     double flops; /* forward multiply-adds per image */
 
     float *input; /* [B, in, S, S] */
@@ -283,7 +293,7 @@ static float *P(const sdp_resnet *r, int t) {
 }
 
 static float *acts(sdp_resnet *r, size_t n) {
-    return sdp_alloc(r->mem, SDP_MEM_ACTS, n * sizeof(float));
+    return r->be->alloc(r->be, SDP_MEM_ACTS, n * sizeof(float));
 }
 
 static size_t act_size(const sdp_resnet *r, int C, int size) {
@@ -295,19 +305,20 @@ static void note_act(sdp_resnet *r, int C, int size) {
 }
 
 /* Plans depend only on the shape, so blocks of one stage share them. They are made in dry mode
- * too (they allocate nothing through sdp_mem): oneDNN's scratch size is known only from its
- * primitives, and the dry count must equal the real one. */
-static const sdp_conv_plan *plan_for(sdp_resnet *r, int ic, int size, int oc, int k, int stride) {
+ * too (they allocate nothing through the backend's mem): oneDNN's scratch size is known only from
+ * its primitives, and the dry count must equal the real one. */
+static const void *plan_for(sdp_resnet *r, int ic, int size, int oc, int k, int stride) {
     if (ic == 0 || oc == 0) return NULL;
     const sdp_conv_shape s = {r->B, ic, size, size, oc, k, k, stride, stride, k / 2, k / 2};
     for (int i = 0; i < r->nplans; i++)
-        if (memcmp(&r->plans[i].shape, &s, sizeof s) == 0) return &r->plans[i];
+        if (memcmp(&r->plans[i].shape, &s, sizeof s) == 0) return r->plans[i].impl;
     SDP_ASSERT(r->nplans < r->cap_plans);
-    sdp_conv_plan *p = &r->plans[r->nplans++];
-    sdp_conv_plan_init(p, &s, r->algo, r->gemm);
-    if (sdp_conv_scratch_floats(p) > r->conv_scratch_floats)
-        r->conv_scratch_floats = sdp_conv_scratch_floats(p);
-    return p;
+    conv_plan *p = &r->plans[r->nplans++];
+    p->shape = s;
+    p->impl = r->be->conv_plan_create(r->be, &s, r->algo);
+    const size_t scratch = r->be->conv_scratch_bytes(r->be, p->impl);
+    if (scratch > r->conv_scratch_bytes) r->conv_scratch_bytes = scratch;
+    return p->impl;
 }
 
 static conv_bn make_conv_bn(sdp_resnet *r, conv_bn_tensors t, int ic, int in_size, int oc, int k,
@@ -326,9 +337,9 @@ static conv_bn make_conv_bn(sdp_resnet *r, conv_bn_tensors t, int ic, int in_siz
 }
 
 static void free_conv_bn(sdp_resnet *r, conv_bn *u) {
-    sdp_free(r->mem, u->conv);
-    sdp_free(r->mem, u->mean);
-    sdp_free(r->mem, u->rstd);
+    r->be->free(r->be, u->conv);
+    r->be->free(r->be, u->mean);
+    r->be->free(r->be, u->rstd);
 }
 
 static void make_block(sdp_resnet *r, block *b, const kept_block *k, const block_tensors *t) {
@@ -359,17 +370,16 @@ static void init_grads(sdp_resnet *r) {
     SDP_CHECK(r->goff, "out of memory");
     r->own_grads = r->mode == SDP_MODEL_TRAIN;
     r->backward_floor = -1;
-    if (r->own_grads) r->grads = sdp_alloc(r->mem, SDP_MEM_GRADS, L->numel * sizeof(float));
+    if (r->own_grads) r->grads = r->be->alloc(r->be, SDP_MEM_GRADS, L->numel * sizeof(float));
     for (int i = 0; i < L->nparams; i++)
         r->goff[i] = r->own_grads && !L->params[i].buffer ? (long)L->params[i].offset : -1;
     if (r->mode == SDP_MODEL_INFER) return;
     r->gscratch_floats = largest_group_tensor(L);
-    r->gscratch = sdp_alloc(r->mem, SDP_MEM_SCRATCH, r->gscratch_floats * sizeof(float));
+    r->gscratch = r->be->alloc(r->be, SDP_MEM_SCRATCH, r->gscratch_floats * sizeof(float));
 }
 
-sdp_resnet *sdp_resnet_create(const sdp_resnet_config *cfg, const sdp_subnet_spec *spec, int B,
-                              sdp_model_mode mode, sdp_gemm_provider gemm, sdp_conv_algo algo,
-                              sdp_mem *mem) {
+sdp_resnet *sdp_resnet_create_on(const sdp_resnet_config *cfg, const sdp_subnet_spec *spec, int B,
+                                 sdp_model_mode mode, const sdp_backend *be, sdp_conv_algo algo) {
     SDP_CHECK(B >= 1, "batch size must be positive (got %d)", B);
     sdp_resnet *r = calloc(1, sizeof *r);
     SDP_CHECK(r, "out of memory");
@@ -377,9 +387,8 @@ sdp_resnet *sdp_resnet_create(const sdp_resnet_config *cfg, const sdp_subnet_spe
     sdp_resnet_config_finish(&r->cfg);
     const sdp_resnet_config *c = &r->cfg;
     r->mode = mode;
-    r->gemm = gemm;
+    r->be = be;
     r->algo = algo;
-    r->mem = mem;
     r->B = B;
 
     const int nfull = sdp_resnet_nblocks(c);
@@ -391,12 +400,12 @@ sdp_resnet *sdp_resnet_create(const sdp_resnet_config *cfg, const sdp_subnet_spe
     SDP_CHECK(kb && t.blocks && r->blocks && r->plans, "out of memory");
     r->nblocks = kept_blocks(c, spec, kb);
     describe(&r->layout, c, kb, r->nblocks, &t);
-    r->params = sdp_alloc(mem, SDP_MEM_PARAMS, r->layout.numel * sizeof(float));
+    r->params = be->alloc(be, SDP_MEM_PARAMS, r->layout.numel * sizeof(float));
     init_grads(r);
 
     const int S = c->image_size, C = c->width << (sdp_resnet_stages(c) - 1), K = c->classes;
     r->input = acts(r, act_size(r, c->in_channels, S));
-    r->labels = sdp_alloc(mem, SDP_MEM_ACTS, (size_t)B * sizeof(int));
+    r->labels = be->alloc(be, SDP_MEM_ACTS, (size_t)B * sizeof(int));
     r->stem = make_conv_bn(r, t.stem, c->in_channels, S, c->width, 3, 1);
     r->stem_out = acts(r, act_size(r, c->width, S));
     for (int i = 0; i < r->nblocks; i++) make_block(r, &r->blocks[i], &kb[i], &t.blocks[i]);
@@ -419,35 +428,45 @@ sdp_resnet *sdp_resnet_create(const sdp_resnet_config *cfg, const sdp_subnet_spe
         r->t2 = acts(r, r->max_act);
         r->dpooled = acts(r, (size_t)B * C);
     }
-    r->conv_scratch = sdp_alloc(mem, SDP_MEM_SCRATCH, r->conv_scratch_floats * sizeof(float));
+    r->conv_scratch = be->alloc(be, SDP_MEM_SCRATCH, r->conv_scratch_bytes);
     free(kb);
     free(t.blocks);
     return r;
 }
 
+sdp_resnet *sdp_resnet_create(const sdp_resnet_config *cfg, const sdp_subnet_spec *spec, int B,
+                              sdp_model_mode mode, sdp_gemm_provider gemm, sdp_conv_algo algo,
+                              sdp_mem *mem) {
+    sdp_backend *be = sdp_backend_cpu(gemm, mem);
+    sdp_resnet *r = sdp_resnet_create_on(cfg, spec, B, mode, be, algo);
+    r->own_be = be;
+    return r;
+}
+
 void sdp_resnet_destroy(sdp_resnet *r) {
     if (!r) return;
-    sdp_mem *mem = r->mem;
+    const sdp_backend *be = r->be;
     for (int i = 0; i < r->nblocks; i++) {
         block *b = &r->blocks[i];
         free_conv_bn(r, &b->c1);
         free_conv_bn(r, &b->c2);
         free_conv_bn(r, &b->sc);
-        sdp_free(mem, b->a1);
-        sdp_free(mem, b->out);
+        be->free(be, b->a1);
+        be->free(be, b->out);
     }
     free_conv_bn(r, &r->stem);
     if (!r->own_grads) r->grads = NULL; /* the caller's (sdp_resnet_use_grads) */
     float *bufs[] = {r->params,   r->grads, r->gscratch, r->conv_scratch, r->input,
                      r->stem_out, r->tmp,   r->pooled,   r->probs,        r->losses,
                      r->g,        r->s,     r->t1,       r->t2,           r->dpooled};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) sdp_free(mem, bufs[i]);
-    sdp_free(mem, r->labels);
-    for (int i = 0; i < r->nplans; i++) sdp_conv_plan_free(&r->plans[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(be, bufs[i]);
+    be->free(be, r->labels);
+    for (int i = 0; i < r->nplans; i++) be->conv_plan_free(be, r->plans[i].impl);
     free(r->plans);
     free(r->blocks);
     free(r->goff);
     sdp_layout_free(&r->layout);
+    sdp_backend_destroy(r->own_be);
     free(r);
 }
 
@@ -470,7 +489,7 @@ double sdp_resnet_train_flops_per_image(const sdp_resnet *r) {
 void sdp_resnet_use_grads(sdp_resnet *r, float *grads, const long *grad_offset,
                           const sdp_grad_slices *slices) {
     SDP_ASSERT(r->mode != SDP_MODEL_INFER);
-    if (r->own_grads) sdp_free(r->mem, r->grads);
+    if (r->own_grads) r->be->free(r->be, r->grads);
     r->own_grads = false;
     r->grads = grads;
     r->slices = slices;
@@ -490,25 +509,27 @@ void sdp_resnet_use_grads(sdp_resnet *r, float *grads, const long *grad_offset,
 
 /* y = bn(conv(x)); the convolution's output stays in u->conv. */
 static void conv_bn_fwd(sdp_resnet *r, conv_bn *u, const float *x, float *y, int B, bool training) {
+    const sdp_backend *be = r->be;
     if (u->plan)
-        sdp_conv2d_fwd(u->plan, u->conv, x, P(r, u->t.w), NULL, r->conv_scratch);
+        be->conv2d_fwd(be, u->plan, u->conv, x, P(r, u->t.w), NULL, r->conv_scratch);
     else /* conv2 of a block that keeps no inner channel */
-        memset(u->conv, 0, act_size(r, u->C, u->size) * sizeof(float));
+        be->zero(be, u->conv, act_size(r, u->C, u->size) * sizeof(float));
     const int bn = u->t.bn;
     if (training)
-        sdp_batchnorm_fwd_train(y, u->mean, u->rstd, P(r, bn + 2), P(r, bn + 3), u->conv, P(r, bn),
-                                P(r, bn + 1), B, u->C, u->size, u->size);
+        be->batchnorm_fwd_train(be, y, u->mean, u->rstd, P(r, bn + 2), P(r, bn + 3), u->conv,
+                                P(r, bn), P(r, bn + 1), B, u->C, u->size, u->size);
     else
-        sdp_batchnorm_fwd_eval(y, u->conv, P(r, bn + 2), P(r, bn + 3), P(r, bn), P(r, bn + 1), B,
-                               u->C, u->size, u->size);
+        be->batchnorm_fwd_eval(be, y, u->conv, P(r, bn + 2), P(r, bn + 3), P(r, bn), P(r, bn + 1),
+                               B, u->C, u->size, u->size);
 }
 
 static void block_fwd(sdp_resnet *r, block *b, const float *x, int B, bool training) {
+    const sdp_backend *be = r->be;
     const sdp_resnet_block_arch *a = &b->k.arch;
     const size_t n = (size_t)B * a->cout * a->out_size * a->out_size;
     if (b->k.mid > 0) {
         conv_bn_fwd(r, &b->c1, x, b->a1, B, training);
-        sdp_relu_fwd(b->a1, b->a1, (size_t)B * b->k.mid * a->out_size * a->out_size);
+        be->relu_fwd(be, b->a1, b->a1, (size_t)B * b->k.mid * a->out_size * a->out_size);
     }
     conv_bn_fwd(r, &b->c2, b->a1, r->tmp, B, training);
     const float *shortcut = x;
@@ -516,8 +537,8 @@ static void block_fwd(sdp_resnet *r, block *b, const float *x, int B, bool train
         conv_bn_fwd(r, &b->sc, x, b->out, B, training);
         shortcut = b->out;
     }
-    sdp_residual_fwd(b->out, shortcut, r->tmp, b->k.scale, n);
-    sdp_relu_fwd(b->out, b->out, n);
+    be->residual_fwd(be, b->out, shortcut, r->tmp, b->k.scale, n);
+    be->relu_fwd(be, b->out, b->out, n);
 }
 
 static int last_channels(const sdp_resnet *r) {
@@ -532,45 +553,37 @@ static const float *top_activation(const sdp_resnet *r) {
     return r->nblocks ? r->blocks[r->nblocks - 1].out : r->stem_out;
 }
 
-static void count_hits(const sdp_resnet *r, int B, sdp_metrics *out) {
-    const int K = r->cfg.classes;
-    for (int i = 0; i < B; i++) {
-        if (r->labels[i] < 0) continue;
-        const float *p = r->probs + (size_t)i * K;
-        int best = 0;
-        for (int k = 1; k < K; k++)
-            if (p[k] > p[best]) best = k;
-        out->count += 1;
-        out->correct += best == r->labels[i];
-    }
-}
-
 void sdp_resnet_forward(sdp_resnet *r, const float *images, const int *labels, int B, bool training,
                         sdp_metrics *out) {
     const sdp_resnet_config *c = &r->cfg;
     SDP_CHECK(B >= 1 && B <= r->B,
               "resnet: a batch of %d images does not fit the model, built for at most %d", B, r->B);
+    const sdp_backend *be = r->be;
     const int S = c->image_size, K = c->classes, C = last_channels(r);
-    memcpy(r->input, images, (size_t)B * c->in_channels * S * S * sizeof(float));
+    be->upload(be, r->input, images, (size_t)B * c->in_channels * S * S * sizeof(float));
     conv_bn_fwd(r, &r->stem, r->input, r->stem_out, B, training);
-    sdp_relu_fwd(r->stem_out, r->stem_out, (size_t)B * c->width * S * S);
+    be->relu_fwd(be, r->stem_out, r->stem_out, (size_t)B * c->width * S * S);
     for (int i = 0; i < r->nblocks; i++)
         block_fwd(r, &r->blocks[i], i ? r->blocks[i - 1].out : r->stem_out, B, training);
-    sdp_global_avgpool_fwd(r->pooled, top_activation(r), B, C, last_size(r), last_size(r));
-    sdp_linear_fwd(r->gemm, r->probs, r->pooled, P(r, r->fc_w), P(r, r->fc_b), B, C, K);
+    be->global_avgpool_fwd(be, r->pooled, top_activation(r), B, C, last_size(r), last_size(r));
+    be->linear_fwd(be, r->probs, r->pooled, P(r, r->fc_w), P(r, r->fc_b), B, C, K);
     r->last_B = B;
     r->has_loss = false;
     r->has_logits = !labels;
     *out = (sdp_metrics){0};
     if (!labels) return;
-    for (int i = 0; i < B; i++)
+    for (int i = 0; i < B; i++) {
         SDP_CHECK(labels[i] < K,
                   "label %d is outside the model's %d classes: the data does not "
                   "match the model (check the dataset and --classes)",
                   labels[i], K);
-    memcpy(r->labels, labels, (size_t)B * sizeof(int));
-    out->loss = sdp_softmax_xent_fwd(r->losses, r->probs, r->probs, r->labels, B, K, K);
-    count_hits(r, B, out);
+        out->count += labels[i] >= 0;
+    }
+    be->upload(be, r->labels, labels, (size_t)B * sizeof(int));
+    out->loss = be->softmax_xent_fwd(be, r->losses, r->probs, r->probs, r->labels, B, K, K);
+    /* On the probabilities, as before the backend table: their argmax is the logits' but for
+     * ties that rounding creates, which the first maximum wins. */
+    out->correct = be->count_correct(be, r->probs, r->labels, B, K, K);
     r->has_loss = training;
 }
 
@@ -581,24 +594,22 @@ const float *sdp_resnet_logits(const sdp_resnet *r, int i) {
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
-static void zero(float *x, size_t n) {
-    memset(x, 0, n * sizeof(float));
+static void zero(const sdp_resnet *r, float *x, size_t n) {
+    r->be->zero(r->be, x, n * sizeof(float));
 }
 
 /* Adds the owned slices of a whole gradient g of tensor p into the caller's buffer. The tensor
  * is seen as [shape[0], numel / shape[0]]: along axis 0 a slice is rows, along axis 1 columns. */
-static void add_slices(float *grads, const sdp_grad_slices *s, const float *g, const sdp_param *p) {
+static void add_slices(const sdp_resnet *r, const sdp_grad_slices *s, const float *g,
+                       const sdp_param *p) {
     const size_t rows = (size_t)p->shape[0], cols = p->numel / rows;
     for (int i = 0; i < s->n; i++) {
         const size_t start = (size_t)s->start[i], len = (size_t)s->len[i], ld = (size_t)s->ld[i];
-        float *dst = grads + s->dst[i];
-        if (s->axis == 0) {
-            for (size_t r = 0; r < len; r++)
-                for (size_t c = 0; c < cols; c++) dst[r * ld + c] += g[(start + r) * cols + c];
-        } else {
-            for (size_t r = 0; r < rows; r++)
-                for (size_t c = 0; c < len; c++) dst[r * ld + c] += g[r * cols + start + c];
-        }
+        float *dst = r->grads + s->dst[i];
+        if (s->axis == 0)
+            r->be->add_rows(r->be, dst, ld, g + start * cols, cols, len, cols);
+        else
+            r->be->add_rows(r->be, dst, ld, g + start, cols, rows, len);
     }
 }
 
@@ -610,75 +621,79 @@ static float *grad_begin(const sdp_resnet *r, int t, size_t at) {
     if (g == -1) return NULL;
     if (g != SDP_GRAD_SLICED) return r->grads + g;
     SDP_ASSERT(at + r->layout.params[t].numel <= r->gscratch_floats);
-    zero(r->gscratch + at, r->layout.params[t].numel);
+    zero(r, r->gscratch + at, r->layout.params[t].numel);
     return r->gscratch + at;
 }
 
 static void grad_end(const sdp_resnet *r, int t, size_t at) {
     if (r->goff[t] == SDP_GRAD_SLICED)
-        add_slices(r->grads, &r->slices[t], r->gscratch + at, &r->layout.params[t]);
+        add_slices(r, &r->slices[t], r->gscratch + at, &r->layout.params[t]);
 }
 
 /* Given dy = dL/d(bn output): the batch norm's parameter gradients, and dx += dL/dx through the
  * convolution (dx may be NULL). `work` (as large as the conv output) must not alias dy or dx. */
 static void conv_bn_bwd(sdp_resnet *r, const conv_bn *u, const float *dy, const float *x, float *dx,
                         float *work, int B) {
+    const sdp_backend *be = r->be;
     const int bn = u->t.bn, C = u->C;
     float *dgamma = grad_begin(r, bn, 0);
     float *dbeta = grad_begin(r, bn + 1, (size_t)C);
     float *dconv = u->plan ? work : NULL;
-    if (dconv) zero(dconv, act_size(r, C, u->size));
-    sdp_batchnorm_bwd(dconv, dgamma, dbeta, dy, u->conv, P(r, bn), u->mean, u->rstd, B, C, u->size,
-                      u->size);
+    if (dconv) zero(r, dconv, act_size(r, C, u->size));
+    be->batchnorm_bwd(be, dconv, dgamma, dbeta, dy, u->conv, P(r, bn), u->mean, u->rstd, B, C,
+                      u->size, u->size);
     grad_end(r, bn, 0);
     grad_end(r, bn + 1, (size_t)C);
     if (!u->plan) return;
     float *dw = grad_begin(r, u->t.w, 0);
-    if (dx || dw) sdp_conv2d_bwd(u->plan, dx, dw, NULL, dconv, x, P(r, u->t.w), r->conv_scratch);
+    if (dx || dw)
+        be->conv2d_bwd(be, u->plan, dx, dw, NULL, dconv, x, P(r, u->t.w), r->conv_scratch);
     grad_end(r, u->t.w, 0);
 }
 
 /* On entry r->g holds dL/d(block output); on exit dL/d(block input). */
 static void block_bwd(sdp_resnet *r, const block *b, const float *x, int B) {
+    const sdp_backend *be = r->be;
     const sdp_resnet_block_arch *a = &b->k.arch;
     const size_t out_pixels = (size_t)a->out_size * a->out_size;
     const size_t n_out = (size_t)B * a->cout * out_pixels;
-    zero(r->s, act_size(r, a->cout, a->out_size));
-    sdp_relu_bwd(r->s, r->g, b->out, n_out); /* s: gradient of the sum */
+    zero(r, r->s, act_size(r, a->cout, a->out_size));
+    be->relu_bwd(be, r->s, r->g, b->out, n_out); /* s: gradient of the sum */
     const float *d_branch = r->s;
     if (b->k.scale != 1.0f) { /* g is free now: it holds the scaled copy */
-        zero(r->g, act_size(r, a->cout, a->out_size));
-        sdp_residual_bwd(NULL, r->g, r->s, b->k.scale, n_out);
+        zero(r, r->g, act_size(r, a->cout, a->out_size));
+        be->residual_bwd(be, NULL, r->g, r->s, b->k.scale, n_out);
         d_branch = r->g;
     }
     if (b->k.mid > 0) {
-        zero(r->t2, act_size(r, b->k.mid, a->out_size));
+        zero(r, r->t2, act_size(r, b->k.mid, a->out_size));
         conv_bn_bwd(r, &b->c2, d_branch, b->a1, r->t2, r->t1, B);
-        zero(r->t1, act_size(r, b->k.mid, a->out_size));
-        sdp_relu_bwd(r->t1, r->t2, b->a1, (size_t)B * b->k.mid * out_pixels);
-        zero(r->g, act_size(r, a->cin, a->in_size));
+        zero(r, r->t1, act_size(r, b->k.mid, a->out_size));
+        be->relu_bwd(be, r->t1, r->t2, b->a1, (size_t)B * b->k.mid * out_pixels);
+        zero(r, r->g, act_size(r, a->cin, a->in_size));
         conv_bn_bwd(r, &b->c1, r->t1, x, r->g, r->t2, B);
     } else {
         conv_bn_bwd(r, &b->c2, d_branch, NULL, NULL, NULL, B);
-        zero(r->g, act_size(r, a->cin, a->in_size));
+        zero(r, r->g, act_size(r, a->cin, a->in_size));
     }
     if (a->downsample)
         conv_bn_bwd(r, &b->sc, r->s, x, r->g, r->t1, B);
     else
-        sdp_residual_bwd(r->g, NULL, r->s, 1.0f, n_out);
+        be->residual_bwd(be, r->g, NULL, r->s, 1.0f, n_out);
 }
 
 static void head_bwd(sdp_resnet *r, float dloss, int B) {
+    const sdp_backend *be = r->be;
     const int K = r->cfg.classes, C = last_channels(r), size = last_size(r);
-    sdp_softmax_xent_bwd(r->probs, r->probs, r->labels, dloss, B, K, K);
-    zero(r->dpooled, (size_t)r->B * C);
+    be->softmax_xent_bwd(be, r->probs, r->probs, r->labels, dloss, B, K, K);
+    zero(r, r->dpooled, (size_t)r->B * C);
     const size_t fc_b_at = r->layout.params[r->fc_w].numel;
     float *dw = grad_begin(r, r->fc_w, 0), *db = grad_begin(r, r->fc_b, fc_b_at);
-    sdp_linear_bwd(r->gemm, r->dpooled, dw, db, r->probs, r->pooled, P(r, r->fc_w), B, C, K);
+    be->linear_bwd(be, r->dpooled, dw, db, r->probs, r->pooled, P(r, r->fc_w), B, C, K);
     grad_end(r, r->fc_w, 0);
     grad_end(r, r->fc_b, fc_b_at);
-    zero(r->g, act_size(r, C, size));
-    sdp_global_avgpool_bwd(r->g, r->dpooled, B, C, size, size);
+    zero(r, r->g, act_size(r, C, size));
+    be->global_avgpool_bwd(be, r->g, r->dpooled, B, C, size, size);
 }
 
 void sdp_resnet_backward(sdp_resnet *r, float dloss, void (*layer_done)(void *ctx, int block),
@@ -698,8 +713,8 @@ void sdp_resnet_backward(sdp_resnet *r, float dloss, void (*layer_done)(void *ct
         r->has_loss = false;
         return;
     }
-    zero(r->s, act_size(r, r->cfg.width, S));
-    sdp_relu_bwd(r->s, r->g, r->stem_out, (size_t)B * r->cfg.width * S * S);
+    zero(r, r->s, act_size(r, r->cfg.width, S));
+    r->be->relu_bwd(r->be, r->s, r->g, r->stem_out, (size_t)B * r->cfg.width * S * S);
     conv_bn_bwd(r, &r->stem, r->s, r->input, NULL, r->t1, B);
     r->has_loss = false; /* probs now hold gradients */
 }

@@ -1,4 +1,5 @@
-/* The CIFAR ResNet behind the generic model interface (sdp/model.h): arch "resnet", images. */
+/* The CIFAR ResNet behind the generic model interface (sdp/model.h): arch "resnet", images, on
+ * the configuration's backend (CPU or CUDA). */
 #include "sdp/check.h"
 #include "sdp/model.h"
 #include "sdp/resnet.h"
@@ -54,13 +55,13 @@ static void describe_full(sdp_layout *full, const sdp_model_config *c) {
     sdp_resnet_describe(full, &r, NULL);
 }
 
+/* On the configuration's backend, or else on a CPU backend of the model's own. */
 static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spec *spec, int B,
                    int T, sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
-    SDP_CHECK(!c->backend || strcmp(c->backend->name, "cpu") == 0,
-              "resnet has no CUDA kernels yet: use --device cpu");
     SDP_CHECK(T <= 1, "resnet: images have no sequence length (got T = %d): use T = 1", T);
     sdp_resnet_config r = resnet_config(c);
-    sdp_resnet *impl = sdp_resnet_create(&r, spec, B, mode, gemm, CONV_ALGO, mem);
+    sdp_resnet *impl = c->backend ? sdp_resnet_create_on(&r, spec, B, mode, c->backend, CONV_ALGO)
+                                  : sdp_resnet_create(&r, spec, B, mode, gemm, CONV_ALGO, mem);
     memset(m, 0, sizeof *m);
     m->ops = &OPS;
     m->impl = impl;

@@ -1,7 +1,7 @@
 # GPU memory is accounted like the CPU's: `sdp-cuda train --device cuda --sim-world N --sim-rank r`
 # holds on the device, in each category the plan models (params, grads, optimizer, activations),
 # exactly the bytes `sdp plan --world N` predicts for rank r, for every rank, in both masking
-# regimes and for gpt, llama and vit. Scratch is the CUDA backend's workspace, which the plan does
+# regimes and for gpt, llama, vit and resnet. Scratch is the CUDA backend's workspace, which the plan does
 # not model: it is printed, with the device's own peak. Exits 77 (skipped) without a device.
 source "$(dirname "$0")/../lib.sh"
 : "${SDP_CUDA_BIN:?ctest sets it to the sdp-cuda program}"
@@ -41,11 +41,15 @@ check_memory 4 --sdp-mask forward --sdp-unit block
 check_memory 4 --sdp-mask forward --sdp-unit neuron
 check_memory 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
 check_memory 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 2 --model llama
-if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+FMNIST=${SDP_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/train-images-idx3-ubyte" ]; then
+  DATA=(--data "$FMNIST")
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
-  DATA=()
   check_memory 4 --sdp-mask forward --sdp-unit block
+  MODEL=(--model resnet --depth 8 --channels 4 --batch 4 --optimizer sgd --bn-recal-batches 2)
+  check_memory 4 --sdp-mask forward --sdp-unit neuron
+  check_memory 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
 else
-  echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+  echo "skip: Fashion-MNIST not found in $FMNIST (set SDP_FASHION_MNIST to a copy of it)"
 fi
 finish

@@ -20,14 +20,28 @@
  *     CPU emulation of the bf16 backend (GEMM operands rounded to nearest bf16, attention by the
  *     same GEMM calls) stayed within 8e-5 of fp32 over these ten steps; bf16 with a wrong layout
  *     or a lost term would not train like fp32 at all.
+ * (d) ResNet training parity: a ResNet-14 (identity and downsampling blocks) at width 8 on
+ *     3x16x16 images, from the same parameters and batches on both backends, five steps of
+ *     forward (batch statistics), backward and SGD with momentum and weight decay (sdp_optim on
+ *     the CPU, the backend's sgd_update on the GPU), then an evaluation forward on the running
+ *     statistics. Losses agree to 1e-4 relative and the hit counts exactly; the final parameters
+ *     and running statistics to 1e-4 relative plus 1e-3 of the largest move (SGD moves a
+ *     parameter in proportion to its gradient, so rounding differences stay proportionate).
+ * (e) The ResNet's sliced gradients on the GPU: a compact subnetwork (forward masking, neuron
+ *     units, worker 1 of 2) built through the model family with the GPU backend, its gradients
+ *     in turn whole, absent and in two owned slices (SDP backward masking), against the same
+ *     model on the CPU: loss 1e-5 relative, gradients 1e-3 relative with a floor of 1e-4 of the
+ *     largest, running statistics 1e-5 relative.
  *
  * Exits 77 (skipped, for ctest) when there is no CUDA device or no driver. */
 #include "../testutil.h"
 
 #include "sdp/backend.h"
+#include "sdp/model.h"
 #include "sdp/ops_cuda.h"
 #include "sdp/optim.h"
 #include "sdp/plan.h"
+#include "sdp/resnet.h"
 #include "sdp/subnet.h"
 #include "sdp/transformer.h"
 
@@ -376,6 +390,268 @@ static void test_gpt_bf16_follows_fp32(void **state) {
     }
 }
 
+/* ---- (d) and (e): the ResNet -----------------------------------------------------------------
+ */
+
+enum { RN_B = 8, RN_CH = 3, RN_SIZE = 16, RN_CLASSES = 10, RN_DEPTH = 14, RN_WIDTH = 8 };
+enum { RN_IMG_LEN = RN_CH * RN_SIZE * RN_SIZE };
+static const float RN_LR = 0.05f;
+static const double RN_PARAM_RTOL = 1e-4, RN_PARAM_ATOL_MOVE = 1e-3; /* of the largest move */
+
+static sdp_resnet_config small_resnet(void) {
+    sdp_resnet_config c = {RN_DEPTH, RN_WIDTH, RN_CH, RN_SIZE, RN_CLASSES};
+    sdp_resnet_config_finish(&c);
+    return c;
+}
+
+static void resnet_batch(float *images, int *labels, uint64_t seed) {
+    sdp_rng r = sdp_rng_make(seed, 8);
+    tu_fill(images, (size_t)RN_B * RN_IMG_LEN, &r, 1.0f);
+    for (int i = 0; i < RN_B; i++) labels[i] = (int)sdp_rng_below(&r, RN_CLASSES);
+    labels[2] = -1; /* an ignored label */
+}
+
+/* One segment per trained tensor (running statistics are not the optimizer's), decaying as the
+ * layout says. */
+static int trained_segments(const sdp_layout *L, sdp_opt_segment *segs) {
+    int n = 0;
+    for (int i = 0; i < L->nparams; i++)
+        if (!L->params[i].buffer)
+            segs[n++] =
+                (sdp_opt_segment){L->params[i].offset, L->params[i].numel, L->params[i].decay,
+                                  L->params[i].offset, L->params[i].offset};
+    return n;
+}
+
+static void check_resnet_step(sdp_resnet *mc, sdp_resnet *mg, const float *images,
+                              const int *labels, bool training, const char *what) {
+    sdp_metrics c, g;
+    sdp_resnet_forward(mc, images, labels, RN_B, training, &c);
+    sdp_resnet_forward(mg, images, labels, RN_B, training, &g);
+    const double err = fabs(g.loss - c.loss) / fabs(c.loss);
+    printf("  resnet %-6s loss cpu %.9g cuda %.9g (rel err %.2e), hits %g and %g of %g\n", what,
+           c.loss, g.loss, err, c.correct, g.correct, c.count);
+    assert_true(c.count == RN_B - 1 && g.count == c.count);
+    assert_true(g.correct == c.correct);
+    if (!(err <= LOSS_RTOL)) fail_msg("resnet: losses differ (%s)", what);
+}
+
+static void test_resnet_training(void **state) {
+    (void)state;
+    const sdp_resnet_config cfg = small_resnet();
+    sdp_mem host_mem = {0};
+    sdp_backend *gpu = sdp_backend_cuda(0, SDP_PRECISION_FP32);
+    sdp_resnet *mc = sdp_resnet_create(&cfg, NULL, RN_B, SDP_MODEL_TRAIN, SDP_GEMM_DNNL,
+                                       SDP_CONV_DNNL, &host_mem);
+    sdp_resnet *mg = sdp_resnet_create_on(&cfg, NULL, RN_B, SDP_MODEL_TRAIN, gpu, SDP_CONV_DNNL);
+    const sdp_layout *L = sdp_resnet_layout(mc);
+    const size_t n = L->numel, bytes = n * sizeof(float);
+    assert_int_equal(sdp_resnet_layout(mg)->numel, n);
+    float *pc = sdp_resnet_params(mc), *pg = sdp_resnet_params(mg);
+    float *gc = sdp_resnet_grads(mc), *gg = sdp_resnet_grads(mg);
+    sdp_layout_init_values(L, pc, 13);
+    gpu->upload(gpu, pg, pc, bytes);
+    float *initial = malloc(bytes);
+    assert_non_null(initial);
+    memcpy(initial, pc, bytes);
+
+    sdp_opt_cfg oc = sdp_opt_defaults(SDP_OPT_SGD); /* momentum 0.9, weight decay 5e-4 */
+    sdp_optim opt;
+    sdp_optim_init(&opt, &oc, n, &host_mem);
+    float *gbuf = gpu->alloc(gpu, SDP_MEM_OPTIM, bytes);
+    sdp_opt_segment *segs = calloc((size_t)L->nparams, sizeof *segs);
+    assert_non_null(segs);
+    const int nseg = trained_segments(L, segs);
+
+    float images[RN_B * RN_IMG_LEN];
+    int labels[RN_B];
+    for (int step = 0; step < STEPS; step++) {
+        resnet_batch(images, labels, (uint64_t)step);
+        memset(gc, 0, bytes);
+        gpu->zero(gpu, gg, bytes);
+        char what[16];
+        snprintf(what, sizeof what, "step %d", step);
+        check_resnet_step(mc, mg, images, labels, true, what);
+        const float dloss = 1.0f / (RN_B - 1);
+        sdp_resnet_backward(mc, dloss, NULL, NULL);
+        sdp_resnet_backward(mg, dloss, NULL, NULL);
+        sdp_optim_step(&opt, pc, gc, segs, nseg, RN_LR);
+        gpu->sgd_update(gpu, &oc, opt.t, gbuf, pg, gg, segs, nseg, RN_LR);
+    }
+    resnet_batch(images, labels, 99);
+    check_resnet_step(mc, mg, images, labels, false, "eval");
+
+    float *final = malloc(bytes);
+    assert_non_null(final);
+    gpu->download(gpu, final, pg, bytes);
+    double moved = 0; /* by the optimizer: running statistics move on their own */
+    for (int t = 0; t < L->nparams; t++) {
+        const sdp_param *p = &L->params[t];
+        if (p->buffer) continue;
+        for (size_t i = p->offset; i < p->offset + p->numel; i++)
+            moved = fmax(moved, fabs((double)pc[i] - initial[i]));
+    }
+    const double atol = RN_PARAM_ATOL_MOVE * moved;
+    const double ratio = tu_err_ratio_ff(final, pc, n, atol, RN_PARAM_RTOL);
+    printf("  resnet %zu params: final parameters and running statistics: worst error %.3g of the "
+           "tolerance (%.1e + %.0e relative), largest move %.2e\n",
+           n, ratio, atol, RN_PARAM_RTOL, moved);
+    assert_true(moved > 0.1 * RN_LR);
+    if (!(ratio <= 1)) {
+        for (size_t i = 0; i < n; i++)
+            if (fabs((double) final[i] - pc[i]) > atol + RN_PARAM_RTOL * fabs(pc[i]))
+                fail_msg("resnet parameter %zu: cpu %.9g cuda %.9g", i, (double)pc[i],
+                         (double) final[i]);
+    }
+
+    free(final);
+    free(initial);
+    free(segs);
+    gpu->free(gpu, gbuf);
+    sdp_optim_free(&opt, &host_mem);
+    sdp_resnet_destroy(mg);
+    sdp_resnet_destroy(mc);
+    for (int k = 0; k < SDP_MEM_NCAT; k++)
+        if (k != SDP_MEM_SCRATCH) assert_int_equal(gpu->mem->cur[k], 0); /* all freed */
+    sdp_backend_destroy(gpu);
+}
+
+/* The owned slices of tensor t: channels {0} and [2, width) of its group, packed at *next (as
+ * tests/test_model_resnet.c makes them). */
+static void make_slices(const sdp_param *t, sdp_grad_slices *s, long *next) {
+    const long rows = t->shape[0], cols = (long)t->numel / rows;
+    const long per_channel = t->axis == 0 ? 1 : cols / t->shape[1];
+    const long width = t->shape[t->axis], starts[2] = {0, 2}, lens[2] = {1, width - 2};
+    s->axis = t->axis;
+    s->n = 2;
+    s->start = malloc(2 * sizeof(long));
+    s->len = malloc(2 * sizeof(long));
+    s->dst = malloc(2 * sizeof(long));
+    s->ld = malloc(2 * sizeof(long));
+    assert_true(s->start && s->len && s->dst && s->ld && width >= 3);
+    for (int i = 0; i < 2; i++) {
+        s->start[i] = starts[i] * per_channel;
+        s->len[i] = lens[i] * per_channel;
+        s->dst[i] = *next;
+        s->ld[i] = t->axis == 0 ? cols : s->len[i];
+        *next += t->axis == 0 ? s->len[i] * cols : s->len[i] * rows;
+    }
+}
+
+static void test_resnet_sliced_gradients(void **state) {
+    (void)state;
+    const sdp_model_family *f = sdp_model_family_find("resnet");
+    assert_non_null(f);
+    sdp_model_config mc = {.arch = "resnet",
+                           .depth = RN_DEPTH,
+                           .width = RN_WIDTH,
+                           .in_channels = RN_CH,
+                           .image_size = RN_SIZE,
+                           .classes = RN_CLASSES};
+    f->finish_config(&mc);
+    sdp_layout full;
+    f->describe_full(&full, &mc);
+    sdp_plan_cfg pc = {.mask = SDP_MASK_FORWARD,
+                       .unit = SDP_UNIT_NEURON,
+                       .assign = SDP_ASSIGN_RANDOM,
+                       .scale = SDP_SCALE_INVERSE,
+                       .world = 2,
+                       .owners = 1,
+                       .seed = 4};
+    sdp_plan plan;
+    sdp_plan_build(&plan, &pc, &full);
+    sdp_subnet_spec spec;
+    sdp_subnet_spec_make(&spec, &plan, &full, 1);
+
+    sdp_mem host_mem = {0};
+    sdp_backend *gpu = sdp_backend_cuda(0, SDP_PRECISION_FP32);
+    sdp_model_config mc_gpu = mc;
+    mc_gpu.backend = gpu;
+    sdp_model cm, gm;
+    f->create(&cm, &mc, &spec, RN_B, 1, SDP_MODEL_TRAIN_BARE, SDP_GEMM_DNNL, &host_mem);
+    f->create(&gm, &mc_gpu, &spec, RN_B, 1, SDP_MODEL_TRAIN_BARE, SDP_GEMM_DNNL, &host_mem);
+    const sdp_layout *L = cm.layout;
+    assert_int_equal(gm.layout->numel, L->numel);
+    const size_t np = L->numel;
+    sdp_rng rng = sdp_rng_make(31, 0);
+    tu_fill(cm.params, np, &rng, 0.3f);
+    gpu->upload(gpu, gm.params, cm.params, np * sizeof(float));
+
+    /* In turn: a whole gradient, none, and (for the inner-group tensors) two owned slices. */
+    long *off = malloc(sizeof(long) * (size_t)L->nparams), next = 0;
+    sdp_grad_slices *slices = calloc((size_t)L->nparams, sizeof *slices);
+    assert_true(off && slices);
+    int sliced = 0, absent = 0;
+    for (int i = 0; i < L->nparams; i++) {
+        const sdp_param *t = &L->params[i];
+        const int pick = i % 3;
+        if (t->buffer || pick == 1) {
+            off[i] = -1;
+            absent += !t->buffer;
+        } else if (t->group >= 0 && (pick == 0 || i % 2 == 0)) {
+            off[i] = SDP_GRAD_SLICED;
+            make_slices(t, &slices[i], &next);
+            sliced++;
+        } else {
+            off[i] = next;
+            next += (long)t->numel;
+        }
+    }
+    float *want = calloc((size_t)next, sizeof(float)), *got = malloc((size_t)next * sizeof(float));
+    float *dev_grads = gpu->alloc(gpu, SDP_MEM_GRADS, (size_t)next * sizeof(float));
+    assert_true(want && got);
+    cm.ops->use_grads(&cm, want, off, slices);
+    gm.ops->use_grads(&gm, dev_grads, off, slices);
+
+    float images[RN_B * RN_IMG_LEN];
+    int labels[RN_B];
+    resnet_batch(images, labels, 5);
+    sdp_batch b = {.B = RN_B, .T = 1, .images = images, .labels = labels};
+    sdp_metrics mcpu, mgpu;
+    cm.ops->forward(&cm, &b, true, &mcpu);
+    gm.ops->forward(&gm, &b, true, &mgpu);
+    cm.ops->backward(&cm, 1.0f / (float)mcpu.count);
+    gm.ops->backward(&gm, 1.0f / (float)mgpu.count);
+    gpu->download(gpu, got, dev_grads, (size_t)next * sizeof(float));
+    float *params = malloc(np * sizeof(float));
+    assert_non_null(params);
+    gpu->download(gpu, params, gm.params, np * sizeof(float));
+
+    double scale = 0;
+    for (long e = 0; e < next; e++) scale = fmax(scale, fabs((double)want[e]));
+    const double loss_err = fabs(mgpu.loss - mcpu.loss) / fabs(mcpu.loss);
+    const double grad_ratio =
+        tu_err_ratio_ff(got, want, (size_t)next, EQ_GRAD_ATOL_REL * scale, EQ_GRAD_RTOL);
+    const double running_ratio = tu_err_ratio_ff(params, cm.params, np, 1e-6, 1e-5);
+    printf("  resnet compact (neuron units, 1 of 2): %zu params, %d tensors sliced, %d without "
+           "gradient, %ld gradient elements; loss rel err %.2e, gradients %.3g and running "
+           "statistics %.3g of the tolerance\n",
+           np, sliced, absent, next, loss_err, grad_ratio, running_ratio);
+    assert_true(np < full.numel && sliced >= 5 && absent >= 5 && scale > 0);
+    assert_true(loss_err <= EQ_LOSS_RTOL);
+    assert_true(grad_ratio <= 1);
+    assert_true(running_ratio <= 1);
+
+    for (int i = 0; i < L->nparams; i++) {
+        free(slices[i].start);
+        free(slices[i].len);
+        free(slices[i].dst);
+        free(slices[i].ld);
+    }
+    free(slices);
+    free(off);
+    free(params);
+    free(got);
+    free(want);
+    gpu->free(gpu, dev_grads);
+    gm.ops->destroy(&gm);
+    cm.ops->destroy(&cm);
+    sdp_backend_destroy(gpu);
+    sdp_subnet_spec_free(&spec);
+    sdp_plan_free(&plan);
+    sdp_layout_free(&full);
+}
+
 int main(void) {
     if (!sdp_backend_cuda_available()) {
         printf("test_cuda_model: skipped: no CUDA device (or no working driver)\n");
@@ -388,6 +664,8 @@ int main(void) {
         cmocka_unit_test(test_vit_training),
         cmocka_unit_test(test_forward_masking_equivalence),
         cmocka_unit_test(test_gpt_bf16_follows_fp32),
+        cmocka_unit_test(test_resnet_training),
+        cmocka_unit_test(test_resnet_sliced_gradients),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

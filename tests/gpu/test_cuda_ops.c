@@ -17,11 +17,18 @@
  * errors of 3e-3 (GEMM) and 3e-3 to 6e-3 (attention's out and dqkv). A wrong layout or a lost
  * term errs by O(1).
  *
+ * The ResNet's kernels (sdp/ops_cuda_vision.h) are compared with sdp/ops_vision.h: convolutions
+ * (cuDNN) with the im2col kernel at the reduction tolerance, which TF32 would exceed (its errors
+ * are near 1e-3); batch norm, pooling and SGD at the elementwise one, though they compute the CPU's
+ * formulas and should differ only where a double sum rounds differently; ReLU and add_rows
+ * exactly.
+ *
  * Exits 77 (skipped, for ctest) when there is no CUDA device or no driver. */
 #include "../testutil.h"
 
 #include "sdp/ops.h"
 #include "sdp/ops_cuda.h"
+#include "sdp/ops_cuda_vision.h"
 #include "sdp/ops_vision.h"
 #include "sdp/optim.h"
 
@@ -814,6 +821,266 @@ static void test_adamw(void **state) {
     bufs_free(&b);
 }
 
+/* ---- SGD ----------------------------------------------------------------------------------- */
+
+/* Three steps (the momentum buffer starts as the first gradient) over two segments at other
+ * offsets than the parameters, one decaying: plain, with momentum, and Nesterov. */
+static void check_sgd(sdp_cuda_ctx *ctx, float momentum, bool nesterov) {
+    bufs b = bufs_make(ctx, 1350 + (uint64_t)(momentum * 10) + nesterov);
+    size_t np = 3000, ng = 2500;
+    sdp_opt_segment segs[2] = {
+        {.offset = 100, .count = 1500, .decay = true, .grad_offset = 0, .state_offset = 0},
+        {.offset = 1700, .count = 1001, .decay = false, .grad_offset = 1499, .state_offset = 1500}};
+    sdp_opt_cfg cfg = sdp_opt_defaults(SDP_OPT_SGD);
+    cfg.momentum = momentum;
+    cfg.nesterov = nesterov;
+    sdp_mem mem = {0};
+    sdp_optim o;
+    sdp_optim_init(&o, &cfg, 2501, &mem);
+    float *params = host_randn(&b, np, 1.0f);
+    float *d_params = dev_floats(&b, params, np);
+    float *d_buf = NULL;
+    if (o.m) {
+        tu_fill(o.m, o.n, &b.rng, 1.0f); /* ignored at the first step, as by torch */
+        d_buf = dev_floats(&b, o.m, o.n);
+    }
+    for (int step = 0; step < 3; step++) {
+        float *grads = host_randn(&b, ng, 0.1f);
+        float *d_grads = dev_floats(&b, grads, ng);
+        float lr = 0.05f * (float)(step + 1);
+        sdp_optim_step(&o, params, grads, segs, 2, lr);
+        sdp_cuda_sgd_update(ctx, &cfg, o.t, d_buf, d_params, d_grads, segs, 2, lr);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "sgd x3 momentum %.1f%s", (double)momentum,
+             nesterov ? " nesterov" : "");
+    expect_dev(&b, name, "params", d_params, params, np, ELEMENTWISE_TOL);
+    if (o.m) expect_dev(&b, name, "buf", d_buf, o.m, o.n, ELEMENTWISE_TOL);
+    sdp_optim_free(&o, &mem);
+    bufs_free(&b);
+}
+
+static void test_sgd(void **state) {
+    check_sgd(*state, 0.0f, false);
+    check_sgd(*state, 0.9f, false);
+    check_sgd(*state, 0.9f, true);
+}
+
+/* ---- vision: convolution (cuDNN) ----------------------------------------------------------- */
+
+/* Forward (with or without bias) and backward, all gradients accumulating onto random values;
+ * then backward with dinp alone and with dw alone (the others NULL: skipped). */
+static void check_conv(sdp_cuda_ctx *ctx, sdp_conv_shape s, bool with_bias) {
+    bufs b = bufs_make(ctx, 2000 + (uint64_t)(s.IC * 16 + s.KH * 4 + s.stride_h));
+    sdp_conv_plan plan;
+    sdp_conv_plan_init(&plan, &s, SDP_CONV_IM2COL, SDP_GEMM_OPENBLAS);
+    const size_t ni = (size_t)s.B * s.IC * s.H * s.W, no = (size_t)s.B * s.OC * plan.OH * plan.OW;
+    const size_t nw = (size_t)s.OC * s.IC * s.KH * s.KW, nb = (size_t)s.OC;
+    float *inp = host_randn(&b, ni, 1.0f), *w = host_randn(&b, nw, 0.3f);
+    float *bias = with_bias ? host_randn(&b, nb, 1.0f) : NULL;
+    float *out = host_randn(&b, no, 1.0f), *dout = host_randn(&b, no, 1.0f);
+    float *dinp = host_randn(&b, ni, 1.0f), *dw = host_randn(&b, nw, 1.0f);
+    float *dbias = host_randn(&b, nb, 1.0f);
+    float *dinp_only = host_copy(&b, dinp, ni), *dw_only = host_copy(&b, dw, nw);
+    float *d_inp = dev_floats(&b, inp, ni), *d_w = dev_floats(&b, w, nw);
+    float *d_bias = with_bias ? dev_floats(&b, bias, nb) : NULL;
+    float *d_out = dev_floats(&b, out, no); /* random: the forward must overwrite it */
+    float *d_dout = dev_floats(&b, dout, no);
+    float *d_dinp = dev_floats(&b, dinp, ni), *d_dw = dev_floats(&b, dw, nw);
+    float *d_dbias = dev_floats(&b, dbias, nb);
+    float *d_dinp_only = dev_floats(&b, dinp_only, ni), *d_dw_only = dev_floats(&b, dw_only, nw);
+
+    float *scratch = host_alloc(&b, sdp_conv_scratch_floats(&plan) * sizeof(float));
+    sdp_conv2d_fwd(&plan, out, inp, w, bias, scratch);
+    sdp_conv2d_bwd(&plan, dinp, dw, with_bias ? dbias : NULL, dout, inp, w, scratch);
+    sdp_conv2d_bwd(&plan, dinp_only, NULL, NULL, dout, NULL, w, scratch);
+    sdp_conv2d_bwd(&plan, NULL, dw_only, NULL, dout, inp, NULL, scratch);
+    sdp_cuda_conv *conv = sdp_cuda_conv_create(ctx, &s);
+    sdp_cuda_conv2d_fwd(ctx, conv, d_out, d_inp, d_w, d_bias);
+    sdp_cuda_conv2d_bwd(ctx, conv, d_dinp, d_dw, with_bias ? d_dbias : NULL, d_dout, d_inp, d_w);
+    sdp_cuda_conv2d_bwd(ctx, conv, d_dinp_only, NULL, NULL, d_dout, NULL, d_w);
+    sdp_cuda_conv2d_bwd(ctx, conv, NULL, d_dw_only, NULL, d_dout, d_inp, NULL);
+
+    char name[80];
+    snprintf(name, sizeof name, "conv2d %dx%dx%dx%d k%d s%d ->%d%s", s.B, s.IC, s.H, s.W, s.KH,
+             s.stride_h, s.OC, with_bias ? " +b" : "");
+    expect_dev(&b, name, "out", d_out, out, no, REDUCTION_TOL);
+    expect_dev(&b, name, "dinp", d_dinp, dinp, ni, REDUCTION_TOL);
+    expect_dev(&b, name, "dw", d_dw, dw, nw, REDUCTION_TOL);
+    if (with_bias) expect_dev(&b, name, "dbias", d_dbias, dbias, nb, REDUCTION_TOL);
+    expect_dev(&b, name, "dinp only", d_dinp_only, dinp_only, ni, REDUCTION_TOL);
+    expect_dev(&b, name, "dw only", d_dw_only, dw_only, nw, REDUCTION_TOL);
+    sdp_cuda_conv_destroy(conv);
+    sdp_conv_plan_free(&plan);
+    bufs_free(&b);
+}
+
+/* The ResNet's shapes (stem, 3x3 at stride 1 and 2, the 1x1 stride-2 shortcut, a wide layer),
+ * odd sizes, and a non-square kernel with its own padding. */
+static void test_conv2d(void **state) {
+    const sdp_conv_shape shapes[] = {
+        {2, 3, 17, 17, 8, 3, 3, 1, 1, 1, 1},  {3, 8, 16, 16, 16, 3, 3, 2, 2, 1, 1},
+        {3, 8, 16, 16, 16, 1, 1, 2, 2, 0, 0}, {2, 5, 9, 7, 6, 3, 3, 1, 1, 1, 1},
+        {4, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1},  {2, 4, 11, 13, 3, 3, 5, 2, 1, 0, 2},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        check_conv(*state, shapes[i], i % 2 == 1);
+}
+
+/* ---- vision: batch norm, ReLU, pooling, gradient slices ------------------------------------ */
+
+/* Training forward with running statistics (and without: the same output), evaluation forward
+ * from the updated running statistics, backward with every gradient and with the parameters'
+ * alone. Inputs have a mean away from zero; outputs start random, as they must be overwritten. */
+static void check_batchnorm(sdp_cuda_ctx *ctx, int B, int C, int H, int W) {
+    bufs b = bufs_make(ctx, 2100 + (uint64_t)(B * 1000 + C));
+    const size_t n = (size_t)B * C * H * W;
+    float *inp = host_randn(&b, n, 2.0f), *gamma = host_randn(&b, C, 1.0f);
+    float *beta = host_randn(&b, C, 1.0f), *rmean = host_randn(&b, C, 0.5f);
+    float *rvar = host_alloc(&b, C * sizeof *rvar);
+    for (size_t i = 0; i < n; i++) inp[i] += 3.0f;
+    for (int c = 0; c < C; c++) rvar[c] = 0.5f + sdp_rng_uniform(&b.rng);
+    float *out = host_randn(&b, n, 1.0f), *mean = host_randn(&b, C, 1.0f);
+    float *rstd = host_randn(&b, C, 1.0f), *eval = host_randn(&b, n, 1.0f);
+    float *dout = host_randn(&b, n, 1.0f), *dinp = host_randn(&b, n, 1.0f);
+    float *dgamma = host_randn(&b, C, 1.0f), *dbeta = host_randn(&b, C, 1.0f);
+    float *dgamma_only = host_copy(&b, dgamma, C), *dbeta_only = host_copy(&b, dbeta, C);
+    float *d_inp = dev_floats(&b, inp, n), *d_gamma = dev_floats(&b, gamma, C);
+    float *d_beta = dev_floats(&b, beta, C), *d_rmean = dev_floats(&b, rmean, C);
+    float *d_rvar = dev_floats(&b, rvar, C), *d_out = dev_floats(&b, out, n);
+    float *d_out2 = dev_floats(&b, out, n), *d_mean = dev_floats(&b, mean, C);
+    float *d_rstd = dev_floats(&b, rstd, C), *d_eval = dev_floats(&b, eval, n);
+    float *d_dout = dev_floats(&b, dout, n), *d_dinp = dev_floats(&b, dinp, n);
+    float *d_dgamma = dev_floats(&b, dgamma, C), *d_dbeta = dev_floats(&b, dbeta, C);
+    float *d_dgamma_only = dev_floats(&b, dgamma_only, C);
+    float *d_dbeta_only = dev_floats(&b, dbeta_only, C);
+
+    sdp_batchnorm_fwd_train(out, mean, rstd, rmean, rvar, inp, gamma, beta, B, C, H, W);
+    sdp_batchnorm_fwd_eval(eval, inp, rmean, rvar, gamma, beta, B, C, H, W);
+    sdp_batchnorm_bwd(dinp, dgamma, dbeta, dout, inp, gamma, mean, rstd, B, C, H, W);
+    sdp_batchnorm_bwd(NULL, dgamma_only, dbeta_only, dout, inp, gamma, mean, rstd, B, C, H, W);
+    sdp_cuda_batchnorm_fwd_train(ctx, d_out, d_mean, d_rstd, d_rmean, d_rvar, d_inp, d_gamma,
+                                 d_beta, B, C, H, W);
+    sdp_cuda_batchnorm_fwd_train(ctx, d_out2, d_mean, d_rstd, NULL, NULL, d_inp, d_gamma, d_beta, B,
+                                 C, H, W);
+    sdp_cuda_batchnorm_fwd_eval(ctx, d_eval, d_inp, d_rmean, d_rvar, d_gamma, d_beta, B, C, H, W);
+    sdp_cuda_batchnorm_bwd(ctx, d_dinp, d_dgamma, d_dbeta, d_dout, d_inp, d_gamma, d_mean, d_rstd,
+                           B, C, H, W);
+    sdp_cuda_batchnorm_bwd(ctx, NULL, d_dgamma_only, d_dbeta_only, d_dout, d_inp, d_gamma, d_mean,
+                           d_rstd, B, C, H, W);
+
+    char name[64];
+    snprintf(name, sizeof name, "batchnorm %dx%dx%dx%d", B, C, H, W);
+    expect_dev(&b, name, "out", d_out, out, n, ELEMENTWISE_TOL);
+    expect_dev(&b, name, "out(norun)", d_out2, out, n, ELEMENTWISE_TOL);
+    expect_dev(&b, name, "mean", d_mean, mean, C, ELEMENTWISE_TOL);
+    expect_dev(&b, name, "rstd", d_rstd, rstd, C, ELEMENTWISE_TOL);
+    expect_dev(&b, name, "run_mean", d_rmean, rmean, C, ELEMENTWISE_TOL);
+    expect_dev(&b, name, "run_var", d_rvar, rvar, C, ELEMENTWISE_TOL);
+    expect_dev(&b, name, "eval", d_eval, eval, n, ELEMENTWISE_TOL);
+    expect_dev(&b, name, "dinp", d_dinp, dinp, n, REDUCTION_TOL);
+    expect_dev(&b, name, "dgamma", d_dgamma, dgamma, C, REDUCTION_TOL);
+    expect_dev(&b, name, "dbeta", d_dbeta, dbeta, C, REDUCTION_TOL);
+    expect_dev(&b, name, "dgamma(p)", d_dgamma_only, dgamma_only, C, REDUCTION_TOL);
+    expect_dev(&b, name, "dbeta(p)", d_dbeta_only, dbeta_only, C, REDUCTION_TOL);
+    bufs_free(&b);
+}
+
+/* Two values per channel (the fewest with a variance), one pixel per image, odd sizes, many
+ * chunks per channel (64 x 32 x 32 values) and many channels. */
+static void test_batchnorm(void **state) {
+    const int shapes[][4] = {{1, 1, 1, 2},    {2, 3, 1, 1},    {3, 5, 7, 9},
+                             {8, 16, 32, 32}, {64, 4, 32, 32}, {5, 600, 2, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        check_batchnorm(*state, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+}
+
+/* Out of place and in place (as the ResNet runs it); the backward accumulates, and skips NULL. */
+static void test_relu(void **state) {
+    sdp_cuda_ctx *ctx = *state;
+    bufs b = bufs_make(ctx, 2200);
+    const size_t n = 100003;
+    float *inp = host_randn(&b, n, 1.0f), *dout = host_randn(&b, n, 1.0f);
+    float *out = host_randn(&b, n, 1.0f), *dinp = host_randn(&b, n, 1.0f);
+    float *d_inp = dev_floats(&b, inp, n), *d_out = dev_floats(&b, out, n);
+    float *d_inplace = dev_floats(&b, inp, n), *d_dout = dev_floats(&b, dout, n);
+    float *d_dinp = dev_floats(&b, dinp, n);
+    sdp_relu_fwd(out, inp, n);
+    sdp_relu_bwd(dinp, dout, out, n);
+    sdp_cuda_relu_fwd(ctx, d_out, d_inp, n);
+    sdp_cuda_relu_fwd(ctx, d_inplace, d_inplace, n);
+    sdp_cuda_relu_bwd(ctx, d_dinp, d_dout, d_out, n);
+    sdp_cuda_relu_bwd(ctx, NULL, d_dout, d_out, n); /* skipped, must not fault */
+    expect_dev(&b, "relu_fwd", "out", d_out, out, n, 0.0);
+    expect_dev(&b, "relu_fwd (in place)", "out", d_inplace, out, n, 0.0);
+    expect_dev(&b, "relu_bwd", "dinp", d_dinp, dinp, n, 0.0);
+    bufs_free(&b);
+}
+
+static void check_avgpool(sdp_cuda_ctx *ctx, int B, int C, int H, int W, int k) {
+    bufs b = bufs_make(ctx, 2300 + (uint64_t)k);
+    const size_t ni = (size_t)B * C * H * W, no = (size_t)B * C * (H / k) * (W / k);
+    float *inp = host_randn(&b, ni, 1.0f), *out = host_randn(&b, no, 1.0f);
+    float *dout = host_randn(&b, no, 1.0f), *dinp = host_randn(&b, ni, 1.0f);
+    float *d_inp = dev_floats(&b, inp, ni), *d_out = dev_floats(&b, out, no);
+    float *d_dout = dev_floats(&b, dout, no), *d_dinp = dev_floats(&b, dinp, ni);
+    sdp_avgpool_fwd(out, inp, B, C, H, W, k);
+    sdp_avgpool_bwd(dinp, dout, B, C, H, W, k);
+    sdp_cuda_avgpool_fwd(ctx, d_out, d_inp, B, C, H, W, k);
+    sdp_cuda_avgpool_bwd(ctx, d_dinp, d_dout, B, C, H, W, k);
+    sdp_cuda_avgpool_bwd(ctx, NULL, d_dout, B, C, H, W, k);
+    char name[64];
+    snprintf(name, sizeof name, "avgpool %dx%dx%dx%d k%d", B, C, H, W, k);
+    expect_dev(&b, name, "out", d_out, out, no, ELEMENTWISE_TOL);
+    expect_dev(&b, name, "dinp", d_dinp, dinp, ni, ELEMENTWISE_TOL);
+    bufs_free(&b);
+}
+
+static void check_global_avgpool(sdp_cuda_ctx *ctx, int B, int C, int H, int W) {
+    bufs b = bufs_make(ctx, 2400 + (uint64_t)H);
+    const size_t ni = (size_t)B * C * H * W, no = (size_t)B * C;
+    float *inp = host_randn(&b, ni, 1.0f), *out = host_randn(&b, no, 1.0f);
+    float *dout = host_randn(&b, no, 1.0f), *dinp = host_randn(&b, ni, 1.0f);
+    float *d_inp = dev_floats(&b, inp, ni), *d_out = dev_floats(&b, out, no);
+    float *d_dout = dev_floats(&b, dout, no), *d_dinp = dev_floats(&b, dinp, ni);
+    sdp_global_avgpool_fwd(out, inp, B, C, H, W);
+    sdp_global_avgpool_bwd(dinp, dout, B, C, H, W);
+    sdp_cuda_global_avgpool_fwd(ctx, d_out, d_inp, B, C, H, W);
+    sdp_cuda_global_avgpool_bwd(ctx, d_dinp, d_dout, B, C, H, W);
+    sdp_cuda_global_avgpool_bwd(ctx, NULL, d_dout, B, C, H, W);
+    char name[64];
+    snprintf(name, sizeof name, "global_avgpool %dx%dx%dx%d", B, C, H, W);
+    expect_dev(&b, name, "out", d_out, out, no, ELEMENTWISE_TOL);
+    expect_dev(&b, name, "dinp", d_dinp, dinp, ni, ELEMENTWISE_TOL);
+    bufs_free(&b);
+}
+
+/* Windows that leave rows and columns over (11 x 9 by 2 and by 3); planes of fewer pixels than a
+ * warp's lanes (4 x 4), of more (33 x 33), and a count of planes that fills no block (3 x 7). */
+static void test_pool(void **state) {
+    check_avgpool(*state, 3, 5, 11, 9, 2);
+    check_avgpool(*state, 2, 4, 11, 9, 3);
+    check_avgpool(*state, 2, 3, 8, 8, 1);
+    check_global_avgpool(*state, 3, 7, 4, 4);
+    check_global_avgpool(*state, 2, 5, 33, 33);
+    check_global_avgpool(*state, 16, 64, 8, 8);
+}
+
+/* Rows of a wider source added into a narrower destination (a slice of a gradient), exactly. */
+static void test_add_rows(void **state) {
+    sdp_cuda_ctx *ctx = *state;
+    bufs b = bufs_make(ctx, 2500);
+    const size_t rows = 37, cols = 45, ld_src = 61, ld_dst = 50;
+    float *src = host_randn(&b, rows * ld_src, 1.0f), *dst = host_randn(&b, rows * ld_dst, 1.0f);
+    float *want = host_copy(&b, dst, rows * ld_dst);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) want[r * ld_dst + c] += src[r * ld_src + c];
+    float *d_src = dev_floats(&b, src, rows * ld_src), *d_dst = dev_floats(&b, dst, rows * ld_dst);
+    sdp_cuda_add_rows(ctx, d_dst, ld_dst, d_src, ld_src, rows, cols);
+    expect_dev(&b, "add_rows 37x45", "dst", d_dst, want, rows * ld_dst, 0.0);
+    bufs_free(&b);
+}
+
 /* ---- device memory accounting -------------------------------------------------------------- */
 
 static void test_device_memory_accounting(void **state) {
@@ -880,6 +1147,12 @@ int main(void) {
         cmocka_unit_test(test_count_correct),
         cmocka_unit_test(test_patch_gather),
         cmocka_unit_test(test_vit_embed),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_batchnorm),
+        cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_add_rows),
     };
     return cmocka_run_group_tests(tests, create_ctx, destroy_ctx);
 }

@@ -3,7 +3,8 @@
 # backward masking, k = 1, on CUDA with the owners' replicas compared every step
 # (--check-replicas 1), against the same runs on the CPU. On a one-GPU machine the two ranks share
 # the device, so their gradients are reduced through host memory (sdp_sync_use_backend's staged
-# path); NCCL needs a GPU per rank. Exits 77 (skipped) without a device.
+# path); NCCL needs a GPU per rank. Then the ResNet, 1 and 2 ranks, when Fashion-MNIST is there.
+# Exits 77 (skipped) without a device.
 source "$(dirname "$0")/../lib.sh"
 : "${SDP_CUDA_BIN:?ctest sets it to the sdp-cuda program}"
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -52,6 +53,28 @@ for mask in forward backward; do
   then pass "2 ranks, $mask masking: cuda losses equal cpu losses, and owners stayed identical"
   else fail "2 ranks, $mask masking: cuda losses differ from cpu losses"; fi
 done
+# The ResNet (cuDNN convolutions, batch norm, SGD with momentum on the device) on Fashion-MNIST:
+# one process, and 2 ranks under backward masking with neuron units.
+FMNIST=${SDP_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/train-images-idx3-ubyte" ]; then
+  R=(--model resnet --data "$FMNIST" --depth 8 --channels 4 --batch 8 --optimizer sgd --lr 0.05
+     --steps 6 --log-every 1 --val-every 3 --val-batches 2 --threads 1 --seed 7)
+  for ranks in 1 2; do
+    SDP=(); [ "$ranks" = 2 ] && SDP=(--sdp-mask backward --sdp-unit neuron --sdp-owners 1 --check-replicas 1)
+    for dev in cpu cuda; do
+      bin=$SDP_BIN; [ "$dev" = cuda ] && bin=$SDP_CUDA_BIN
+      timeout 180 "${MPIEXEC:-mpiexec}" --oversubscribe -n "$ranks" "$bin" train "${R[@]}" "${SDP[@]}" \
+        --device "$dev" --out "$WORK/resnet$ranks-$dev" >"$WORK/resnet$ranks-$dev.log" 2>&1 \
+        || { fail "resnet, $ranks rank(s), --device $dev: training failed"; tail -5 "$WORK/resnet$ranks-$dev.log"; }
+    done
+    [ -f "$WORK/resnet$ranks-cuda/metrics.jsonl" ] || continue
+    if same_losses "$WORK/resnet$ranks-cpu" "$WORK/resnet$ranks-cuda"
+    then pass "resnet, $ranks rank(s): cuda losses equal cpu losses"
+    else fail "resnet, $ranks rank(s): cuda losses differ from cpu losses"; fi
+  done
+else
+  echo "skip: Fashion-MNIST not found in $FMNIST (set SDP_FASHION_MNIST to a copy of it)"
+fi
 grep -q '"device_peak_in_use"' "$WORK/cuda/memory.json" && pass "memory.json has the device peak" \
   || fail "memory.json lacks device_peak_in_use"
 [ -f "$WORK/cuda/model.safetensors" ] && pass "a cuda run writes its checkpoint" \

@@ -1,6 +1,6 @@
-/* The CPU backend: the kernels of sdp/ops.h (GEMMs by the chosen provider) over host memory from
- * sdp_alloc. Each entry forwards to its kernel unchanged, so a model on this backend computes
- * exactly what it computed when it called sdp/ops.h itself. */
+/* The CPU backend: the kernels of sdp/ops.h and sdp/ops_vision.h (GEMMs by the chosen provider)
+ * over host memory from sdp_alloc. Each entry forwards to its kernel unchanged, so a model on this
+ * backend computes exactly what it computed when it called those kernels itself. */
 #include "sdp/backend.h"
 #include "sdp/check.h"
 #include "sdp/ops_vision.h"
@@ -268,6 +268,109 @@ static void cpu_vit_embed_bwd(const sdp_backend *be, float *dpatches, float *dcl
         }
 }
 
+/* ---- vision (ResNet) ---- */
+
+/* A plan is an sdp_conv_plan of its own allocation, made for the backend's GEMM provider (the
+ * im2col implementation's). */
+static void *cpu_conv_plan_create(const sdp_backend *be, const sdp_conv_shape *shape,
+                                  sdp_conv_algo algo) {
+    sdp_conv_plan *plan = malloc(sizeof *plan);
+    SDP_CHECK(plan, "out of memory creating a convolution plan");
+    sdp_conv_plan_init(plan, shape, algo, prov(be));
+    return plan;
+}
+
+static void cpu_conv_plan_free(const sdp_backend *be, void *plan) {
+    (void)be;
+    if (!plan) return;
+    sdp_conv_plan_free(plan);
+    free(plan);
+}
+
+static size_t cpu_conv_scratch_bytes(const sdp_backend *be, const void *plan) {
+    (void)be;
+    return sdp_conv_scratch_floats(plan) * sizeof(float);
+}
+
+static void cpu_conv2d_fwd(const sdp_backend *be, const void *plan, float *out, const float *inp,
+                           const float *w, const float *bias, float *scratch) {
+    (void)be;
+    sdp_conv2d_fwd(plan, out, inp, w, bias, scratch);
+}
+
+static void cpu_conv2d_bwd(const sdp_backend *be, const void *plan, float *dinp, float *dw,
+                           float *dbias, const float *dout, const float *inp, const float *w,
+                           float *scratch) {
+    (void)be;
+    sdp_conv2d_bwd(plan, dinp, dw, dbias, dout, inp, w, scratch);
+}
+
+static void cpu_batchnorm_fwd_train(const sdp_backend *be, float *out, float *mean, float *rstd,
+                                    float *running_mean, float *running_var, const float *inp,
+                                    const float *gamma, const float *beta, int B, int C, int H,
+                                    int W) {
+    (void)be;
+    sdp_batchnorm_fwd_train(out, mean, rstd, running_mean, running_var, inp, gamma, beta, B, C, H,
+                            W);
+}
+
+static void cpu_batchnorm_fwd_eval(const sdp_backend *be, float *out, const float *inp,
+                                   const float *running_mean, const float *running_var,
+                                   const float *gamma, const float *beta, int B, int C, int H,
+                                   int W) {
+    (void)be;
+    sdp_batchnorm_fwd_eval(out, inp, running_mean, running_var, gamma, beta, B, C, H, W);
+}
+
+static void cpu_batchnorm_bwd(const sdp_backend *be, float *dinp, float *dgamma, float *dbeta,
+                              const float *dout, const float *inp, const float *gamma,
+                              const float *mean, const float *rstd, int B, int C, int H, int W) {
+    (void)be;
+    sdp_batchnorm_bwd(dinp, dgamma, dbeta, dout, inp, gamma, mean, rstd, B, C, H, W);
+}
+
+static void cpu_relu_fwd(const sdp_backend *be, float *out, const float *inp, size_t n) {
+    (void)be;
+    sdp_relu_fwd(out, inp, n);
+}
+
+static void cpu_relu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *out,
+                         size_t n) {
+    (void)be;
+    sdp_relu_bwd(dinp, dout, out, n);
+}
+
+static void cpu_avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B, int C,
+                            int H, int W, int k) {
+    (void)be;
+    sdp_avgpool_fwd(out, inp, B, C, H, W, k);
+}
+
+static void cpu_avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B, int C,
+                            int H, int W, int k) {
+    (void)be;
+    sdp_avgpool_bwd(dinp, dout, B, C, H, W, k);
+}
+
+static void cpu_global_avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B,
+                                   int C, int H, int W) {
+    (void)be;
+    sdp_global_avgpool_fwd(out, inp, B, C, H, W);
+}
+
+static void cpu_global_avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B,
+                                   int C, int H, int W) {
+    (void)be;
+    sdp_global_avgpool_bwd(dinp, dout, B, C, H, W);
+}
+
+static void cpu_add_rows(const sdp_backend *be, float *dst, size_t ld_dst, const float *src,
+                         size_t ld_src, size_t rows, size_t cols) {
+    (void)be;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) dst[r * ld_dst + c] += src[r * ld_src + c];
+}
+
 sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem) {
     SDP_ASSERT(mem);
     cpu_backend *cb = calloc(1, sizeof *cb);
@@ -315,6 +418,21 @@ sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem) {
         .patch_gather = cpu_patch_gather,
         .vit_embed_fwd = cpu_vit_embed_fwd,
         .vit_embed_bwd = cpu_vit_embed_bwd,
+        .conv_plan_create = cpu_conv_plan_create,
+        .conv_plan_free = cpu_conv_plan_free,
+        .conv_scratch_bytes = cpu_conv_scratch_bytes,
+        .conv2d_fwd = cpu_conv2d_fwd,
+        .conv2d_bwd = cpu_conv2d_bwd,
+        .batchnorm_fwd_train = cpu_batchnorm_fwd_train,
+        .batchnorm_fwd_eval = cpu_batchnorm_fwd_eval,
+        .batchnorm_bwd = cpu_batchnorm_bwd,
+        .relu_fwd = cpu_relu_fwd,
+        .relu_bwd = cpu_relu_bwd,
+        .avgpool_fwd = cpu_avgpool_fwd,
+        .avgpool_bwd = cpu_avgpool_bwd,
+        .global_avgpool_fwd = cpu_global_avgpool_fwd,
+        .global_avgpool_bwd = cpu_global_avgpool_bwd,
+        .add_rows = cpu_add_rows,
     };
     return &cb->table;
 }

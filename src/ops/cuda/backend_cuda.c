@@ -1,9 +1,11 @@
-/* The CUDA backend: the kernels of sdp/ops_cuda.h over device memory of one sdp_cuda_ctx (be->ctx).
- * Each entry forwards to the CUDA kernel of the same name; the CPU-only arguments (the attention
- * scratch) are dropped. */
+/* The CUDA backend: the kernels of sdp/ops_cuda.h and sdp/ops_cuda_vision.h over device memory of
+ * one sdp_cuda_ctx (be->ctx). Each entry forwards to the CUDA kernel of the same name; the
+ * CPU-only arguments (the attention and convolution scratch, the CPU convolution algorithm) are
+ * dropped. */
 #include "sdp/backend.h"
 #include "sdp/check.h"
 #include "sdp/ops_cuda.h"
+#include "sdp/ops_cuda_vision.h"
 
 #include <stdlib.h>
 
@@ -234,6 +236,100 @@ static void cuda_allreduce_wait(const sdp_backend *be) {
     sdp_cuda_allreduce_wait(cu(be));
 }
 
+static void cuda_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
+                            float *params, const float *grads, const sdp_opt_segment *segs,
+                            int nseg, float lr) {
+    sdp_cuda_sgd_update(cu(be), cfg, t, buf, params, grads, segs, nseg, lr);
+}
+
+/* ---- vision (ResNet): convolutions on cuDNN, their workspace the context's ---- */
+
+static void *cuda_conv_plan_create(const sdp_backend *be, const sdp_conv_shape *shape,
+                                   sdp_conv_algo algo) {
+    (void)algo; /* the CPU's choice; cuDNN picks its own */
+    return sdp_cuda_conv_create(cu(be), shape);
+}
+
+static void cuda_conv_plan_free(const sdp_backend *be, void *plan) {
+    (void)be;
+    sdp_cuda_conv_destroy(plan);
+}
+
+static size_t cuda_conv_scratch_bytes(const sdp_backend *be, const void *plan) {
+    (void)be;
+    (void)plan;
+    return 0;
+}
+
+static void cuda_conv2d_fwd(const sdp_backend *be, const void *plan, float *out, const float *inp,
+                            const float *w, const float *bias, float *scratch) {
+    (void)scratch;
+    sdp_cuda_conv2d_fwd(cu(be), plan, out, inp, w, bias);
+}
+
+static void cuda_conv2d_bwd(const sdp_backend *be, const void *plan, float *dinp, float *dw,
+                            float *dbias, const float *dout, const float *inp, const float *w,
+                            float *scratch) {
+    (void)scratch;
+    sdp_cuda_conv2d_bwd(cu(be), plan, dinp, dw, dbias, dout, inp, w);
+}
+
+static void cuda_batchnorm_fwd_train(const sdp_backend *be, float *out, float *mean, float *rstd,
+                                     float *running_mean, float *running_var, const float *inp,
+                                     const float *gamma, const float *beta, int B, int C, int H,
+                                     int W) {
+    sdp_cuda_batchnorm_fwd_train(cu(be), out, mean, rstd, running_mean, running_var, inp, gamma,
+                                 beta, B, C, H, W);
+}
+
+static void cuda_batchnorm_fwd_eval(const sdp_backend *be, float *out, const float *inp,
+                                    const float *running_mean, const float *running_var,
+                                    const float *gamma, const float *beta, int B, int C, int H,
+                                    int W) {
+    sdp_cuda_batchnorm_fwd_eval(cu(be), out, inp, running_mean, running_var, gamma, beta, B, C, H,
+                                W);
+}
+
+static void cuda_batchnorm_bwd(const sdp_backend *be, float *dinp, float *dgamma, float *dbeta,
+                               const float *dout, const float *inp, const float *gamma,
+                               const float *mean, const float *rstd, int B, int C, int H, int W) {
+    sdp_cuda_batchnorm_bwd(cu(be), dinp, dgamma, dbeta, dout, inp, gamma, mean, rstd, B, C, H, W);
+}
+
+static void cuda_relu_fwd(const sdp_backend *be, float *out, const float *inp, size_t n) {
+    sdp_cuda_relu_fwd(cu(be), out, inp, n);
+}
+
+static void cuda_relu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *out,
+                          size_t n) {
+    sdp_cuda_relu_bwd(cu(be), dinp, dout, out, n);
+}
+
+static void cuda_avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B, int C,
+                             int H, int W, int k) {
+    sdp_cuda_avgpool_fwd(cu(be), out, inp, B, C, H, W, k);
+}
+
+static void cuda_avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B, int C,
+                             int H, int W, int k) {
+    sdp_cuda_avgpool_bwd(cu(be), dinp, dout, B, C, H, W, k);
+}
+
+static void cuda_global_avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B,
+                                    int C, int H, int W) {
+    sdp_cuda_global_avgpool_fwd(cu(be), out, inp, B, C, H, W);
+}
+
+static void cuda_global_avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B,
+                                    int C, int H, int W) {
+    sdp_cuda_global_avgpool_bwd(cu(be), dinp, dout, B, C, H, W);
+}
+
+static void cuda_add_rows(const sdp_backend *be, float *dst, size_t ld_dst, const float *src,
+                          size_t ld_src, size_t rows, size_t cols) {
+    sdp_cuda_add_rows(cu(be), dst, ld_dst, src, ld_src, rows, cols);
+}
+
 static size_t cuda_bytes_in_use(const sdp_backend *be) {
     (void)be;
     return sdp_cuda_bytes_in_use();
@@ -263,6 +359,7 @@ sdp_backend *sdp_backend_cuda(int device, sdp_precision precision) {
         .allreduce_start = cuda_allreduce_start,
         .allreduce_wait = cuda_allreduce_wait,
         .adamw_update = cuda_adamw_update,
+        .sgd_update = cuda_sgd_update,
         .bytes_in_use = cuda_bytes_in_use,
         .alloc = cuda_alloc,
         .free = cuda_free,
@@ -298,6 +395,21 @@ sdp_backend *sdp_backend_cuda(int device, sdp_precision precision) {
         .patch_gather = cuda_patch_gather,
         .vit_embed_fwd = cuda_vit_embed_fwd,
         .vit_embed_bwd = cuda_vit_embed_bwd,
+        .conv_plan_create = cuda_conv_plan_create,
+        .conv_plan_free = cuda_conv_plan_free,
+        .conv_scratch_bytes = cuda_conv_scratch_bytes,
+        .conv2d_fwd = cuda_conv2d_fwd,
+        .conv2d_bwd = cuda_conv2d_bwd,
+        .batchnorm_fwd_train = cuda_batchnorm_fwd_train,
+        .batchnorm_fwd_eval = cuda_batchnorm_fwd_eval,
+        .batchnorm_bwd = cuda_batchnorm_bwd,
+        .relu_fwd = cuda_relu_fwd,
+        .relu_bwd = cuda_relu_bwd,
+        .avgpool_fwd = cuda_avgpool_fwd,
+        .avgpool_bwd = cuda_avgpool_bwd,
+        .global_avgpool_fwd = cuda_global_avgpool_fwd,
+        .global_avgpool_bwd = cuda_global_avgpool_bwd,
+        .add_rows = cuda_add_rows,
     };
     return be;
 }

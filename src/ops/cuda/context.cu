@@ -141,6 +141,7 @@ void sdp_cuda_ctx_destroy(sdp_cuda_ctx *ctx) {
         CUDA_CHECK(cudaEventDestroy(ctx->comm_done));
         CUDA_CHECK(cudaStreamDestroy(ctx->comm_stream));
     }
+    if (ctx->cudnn) CUDNN_CHECK(cudnnDestroy(ctx->cudnn));
     CUDA_CHECK(cudaStreamDestroy(ctx->stream));
     free(ctx);
 }

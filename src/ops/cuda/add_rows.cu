@@ -1,0 +1,20 @@
+/* dst[r * ld_dst + c] += src[r * ld_src + c]: an owned slice of a whole gradient added into the
+ * caller's gradient buffer (the ResNet's sliced gradients). One thread per element. */
+#include "ops/cuda/common.cuh"
+#include "sdp/ops_cuda_vision.h"
+
+__global__ void add_rows_kernel(float *dst, size_t ld_dst, const float *src, size_t ld_src,
+                                size_t rows, size_t cols) {
+    FOR_EACH_INDEX(i, rows * cols) {
+        const size_t r = i / cols, c = i % cols;
+        dst[r * ld_dst + c] += src[r * ld_src + c];
+    }
+}
+
+void sdp_cuda_add_rows(sdp_cuda_ctx *ctx, float *dst, size_t ld_dst, const float *src,
+                       size_t ld_src, size_t rows, size_t cols) {
+    if (rows == 0 || cols == 0) return;
+    add_rows_kernel<<<elementwise_blocks(rows * cols), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
+        dst, ld_dst, src, ld_src, rows, cols);
+    LAUNCH_CHECK();
+}
