@@ -23,10 +23,10 @@
  *
  * Where the buffers live. The checks run with the sync reading host memory (`host`), or told that
  * the buffers are a device's (sdp_sync_use_backend): with device communicators (`devcomm`, a
- * stand-in for NCCL that all-reduces through MPI when a reduction starts) or without (`staged`,
- * each bucket copied to the host, reduced and copied back). The stand-in device is host memory
- * behind the CPU backend's copies, so the same invariants check sync.c's device paths on any
- * machine; NCCL itself runs only on a GPU.
+ * stand-in for NCCL that all-reduces and broadcasts through MPI when a transfer starts) or
+ * without (`staged`, each bucket and publication copied to the host, sent and copied back). The
+ * stand-in device is host memory behind the CPU backend's copies, so the same invariants check
+ * sync.c's device paths on any machine; NCCL itself runs only on a GPU.
  *
  * usage: mpiexec -n N mpi_invariants [replicas|grads|all] [host|staged|devcomm]
  * (exit status 0 when every check holds) */
@@ -139,6 +139,11 @@ static void mpi_allreduce_start(const sdp_backend *be, void *dc, float *x, size_
     MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)dc);
 }
 
+static void mpi_broadcast_start(const sdp_backend *be, void *dc, float *x, size_t n, int root) {
+    (void)be;
+    MPI_Bcast(x, (int)n, MPI_FLOAT, root, *(MPI_Comm *)dc);
+}
+
 static void no_wait(const sdp_backend *be) {
     (void)be;
 }
@@ -149,6 +154,7 @@ static void use_stand_in_device(worker *w, memory_kind kind) {
     w->device.comm_open = kind == MEMORY_DEVCOMM ? mpi_device_comm : no_device_comm;
     w->device.comm_close = mpi_device_comm_close;
     w->device.allreduce_start = mpi_allreduce_start;
+    w->device.broadcast_start = mpi_broadcast_start;
     w->device.allreduce_wait = no_wait;
     sdp_sync_use_backend(&w->sync, &w->device);
 }

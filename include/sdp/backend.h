@@ -67,7 +67,10 @@ struct sdp_backend {
      * a communication stream, so the kernels issued next overlap it. Every rank of dc must start
      * the same reductions in the same order. */
     void (*allreduce_start)(const sdp_backend *be, void *dc, float *x, size_t n);
-    /* Orders every kernel issued from now on after the reductions started so far. */
+    /* Starts sending x[0, n) from dc's rank `root` to its other ranks, in place, ordered as
+     * allreduce_start is (allreduce_wait orders later kernels after it too). */
+    void (*broadcast_start)(const sdp_backend *be, void *dc, float *x, size_t n, int root);
+    /* Orders every kernel issued from now on after the reductions and broadcasts started so far. */
     void (*allreduce_wait)(const sdp_backend *be);
 
     /* ---- memory ---- */

@@ -231,12 +231,14 @@ double sdp_cuda_sumsq(sdp_cuda_ctx *ctx, const float *x, size_t n);
 
 /* ---- communication among devices (comm_nccl.c) --------------------------------------------- */
 
-/* The backend's comm_open, comm_close, allreduce_start and allreduce_wait (sdp/backend.h) over
+/* The backend's comm_open, comm_close, allreduce_start, broadcast_start and allreduce_wait
+ * (sdp/backend.h) over
  * NCCL: one NCCL communicator per MPI communicator, bootstrapped over it, and one communication
  * stream per context, ordered after the compute stream by events. */
 void *sdp_cuda_comm_open(sdp_cuda_ctx *ctx, MPI_Comm comm);
 void sdp_cuda_comm_close(sdp_cuda_ctx *ctx, void *dc);
 void sdp_cuda_allreduce_start(sdp_cuda_ctx *ctx, void *dc, float *x, size_t n);
+void sdp_cuda_broadcast_start(sdp_cuda_ctx *ctx, void *dc, float *x, size_t n, int root);
 void sdp_cuda_allreduce_wait(sdp_cuda_ctx *ctx);
 
 #ifdef __cplusplus

@@ -52,7 +52,8 @@ typedef struct {
     sdp_mem *mem;
     /* Where the gradients and parameters passed in live (sdp_sync_use_backend): NULL, host */
     const sdp_backend *be;
-    float *stage; /* SDP_MEM_BUFFERS: host copy of a bucket reduced through MPI from a device */
+    float *stage;    /* SDP_MEM_BUFFERS: host copy of what goes through MPI from a device */
+    float *dev_pack; /* the publishing buffer in the backend's memory (replaces pack there) */
 } sdp_sync;
 
 /* Creates the owner-group communicators (collective over MPI_COMM_WORLD). `layer_of_param`
@@ -71,9 +72,11 @@ void sdp_sync_free(sdp_sync *s);
  * host-memory backend, they are host arrays). On a device, a bucket whose members each have
  * their own device is reduced by the backend's device communicator (NCCL) on its communication
  * stream, overlapped with the backward pass; one whose members share a device is staged through
- * host memory and MPI after the backward pass. The norm, the averaging and publishing run on
- * device memory too. gather_full, scatter_full, average_buffers and check_replicas still take
- * host arrays. Collective over MPI_COMM_WORLD (not on a simulated sync). */
+ * host memory and MPI after the backward pass. The norm and the averaging run on device memory
+ * too, and publishing packs on the device and broadcasts by the device communicator over every
+ * worker (or through host memory when ranks share a device). gather_full, scatter_full,
+ * average_buffers and check_replicas still take host arrays. Collective over MPI_COMM_WORLD (not on
+ * a simulated sync). */
 void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be);
 
 /* Per local tensor: where its gradient lives in the compact gradient buffer (-1: not owned;

@@ -169,6 +169,7 @@ void sdp_sync_free(sdp_sync *s) {
     free(s->grad_index);
     sdp_free(s->mem, s->pack);
     sdp_free(s->mem, s->stage);
+    if (s->dev_pack) s->be->free(s->be, s->dev_pack);
     memset(s, 0, sizeof *s);
 }
 
@@ -300,6 +301,23 @@ static bool reduced(const sdp_bucket *b) {
     return b->nmembers > 1 && b->count > 0;
 }
 
+/* The device communicator over every worker: the shared bucket's (always the first). */
+static void *world_device_comm(const sdp_sync *s) {
+    return s->buckets[0].dev;
+}
+
+/* The publishing buffer moves to the device, and publishing broadcasts over the device
+ * communicator of every worker; without one it stages through host memory (returns the elements
+ * that needs). */
+static size_t use_device_publishing(sdp_sync *s) {
+    const size_t elems = publish_buffer_elems(s);
+    if (!elems) return 0;
+    sdp_free(s->mem, s->pack);
+    s->pack = NULL;
+    s->dev_pack = s->be->alloc(s->be, SDP_MEM_BUFFERS, elems * sizeof(float));
+    return world_device_comm(s) ? 0 : elems;
+}
+
 void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be) {
     s->be = be;
     if (!on_device(s)) return;
@@ -310,6 +328,8 @@ void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be) {
         if (bk->comm != MPI_COMM_NULL && bk->nmembers > 1) bk->dev = be->comm_open(be, bk->comm);
         if (staged(s, bk) && bk->count > largest_staged) largest_staged = bk->count;
     }
+    const size_t publish_staged = use_device_publishing(s);
+    if (publish_staged > largest_staged) largest_staged = publish_staged;
     if (largest_staged)
         s->stage = sdp_alloc(s->mem, SDP_MEM_BUFFERS, largest_staged * sizeof(float));
 }
@@ -446,7 +466,32 @@ static int *runs_of_group(const sdp_sync *s, int group, int *n) {
     return runs;
 }
 
+/* dst[0, n) = src[0, n), both in the buffers' memory (host or device). */
+static void copy_within(const sdp_sync *s, float *dst, const float *src, size_t n) {
+    if (on_device(s))
+        s->be->copy_rows(s->be, dst, n, src, n, 1, n);
+    else
+        memcpy(dst, src, n * sizeof(float));
+}
+
+/* pack[0, count) from world rank root to every worker. */
+static void broadcast_pack(sdp_sync *s, float *pack, size_t count, int root) {
+    if (on_device(s) && world_device_comm(s)) {
+        s->be->broadcast_start(s->be, world_device_comm(s), pack, count, root);
+        s->be->allreduce_wait(s->be);
+        return;
+    }
+    float *host = on_device(s) ? s->stage : pack;
+    if (on_device(s) && s->rank == root) to_host(s, host, pack, count);
+    for (size_t off = 0; off < count; off += MAX_PIECE) {
+        size_t len = count - off < MAX_PIECE ? count - off : MAX_PIECE;
+        MPI_Bcast(host + off, (int)len, MPI_FLOAT, root, MPI_COMM_WORLD);
+    }
+    if (on_device(s) && s->rank != root) from_host(s, pack, host, count);
+}
+
 void sdp_sync_publish(sdp_sync *s, float *params) {
+    float *pack = on_device(s) ? s->dev_pack : s->pack;
     for (int g = 0; g < s->plan->ngroups; g++) {
         const sdp_owner_group *og = &s->plan->groups[g];
         if (og->nmembers == s->world) continue; /* everyone owns it already */
@@ -456,21 +501,18 @@ void sdp_sync_publish(sdp_sync *s, float *params) {
         for (int j = 0; j < n; j++) count += run_at(s, runs[j])->len;
         if (s->rank == root)
             for (size_t at = 0, j = 0; j < (size_t)n; j++) {
-                to_host(s, s->pack + at, params + run_at(s, runs[j])->local,
-                        run_at(s, runs[j])->len);
+                copy_within(s, pack + at, params + run_at(s, runs[j])->local,
+                            run_at(s, runs[j])->len);
                 at += run_at(s, runs[j])->len;
             }
-        for (size_t off = 0; off < count; off += (size_t)1 << 30) {
-            size_t len = count - off < ((size_t)1 << 30) ? count - off : (size_t)1 << 30;
-            MPI_Bcast(s->pack + off, (int)len, MPI_FLOAT, root, MPI_COMM_WORLD);
-        }
+        broadcast_pack(s, pack, count, root);
         const uint64_t bytes = count * sizeof(float);
         if (s->rank == root) s->bytes.sent += bytes * (uint64_t)(s->world - og->nmembers);
         if (!is_member(og, s->rank)) {
             s->bytes.recv += bytes;
             for (size_t at = 0, j = 0; j < (size_t)n; j++) {
-                from_host(s, params + run_at(s, runs[j])->local, s->pack + at,
-                          run_at(s, runs[j])->len);
+                copy_within(s, params + run_at(s, runs[j])->local, pack + at,
+                            run_at(s, runs[j])->len);
                 at += run_at(s, runs[j])->len;
             }
         }

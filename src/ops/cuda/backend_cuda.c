@@ -232,6 +232,10 @@ static void cuda_allreduce_start(const sdp_backend *be, void *dc, float *x, size
     sdp_cuda_allreduce_start(cu(be), dc, x, n);
 }
 
+static void cuda_broadcast_start(const sdp_backend *be, void *dc, float *x, size_t n, int root) {
+    sdp_cuda_broadcast_start(cu(be), dc, x, n, root);
+}
+
 static void cuda_allreduce_wait(const sdp_backend *be) {
     sdp_cuda_allreduce_wait(cu(be));
 }
@@ -357,6 +361,7 @@ sdp_backend *sdp_backend_cuda(int device, sdp_precision precision) {
         .comm_open = cuda_comm_open,
         .comm_close = cuda_comm_close,
         .allreduce_start = cuda_allreduce_start,
+        .broadcast_start = cuda_broadcast_start,
         .allreduce_wait = cuda_allreduce_wait,
         .adamw_update = cuda_adamw_update,
         .sgd_update = cuda_sgd_update,

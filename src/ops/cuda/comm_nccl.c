@@ -91,6 +91,15 @@ void sdp_cuda_allreduce_start(sdp_cuda_ctx *ctx, void *p, float *x, size_t n) {
     NCCL_CHECK(ncclAllReduce(x, x, n, ncclFloat32, ncclSum, dc->comm, ctx->comm_stream));
 }
 
+void sdp_cuda_broadcast_start(sdp_cuda_ctx *ctx, void *p, float *x, size_t n, int root) {
+    device_comm *dc = p;
+    SDP_ASSERT(dc && ctx->comm_stream);
+    if (n == 0) return;
+    CUDA_CHECK(cudaEventRecord(ctx->comm_ready, ctx->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(ctx->comm_stream, ctx->comm_ready, 0));
+    NCCL_CHECK(ncclBroadcast(x, x, n, ncclFloat32, root, dc->comm, ctx->comm_stream));
+}
+
 void sdp_cuda_allreduce_wait(sdp_cuda_ctx *ctx) {
     if (!ctx->comm_stream) return;
     CUDA_CHECK(cudaEventRecord(ctx->comm_done, ctx->comm_stream));
