@@ -1,8 +1,9 @@
 /* Where a worker's trainable state lives: host memory (--device cpu, the model's own CPU
  * backend) or a CUDA device (--device cuda: the model on sdp_backend_cuda, gradients and AdamW
- * state in device memory, the update by the backend's adamw_update or sgd_update; each rank on a device of its
- * own where the node has enough). The rest of the trainer reaches that state only through these
- * functions and t->be; sdp/sync.h reaches it through the backend (sdp_sync_use_backend). */
+ * state in device memory, the update by the backend's adamw_update or sgd_update; each rank on a
+ * device of its own where the node has enough). The rest of the trainer reaches that state only
+ * through these functions and t->be; sdp/sync.h reaches it through the backend
+ * (sdp_sync_use_backend). */
 #include "trainer.h"
 
 #include "sdp/check.h"
