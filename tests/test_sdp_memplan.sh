@@ -53,4 +53,26 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 else
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi
+
+# --device cuda: a GPT worker's scratch is the CUDA context's fixed workspaces (32 MiB for cuBLAS,
+# 16 MiB of our own, a 4-byte flag) and attention's score matrices for the worker's heads H (two
+# [H, T, T] and B*H*T row sums of floats), computed here by hand: B=2, T=16. Data parallelism
+# keeps all 4 heads; forward masking with neuron units at C = 0.5 keeps 2 per layer. The GPU test
+# (tests/gpu/test_cuda_memplan.sh) checks the plan against the device's own tally.
+MODEL=(--layers 4 --heads 4 --width 32 --seq-len 16 --batch 2)
+cuda_scratch() { # H: the bytes expected
+  echo $((32 * 1048576 + 16 * 1048576 + 4 + (2 * $1 * 16 * 16 + 2 * $1 * 16) * 4))
+}
+"$SDP_BIN" plan "${MODEL[@]}" --world 4 --device cuda --sdp-mask forward --sdp-unit neuron \
+  --json >"$WORK/cuda.json" 2>&1 || { fail "plan --device cuda failed"; cat "$WORK/cuda.json"; }
+python3 - "$WORK/cuda.json" "$(cuda_scratch 2)" "$(cuda_scratch 4)" <<'PY' &&
+import json, sys
+plan, worker, ddp = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])
+got = [w["scratch"] for w in plan["workers"]]
+print("planned scratch: workers %s, DDP %d; expected %d and %d" % (got, plan["ddp"]["scratch"],
+                                                                  worker, ddp))
+sys.exit(0 if got == [worker] * 4 and plan["ddp"]["scratch"] == ddp else 1)
+PY
+  pass "plan --device cuda: scratch is the CUDA workspaces plus attention for the worker's heads" ||
+  fail "plan --device cuda: scratch differs from the CUDA backend's sizes"
 finish

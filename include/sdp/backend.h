@@ -128,8 +128,9 @@ struct sdp_backend {
                          size_t n);
 
     /* ---- attention ---- */
-    /* Bytes of the scratch that attention_fwd/bwd need (0 where the backend keeps its own). */
-    size_t (*attention_scratch_bytes)(const sdp_backend *be, int T, int hs);
+    /* Bytes of the scratch that attention_fwd/bwd need for batches of B sequences of T tokens
+     * with at most H heads of hs (0 where the backend keeps its own). */
+    size_t (*attention_scratch_bytes)(const sdp_backend *be, int B, int T, int H, int hs);
     void (*attention_fwd)(const sdp_backend *be, float *out, float *lse, const float *qkv, int B,
                           int T, int H, int hs, bool causal, float *scratch);
     void (*attention_bwd)(const sdp_backend *be, float *dqkv, const float *dout, const float *qkv,

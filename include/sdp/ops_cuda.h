@@ -162,14 +162,15 @@ void sdp_cuda_residual_bwd(sdp_cuda_ctx *ctx, float *da, float *db, const float 
 /* Layouts as sdp_attention_fwd: qkv [B, T, 3*D], out [B, T, D], lse [B, H, T], D = H*hs, scale
  * 1/sqrt(hs). causal: query t sees keys 0..t; otherwise every key (bidirectional, as in ViT).
  * The products (scores, P V and the five of the backward) are cuBLAS GEMMs in the context's
- * precision, batched over the heads of one sequence at a time. No CPU-style scratch: the score
- * matrices of one sequence (two of [H, T, T] floats) live in the context's workspace. */
+ * precision, batched over the heads of one sequence at a time. scratch is device memory of
+ * sdp_cuda_attention_scratch_bytes(B, T, H) bytes (sdp/cuda_scratch.h): the score matrices of one
+ * sequence and the backward's row sums. */
 void sdp_cuda_attention_fwd(sdp_cuda_ctx *ctx, float *out, float *lse, const float *qkv, int B,
-                            int T, int H, int hs, bool causal);
+                            int T, int H, int hs, bool causal, float *scratch);
 /* dqkv += gradient w.r.t. qkv; out and lse are those saved by the forward with the same causal. */
 void sdp_cuda_attention_bwd(sdp_cuda_ctx *ctx, float *dqkv, const float *dout, const float *qkv,
                             const float *out, const float *lse, int B, int T, int H, int hs,
-                            bool causal);
+                            bool causal, float *scratch);
 
 void sdp_cuda_rope_fwd(sdp_cuda_ctx *ctx, float *qkv, int B, int T, int H, int hs, float theta);
 void sdp_cuda_rope_bwd(sdp_cuda_ctx *ctx, float *dqkv, int B, int T, int H, int hs, float theta);

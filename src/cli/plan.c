@@ -4,7 +4,9 @@
 #include "commands.h"
 #include "run.h"
 
+#include "sdp/backend.h"
 #include "sdp/check.h"
+#include "sdp/cuda_scratch.h"
 #include "sdp/memplan.h"
 #include "sdp/optim.h"
 
@@ -19,12 +21,11 @@ typedef struct {
     bool json;
 } plan_opts;
 
-static const char *SHARED_OPTS[] = {"model",        "layers",     "heads",      "width",
-                                    "d-ff",         "seq-len",    "vocab",      "batch",
-                                    "optimizer",    "sdp-mask",   "sdp-unit",   "sdp-owners",
-                                    "sdp-coverage", "sdp-assign", "sdp-chunks", "sdp-seed",
-                                    "branch-scale", "seed",       "depth",      "channels",
-                                    "patch",        "dataset",    NULL};
+static const char *SHARED_OPTS[] = {
+    "model",        "layers",     "heads",      "width",    "d-ff",         "seq-len",
+    "vocab",        "batch",      "optimizer",  "sdp-mask", "sdp-unit",     "sdp-owners",
+    "sdp-coverage", "sdp-assign", "sdp-chunks", "sdp-seed", "branch-scale", "seed",
+    "depth",        "channels",   "patch",      "dataset",  "device",       NULL};
 
 static opt_spec *plan_specs(void) {
     static const opt_spec extra[] = {
@@ -48,15 +49,48 @@ typedef struct {
     double params, grads, optim, acts, scratch, buffers, sent;
 } worker_bytes;
 
+static bool on_cuda(const plan_opts *o) {
+    return strcmp(o->t.device, "cuda") == 0;
+}
+
+/* The CUDA backend's attention and convolution scratch, for counting. */
+static size_t cuda_attention_scratch(const sdp_backend *be, int B, int T, int H, int hs) {
+    (void)be;
+    (void)hs;
+    return sdp_cuda_attention_scratch_bytes(B, T, H);
+}
+
+static size_t cuda_conv_scratch(const sdp_backend *be, const void *plan) {
+    (void)be;
+    (void)plan;
+    return 0; /* cuDNN's lives in the context's workspace */
+}
+
+/* A backend that allocates nothing and counts what the model would allocate on the device the
+ * plan is for. The model code asks the backend for its scratch sizes and nothing else differs
+ * between devices, so the CPU table with CUDA's two scratch sizes counts the CUDA worker. */
+static sdp_backend *counting_backend(const plan_opts *o, sdp_mem *dry) {
+    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, dry);
+    if (on_cuda(o)) {
+        be->attention_scratch_bytes = cuda_attention_scratch;
+        be->conv_scratch_bytes = cuda_conv_scratch;
+    }
+    return be;
+}
+
 static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
                             const plan_opts *o, int rank) {
     sdp_mem dry = {.dry = true};
+    sdp_backend *be = counting_backend(o, &dry);
+    sdp_model_config on_device = *cfg;
+    on_device.backend = be;
     sdp_model m;
     const int T = run_images(&o->t) ? 1 : o->t.seq_len; /* images have no sequence */
-    run_create_worker_model(&m, cfg, p, full, rank, o->t.batch, T, SDP_MODEL_TRAIN_BARE,
+    run_create_worker_model(&m, &on_device, p, full, rank, o->t.batch, T, SDP_MODEL_TRAIN_BARE,
                             SDP_GEMM_DNNL, &dry);
     const size_t local = m.layout->numel;
     m.ops->destroy(&m);
+    sdp_backend_destroy(be);
     sdp_worker_plan w;
     sdp_memplan_worker(p, full, rank, &w);
     const bool bf16 = strcmp(o->dtype, "bf16") == 0;
@@ -68,7 +102,8 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
     b.grads = (double)w.grad_elems * wbytes;
     b.optim = (double)w.owned * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
     b.acts = (double)dry.peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
-    b.scratch = (double)dry.peak[SDP_MEM_SCRATCH];
+    b.scratch =
+        (double)dry.peak[SDP_MEM_SCRATCH] + (on_cuda(o) ? sdp_cuda_context_scratch_bytes() : 0);
     /* The trainer has no bf16 path: the buffer is sized by the weight dtype, as the halved bytes
      * sent assume bf16 weights are what is published through it. */
     b.buffers = (double)w.bucket_elems * wbytes;
@@ -76,15 +111,17 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
     return b;
 }
 
+static double total_of(const worker_bytes *b) {
+    return b->params + b->grads + b->optim + b->acts + b->scratch + b->buffers;
+}
+
 static void print_row(const char *name, const worker_bytes *b) {
-    char s[7][32];
-    const double v[7] = {
-        b->params, b->grads,   b->optim,
-        b->acts,   b->buffers, b->params + b->grads + b->optim + b->acts + b->scratch + b->buffers,
-        b->sent};
-    for (int i = 0; i < 7; i++) sdp_fmt_bytes(s[i], sizeof s[i], v[i]);
-    printf("  %-8s %10s %10s %10s %12s %10s %10s %12s\n", name, s[0], s[1], s[2], s[3], s[4], s[5],
-           s[6]);
+    char s[8][32];
+    const double v[8] = {b->params,  b->grads,   b->optim,    b->acts,
+                         b->scratch, b->buffers, total_of(b), b->sent};
+    for (int i = 0; i < 8; i++) sdp_fmt_bytes(s[i], sizeof s[i], v[i]);
+    printf("  %-8s %10s %10s %10s %12s %10s %10s %10s %12s\n", name, s[0], s[1], s[2], s[3], s[4],
+           s[5], s[6], s[7]);
 }
 
 static void print_json_row(const worker_bytes *b, int rank, bool last) {
@@ -134,6 +171,8 @@ int cmd_plan(int argc, char **argv) {
                "allocating.");
     SDP_CHECK(!strcmp(o.dtype, "fp32") || !strcmp(o.dtype, "bf16"),
               "unknown --dtype '%s': use fp32 or bf16", o.dtype);
+    SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",
+              o.t.device);
     sdp_model_config cfg = run_model_config(&o.t, data_shape_of(&o.t));
     sdp_layout full;
     run_full_layout(&full, &cfg);
@@ -165,16 +204,16 @@ int cmd_plan(int argc, char **argv) {
         if (pc.mask == SDP_MASK_FORWARD)
             printf(", branch scale %s", sdp_branch_scale_name(pc.scale));
         if (run_images(&o.t))
-            printf(" | batch %d images | %s\n", o.t.batch, o.dtype);
+            printf(" | batch %d images | %s, %s\n", o.t.batch, o.t.device, o.dtype);
         else
-            printf(" | batch %d x %d | %s\n", o.t.batch, o.t.seq_len, o.dtype);
-        printf("  %-8s %10s %10s %10s %12s %10s %10s %12s\n", "worker", "params", "grads",
-               "optimizer", "activations", "buffers", "total", "sent/step");
+            printf(" | batch %d x %d | %s, %s\n", o.t.batch, o.t.seq_len, o.t.device, o.dtype);
+        printf("  %-8s %10s %10s %10s %12s %10s %10s %10s %12s\n", "worker", "params", "grads",
+               "optimizer", "activations", "scratch", "buffers", "total", "sent/step");
     }
     for (int r = 0; r < o.world; r++) {
         worker_bytes b = predict(&plan, &full, &cfg, &o, r);
         double state = b.params + b.grads + b.optim;
-        double total = state + b.acts + b.scratch + b.buffers;
+        double total = total_of(&b);
         if (state > worst_state) worst_state = state;
         if (total > worst_total) worst_total = total, worst = b;
         if (o.json)
@@ -187,7 +226,7 @@ int cmd_plan(int argc, char **argv) {
             printf("  ... (%d more workers; --show N lists more)\n", o.world - o.show);
     }
     const double ddp_state = ddp.params + ddp.grads + ddp.optim;
-    const double ddp_total = ddp_state + ddp.acts + ddp.scratch + ddp.buffers;
+    const double ddp_total = total_of(&ddp);
     if (o.json) {
         printf("  ],\n  \"ddp\": ");
         print_json_row(&ddp, 0, true);
@@ -198,6 +237,13 @@ int cmd_plan(int argc, char **argv) {
         printf("  largest worker vs DDP: params+grads+optimizer %.1f%% smaller, total %.1f%% "
                "smaller\n",
                100 * (1 - worst_state / ddp_state), 100 * (1 - worst_total / ddp_total));
+        if (on_cuda(&o))
+            printf("  scratch on cuda: the model's attention scores and %.0f MiB of cuBLAS and "
+                   "kernel workspaces%s\n",
+                   (double)sdp_cuda_context_scratch_bytes() / (1 << 20),
+                   run_images(&o.t) && !strcmp(cfg.arch, "resnet")
+                       ? "; cuDNN may grow the workspace at run time for its convolutions"
+                       : "");
     }
     sdp_plan_free(&plan);
     sdp_plan_free(&ddp_plan);

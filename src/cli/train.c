@@ -313,7 +313,7 @@ int cmd_train(int argc, char **argv) {
                "workers,\nwith data parallelism or subnetwork data parallelism (--sdp-mask).\n"
                "--sim-world N --sim-rank r runs worker r of an N-worker job alone (one process, "
                "no\ncommunication, no checkpoints), to measure one worker's memory and speed.\n"
-               "--device cuda trains on GPUs, one per rank (sdp-cuda only; gpt, llama, vit).");
+               "--device cuda trains on GPUs, one per rank (sdp-cuda only).");
     setup(&t, argc, argv);
     if (t.o.resume[0]) load_checkpoint(&t);
     write_run_files(&t);

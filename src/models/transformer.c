@@ -401,7 +401,10 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     m->losses = acts(m, head_rows);
     if (vit) tf_vit_alloc(m);
     if (mode != SDP_MODEL_INFER) alloc_backward_buffers(m);
-    const size_t attn_scratch = be->attention_scratch_bytes(be, T, m->head_size);
+    int max_heads = 0;
+    for (int i = 0; i < m->shape.n_layer; i++)
+        if (m->shape.n_head[i] > max_heads) max_heads = m->shape.n_head[i];
+    const size_t attn_scratch = be->attention_scratch_bytes(be, B, T, max_heads, m->head_size);
     if (attn_scratch) m->attn_scratch = be->alloc(be, SDP_MEM_SCRATCH, attn_scratch);
 }
 

@@ -26,6 +26,7 @@
  * Exits 77 (skipped, for ctest) when there is no CUDA device or no driver. */
 #include "../testutil.h"
 
+#include "sdp/cuda_scratch.h"
 #include "sdp/ops.h"
 #include "sdp/ops_cuda.h"
 #include "sdp/ops_cuda_vision.h"
@@ -483,9 +484,11 @@ static attention_result gpu_attention(bufs *b, const float *qkv, const float *do
     float *d_out = dev_floats(b, dout, out_len(s)); /* overwritten */
     float *d_lse = dev_floats(b, dout, lse_len(s));
     float *d_dqkv = dev_floats(b, dqkv0, qkv_len(s));
-    sdp_cuda_attention_fwd(b->ctx, d_out, d_lse, d_qkv, s.B, s.T, s.H, s.hs, causal);
-    sdp_cuda_attention_bwd(b->ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.H, s.hs,
-                           causal);
+    float *d_scratch = dev_upload(b, host_alloc(b, sdp_cuda_attention_scratch_bytes(s.B, s.T, s.H)),
+                                  sdp_cuda_attention_scratch_bytes(s.B, s.T, s.H));
+    sdp_cuda_attention_fwd(b->ctx, d_out, d_lse, d_qkv, s.B, s.T, s.H, s.hs, causal, d_scratch);
+    sdp_cuda_attention_bwd(b->ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.H, s.hs, causal,
+                           d_scratch);
     attention_result r = {download(b, d_out, out_len(s)), download(b, d_lse, lse_len(s)),
                           download(b, d_dqkv, qkv_len(s))};
     return r;

@@ -173,8 +173,10 @@ static void cpu_residual_bwd(const sdp_backend *be, float *da, float *db, const 
 
 /* ---- attention ---- */
 
-static size_t cpu_attention_scratch_bytes(const sdp_backend *be, int T, int hs) {
+static size_t cpu_attention_scratch_bytes(const sdp_backend *be, int B, int T, int H, int hs) {
     (void)be;
+    (void)B; /* one slice per thread, whatever the batch and heads */
+    (void)H;
     return sdp_attention_scratch_floats(T, hs) * sizeof(float);
 }
 

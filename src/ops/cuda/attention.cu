@@ -5,9 +5,11 @@
  * and the softmax is a small kernel between them. One sequence b at a time, each GEMM is strided-
  * batched over its H heads: head h of q starts at qkv + b*T*3D + h*hs, rows 3D apart, so the heads
  * are a batch of [T, hs] matrices hs floats apart (likewise k, v, out, and the gradients). The
- * score matrices of the sequence, [H, T, T], live in the context's workspace and are reused by the
- * next sequence and the next layer: a T x T matrix per head of one sequence is the price of
- * running the products on tensor cores, and the lse saved by the forward spares storing any.
+ * score matrices of the sequence, [H, T, T], live in the caller's scratch
+ * (sdp_cuda_attention_scratch_bytes) and are reused by the next sequence: a T x T matrix per head
+ * of one sequence is the price of running the products on tensor cores, and the lse saved by the
+ * forward spares storing any. The scratch is the model's, not the context's workspace, so that
+ * it is allocated once, counted as scratch, and predicted by `sdp plan --device cuda`.
  *
  *   forward:  S = scale q k^T;  P = softmax(S) by rows (masked past the diagonal when causal),
  *             saving lse;  out = P v.
@@ -18,6 +20,7 @@
  * assumes (sdp_tf_train_flops_per_token); the masked entries of P and dS are zero.
  */
 #include "ops/cuda/common.cuh"
+#include "sdp/cuda_scratch.h"
 
 #include <limits.h>
 #include <math.h>
@@ -126,11 +129,12 @@ static void check_dims(int B, int T, int H, int hs) {
 }
 
 void sdp_cuda_attention_fwd(sdp_cuda_ctx *ctx, float *out, float *lse, const float *qkv, int B,
-                            int T, int H, int hs, bool causal) {
+                            int T, int H, int hs, bool causal, float *scratch) {
     check_dims(B, T, H, hs);
+    SDP_ASSERT(scratch); /* sdp_cuda_attention_scratch_bytes(B, T, H) bytes of device memory */
     const heads a = make_heads(T, H, hs, causal);
     const int rows = H * T; /* score rows of one sequence */
-    float *scores = (float *)sdp_cuda_workspace(ctx, (size_t)H * a.tt * sizeof(float));
+    float *scores = scratch;
     for (int b = 0; b < B; b++) {
         const float *q = qkv + (size_t)b * T * a.ld_qkv, *k = q + a.ld_out, *v = k + a.ld_out;
         head_scores(ctx, scores, q, k, a);
@@ -146,13 +150,14 @@ void sdp_cuda_attention_fwd(sdp_cuda_ctx *ctx, float *out, float *lse, const flo
 
 void sdp_cuda_attention_bwd(sdp_cuda_ctx *ctx, float *dqkv, const float *dout, const float *qkv,
                             const float *out, const float *lse, int B, int T, int H, int hs,
-                            bool causal) {
+                            bool causal, float *scratch) {
     if (!dqkv) return;
     check_dims(B, T, H, hs);
+    SDP_ASSERT(scratch); /* laid out as sdp_cuda_attention_scratch_bytes(B, T, H) describes */
     const heads a = make_heads(T, H, hs, causal);
     const int rows = H * T;
     const size_t per_seq = (size_t)H * a.tt, all_rows = (size_t)B * rows;
-    float *probs = (float *)sdp_cuda_workspace(ctx, (2 * per_seq + all_rows) * sizeof(float));
+    float *probs = scratch;
     float *grads = probs + per_seq, *rowdot = grads + per_seq;
     rowdot_kernel<<<ceil_div(all_rows, SOFTMAX_ROWS), SOFTMAX_ROWS * WARP, 0, ctx->stream>>>(
         rowdot, dout, out, (int)all_rows, T, H, hs);

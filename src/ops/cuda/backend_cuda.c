@@ -4,6 +4,7 @@
  * dropped. */
 #include "sdp/backend.h"
 #include "sdp/check.h"
+#include "sdp/cuda_scratch.h"
 #include "sdp/ops_cuda.h"
 #include "sdp/ops_cuda_vision.h"
 
@@ -138,26 +139,23 @@ static void cuda_residual_bwd(const sdp_backend *be, float *da, float *db, const
     sdp_cuda_residual_bwd(cu(be), da, db, dout, s, n);
 }
 
-/* ---- attention: its score matrices live in the context's workspace (counted as scratch) ---- */
+/* ---- attention: its score matrices live in the model's scratch ---- */
 
-static size_t cuda_attention_scratch_bytes(const sdp_backend *be, int T, int hs) {
+static size_t cuda_attention_scratch_bytes(const sdp_backend *be, int B, int T, int H, int hs) {
     (void)be;
-    (void)T;
     (void)hs;
-    return 0;
+    return sdp_cuda_attention_scratch_bytes(B, T, H);
 }
 
 static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, const float *qkv,
                                int B, int T, int H, int hs, bool causal, float *scratch) {
-    (void)scratch;
-    sdp_cuda_attention_fwd(cu(be), out, lse, qkv, B, T, H, hs, causal);
+    sdp_cuda_attention_fwd(cu(be), out, lse, qkv, B, T, H, hs, causal, scratch);
 }
 
 static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *dout,
                                const float *qkv, const float *out, const float *lse, int B, int T,
                                int H, int hs, bool causal, float *scratch) {
-    (void)scratch;
-    sdp_cuda_attention_bwd(cu(be), dqkv, dout, qkv, out, lse, B, T, H, hs, causal);
+    sdp_cuda_attention_bwd(cu(be), dqkv, dout, qkv, out, lse, B, T, H, hs, causal, scratch);
 }
 
 static void cuda_rope_fwd(const sdp_backend *be, float *qkv, int B, int T, int H, int hs,

@@ -6,6 +6,7 @@
  * cannot have (reading it back would need a copy). Device allocations are few (tens per model),
  * so their sizes and categories sit in a host-side list that sdp_cuda_free searches. */
 #include "ops/cuda/common.cuh"
+#include "sdp/cuda_scratch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +16,6 @@ struct sdp_cuda_block {
     size_t bytes;
     sdp_memcat cat;
     sdp_cuda_block *next;
-};
-
-enum {
-    INITIAL_WORKSPACE_BYTES = 16 << 20,
-    /* cuBLAS's own scratch: the size its documentation recommends for Hopper (4 MiB suffices
-     * before it). Given explicitly so that it is counted, and so that no GEMM runs short. */
-    CUBLAS_WORKSPACE_BYTES = 32 << 20
 };
 
 int sdp_cuda_device_count(void) {
@@ -122,10 +116,11 @@ sdp_cuda_ctx *sdp_cuda_ctx_create(int device, sdp_precision precision) {
     CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
     /* No TF32 behind our back: each GEMM names its arithmetic by its compute type (gemm.cu). */
     CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
-    void *cublas_workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, CUBLAS_WORKSPACE_BYTES);
-    CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, cublas_workspace, CUBLAS_WORKSPACE_BYTES));
-    ctx->workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, INITIAL_WORKSPACE_BYTES);
-    ctx->workspace_bytes = INITIAL_WORKSPACE_BYTES;
+    void *cublas_workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_CUBLAS_WORKSPACE_BYTES);
+    CUBLAS_CHECK(
+        cublasSetWorkspace(ctx->cublas, cublas_workspace, SDP_CUDA_CUBLAS_WORKSPACE_BYTES));
+    ctx->workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_WORKSPACE_BYTES);
+    ctx->workspace_bytes = SDP_CUDA_WORKSPACE_BYTES;
     ctx->input_errors = (unsigned *)sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, sizeof(unsigned));
     return ctx;
 }
