@@ -48,8 +48,12 @@ const float *full_params_on_rank0(trainer *t) {
     float *local = host_copy(t, t->model.params, nlocal);
     sdp_sync_gather_full(&t->sync, local, false, is_rank0(t) ? t->full_model.params : NULL);
     host_copy_done(t, local, t->model.params, nlocal, false);
+    /* Only subnetworks' statistics need re-estimating: under backward masking every worker ran
+     * the whole model forward (and on the CPU that model is returned above, unrecalibrated). */
+    const bool subnetworks = t->plan.cfg.mask == SDP_MASK_FORWARD;
     const bool whole_model_trained = t->plan.cfg.owners == t->plan.cfg.world;
-    if (is_rank0(t) && t->data.images && !whole_model_trained) recalibrate_running_stats(t);
+    if (is_rank0(t) && t->data.images && subnetworks && !whole_model_trained)
+        recalibrate_running_stats(t);
     return is_rank0(t) ? t->full_model.params : NULL;
 }
 
