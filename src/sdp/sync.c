@@ -373,15 +373,21 @@ static void start_bucket(sdp_sync *s, sdp_bucket *b, float *grads) {
     }
 }
 
-/* Device memory, no device communicator: down to the host, all-reduced by MPI, and back. */
+/* Device memory, no device communicator: down to the host, all-reduced by MPI, and back. The
+ * reduction is start_bucket's (MPI_Iallreduce, piece by piece), not MPI_Allreduce, whose
+ * algorithm may add a group of three or more in another order: staged gradients then equal host
+ * ones bit for bit. */
 static void reduce_staged(sdp_sync *s, sdp_bucket *b, float *grads) {
     b->started = true;
     count_ring_allreduce(s, b->count, b->nmembers);
     to_host(s, s->stage, grads + b->start, b->count);
     for (size_t off = 0; off < b->count; off += MAX_PIECE) {
         size_t len = b->count - off < MAX_PIECE ? b->count - off : MAX_PIECE;
-        MPI_Allreduce(MPI_IN_PLACE, s->stage + off, (int)len, MPI_FLOAT, MPI_SUM, b->comm);
+        MPI_Iallreduce(MPI_IN_PLACE, s->stage + off, (int)len, MPI_FLOAT, MPI_SUM, b->comm,
+                       &b->reqs[b->nreq++]);
     }
+    MPI_Waitall(b->nreq, b->reqs, MPI_STATUSES_IGNORE);
+    b->nreq = 0;
     from_host(s, grads + b->start, s->stage, b->count);
 }
 
