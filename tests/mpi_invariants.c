@@ -25,8 +25,8 @@
  * the buffers are a device's (sdp_sync_use_backend): with device communicators (`devcomm`, a
  * stand-in for NCCL that all-reduces and broadcasts through MPI when a transfer starts) or
  * without (`staged`, each bucket and publication copied to the host, sent and copied back). The
- * stand-in device is host memory behind the CPU backend's copies, so the same invariants check
- * sync.c's device paths on any machine; NCCL itself runs only on a GPU.
+ * stand-in device is sdp_backend_emulated, host memory behind the CPU backend's copies, so the
+ * same invariants check sync.c's device paths on any machine; NCCL itself runs only on a GPU.
  *
  * usage: mpiexec -n N mpi_invariants [replicas|grads|all] [host|staged|devcomm]
  * (exit status 0 when every check holds) */
@@ -107,56 +107,16 @@ typedef struct {
     int nsegs;
     sdp_mem mem;
     sdp_backend *be;
-    sdp_backend device; /* the stand-in device the sync is told about (not `host`) */
+    sdp_backend *device; /* the stand-in device the sync is told about (not `host`), or NULL */
 } worker;
 
 typedef enum { MEMORY_HOST, MEMORY_STAGED, MEMORY_DEVCOMM } memory_kind;
 
-/* ---- the stand-in device: the CPU backend's host memory, flagged as a device's ----------------
- */
-
-static void *no_device_comm(const sdp_backend *be, MPI_Comm comm) {
-    (void)be, (void)comm;
-    return NULL;
-}
-
-static void *mpi_device_comm(const sdp_backend *be, MPI_Comm comm) {
-    (void)be;
-    MPI_Comm *dc = malloc(sizeof *dc);
-    SDP_CHECK(dc, "out of memory");
-    MPI_Comm_dup(comm, dc);
-    return dc;
-}
-
-static void mpi_device_comm_close(const sdp_backend *be, void *dc) {
-    (void)be;
-    MPI_Comm_free(dc);
-    free(dc);
-}
-
-static void mpi_allreduce_start(const sdp_backend *be, void *dc, float *x, size_t n) {
-    (void)be;
-    MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)dc);
-}
-
-static void mpi_broadcast_start(const sdp_backend *be, void *dc, float *x, size_t n, int root) {
-    (void)be;
-    MPI_Bcast(x, (int)n, MPI_FLOAT, root, *(MPI_Comm *)dc);
-}
-
-static void no_wait(const sdp_backend *be) {
-    (void)be;
-}
-
+/* The stand-in device: sdp_backend_emulated, host memory flagged as a device's, whose device
+ * communicators are MPI's (devcomm), or which has none (staged). */
 static void use_stand_in_device(worker *w, memory_kind kind) {
-    w->device = *w->be;
-    w->device.host_memory = false;
-    w->device.comm_open = kind == MEMORY_DEVCOMM ? mpi_device_comm : no_device_comm;
-    w->device.comm_close = mpi_device_comm_close;
-    w->device.allreduce_start = mpi_allreduce_start;
-    w->device.broadcast_start = mpi_broadcast_start;
-    w->device.allreduce_wait = no_wait;
-    sdp_sync_use_backend(&w->sync, &w->device);
+    w->device = sdp_backend_emulated(SDP_GEMM_DNNL, kind == MEMORY_STAGED);
+    sdp_sync_use_backend(&w->sync, w->device);
 }
 
 static void worker_build(worker *w, const mode *md, memory_kind memory, int rank, int world) {
@@ -208,6 +168,7 @@ static void worker_free(worker *w) {
     free(w->segs);
     sdp_optim_free(&w->opt, &w->mem);
     sdp_sync_free(&w->sync);
+    sdp_backend_destroy(w->device); /* after the sync, which closes its communicators */
     sdp_subnet_map_free(&w->map);
     const int nparams = w->model.layout.nparams;
     sdp_tf_destroy(&w->model); /* leaves the caller-supplied gradients alone */

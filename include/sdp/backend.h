@@ -211,6 +211,14 @@ struct sdp_backend {
  * sdp_alloc counted in mem (which may be dry: then nothing is allocated or computed). */
 sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem);
 
+/* The emulated device (--device emulated): the CPU backend behind a device's interface, its
+ * buffers host memory flagged as a device's (host_memory false), counted in a tally of its own,
+ * its owner groups reduced over MPI communicators standing in for NCCL's, or, when `shared` (as
+ * for ranks that share one GPU), over none, so that the synchronisation stages through host
+ * memory. It runs the trainer's device paths on any machine, computing exactly what the CPU
+ * backend computes. */
+sdp_backend *sdp_backend_emulated(sdp_gemm_provider gemm, bool shared);
+
 /* Arithmetic of the CUDA backend's matrix products (GEMMs and attention's products).
  * FP32: plain fp32 cuBLAS (no TF32), results equal the CPU's to rounding: for parity tests.
  * BF16: tensor cores; operands are rounded to bf16 inside cuBLAS, products accumulate in fp32.

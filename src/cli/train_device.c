@@ -1,7 +1,8 @@
 /* Where a worker's trainable state lives: host memory (--device cpu, the model's own CPU
- * backend) or a CUDA device (--device cuda: the model on sdp_backend_cuda, gradients and AdamW
+ * backend) or a device (--device cuda: the model on sdp_backend_cuda, gradients and AdamW
  * state in device memory, the update by the backend's adamw_update or sgd_update; each rank on a
- * device of its own where the node has enough). The rest of the trainer reaches that state only
+ * device of its own where the node has enough; --device emulated: the same paths over
+ * sdp_backend_emulated, on the CPU). The rest of the trainer reaches that state only
  * through these functions and t->be; sdp/sync.h reaches it through the backend
  * (sdp_sync_use_backend). */
 #include "trainer.h"
@@ -13,7 +14,14 @@
 
 void device_open(trainer *t) {
     if (strcmp(t->o.device, "cpu") == 0) return;
-    SDP_CHECK(strcmp(t->o.device, "cuda") == 0, "unknown --device '%s': use cpu or cuda",
+    const bool emulated = strcmp(t->o.device, "emulated") == 0;
+    if (emulated || strcmp(t->o.device, "emulated-shared") == 0) {
+        t->be = sdp_backend_emulated(run_gemm(&t->o), !emulated);
+        return;
+    }
+    SDP_CHECK(strcmp(t->o.device, "cuda") == 0,
+              "unknown --device '%s': use cpu or cuda (or emulated, emulated-shared: the device "
+              "code paths on the CPU, for tests)",
               t->o.device);
     /* One device per rank of a node when there are enough; ranks beyond that share them (and
      * then reduce through host memory, see sdp_sync_use_backend). Without CUDA, or without a

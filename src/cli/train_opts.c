@@ -85,7 +85,9 @@ const opt_spec TRAIN_OPTS[] = {
     {"out", OPT_STR, F(out), "", "run directory; default runs/<model>-<date>-<time>", 0},
     {"resume", OPT_STR, F(resume), "", "continue the run in this directory", 0},
     {"device", OPT_STR, F(device), "cpu",
-     "cpu, or cuda (one GPU per rank; sdp-cuda trains there, sdp plan predicts for it)", 0},
+     "cpu, or cuda (one GPU per rank; sdp-cuda trains there, sdp plan predicts for it); emulated "
+     "and emulated-shared run the device code on the CPU, for tests",
+     0},
     {"precision", OPT_STR, F(precision), "fp32",
      "--device cuda: fp32 (exact GEMMs) or bf16 (GEMMs on tensor cores; weights, optimizer "
      "state and activations stay fp32)",

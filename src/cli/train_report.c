@@ -234,7 +234,7 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
     if (t->be) {
         char b[32];
         printf("  on the %s device: the worker row is device memory by category; %s in use at "
-               "the peak by every context on the device (cudaMemGetInfo)\n",
+               "the peak, as the device reports it\n",
                t->be->name, sdp_fmt_bytes(b, sizeof b, (double)t->device_peak));
     }
     printf("  memory per worker, peak bytes by category (what training holds; the DDP row is "

@@ -1,0 +1,114 @@
+/* The emulated device: the CPU backend behind a device's interface, so that every device path of
+ * the trainer and of the synchronisation runs, and is tested, on a machine without a GPU.
+ *
+ * Its buffers are host memory, but flagged as a device's (host_memory false), so the trainer
+ * reaches them only through upload and download, updates them through adamw_update and
+ * sgd_update, and takes norms through sumsq and scale, exactly as it does on CUDA. Its owner
+ * groups reduce through device communicators, which here are MPI communicators standing in for
+ * NCCL's; with `shared` set, comm_open returns none, as CUDA's does for ranks that share a GPU,
+ * and the synchronisation stages through host memory instead. Every number is the CPU backend's,
+ * so a run on it must match --device cpu bit for bit: what differs would be a fault of the device
+ * paths, not of arithmetic. */
+#include "sdp/backend.h"
+#include "sdp/check.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    sdp_backend table; /* first: the table handed out is this struct */
+    sdp_backend *cpu;  /* the CPU backend whose kernels and allocator it runs */
+    sdp_mem mem;       /* the emulated device's tally */
+} emulated;
+
+static void emulated_destroy(sdp_backend *be) {
+    emulated *e = (emulated *)be;
+    sdp_backend_destroy(e->cpu);
+    free(e);
+}
+
+/* The optimizers of src/optim on the given state, t being the step's count after the increment
+ * (sdp_optim_step increments it itself). */
+static void run_optim(const sdp_opt_cfg *cfg, long t, float *m, float *v, float *params,
+                      const float *grads, const sdp_opt_segment *segs, int nseg, float lr) {
+    size_t n = 0; /* the state the segments reach: all the update may touch */
+    for (int i = 0; i < nseg; i++)
+        if (segs[i].state_offset + segs[i].count > n) n = segs[i].state_offset + segs[i].count;
+    sdp_optim o = {.cfg = *cfg, .n = n, .m = m, .v = v, .t = t - 1};
+    sdp_optim_step(&o, params, grads, segs, nseg, lr);
+}
+
+static void emulated_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m,
+                                  float *v, float *params, const float *grads,
+                                  const sdp_opt_segment *segs, int nseg, float lr) {
+    (void)be;
+    run_optim(cfg, t, m, v, params, grads, segs, nseg, lr);
+}
+
+static void emulated_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
+                                float *params, const float *grads, const sdp_opt_segment *segs,
+                                int nseg, float lr) {
+    (void)be;
+    run_optim(cfg, t, buf, NULL, params, grads, segs, nseg, lr);
+}
+
+static size_t emulated_bytes_in_use(const sdp_backend *be) {
+    return be->mem->total_cur;
+}
+
+static void *shared_comm_open(const sdp_backend *be, MPI_Comm comm) {
+    (void)be, (void)comm;
+    return NULL;
+}
+
+static void *mpi_comm_open(const sdp_backend *be, MPI_Comm comm) {
+    (void)be;
+    MPI_Comm *dc = malloc(sizeof *dc);
+    SDP_CHECK(dc, "out of memory");
+    MPI_Comm_dup(comm, dc);
+    return dc;
+}
+
+static void mpi_comm_close(const sdp_backend *be, void *dc) {
+    (void)be;
+    MPI_Comm_free(dc);
+    free(dc);
+}
+
+/* Complete on return, so that allreduce_wait has nothing left to order. MPI_Iallreduce, as the
+ * host path reduces, since MPI_Allreduce may add a group of three or more in another order. */
+static void mpi_allreduce_start(const sdp_backend *be, void *dc, float *x, size_t n) {
+    (void)be;
+    SDP_CHECK(n <= (size_t)0x7fffffff, "a bucket of %zu floats is too large for MPI", n);
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)dc, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+}
+
+static void mpi_broadcast_start(const sdp_backend *be, void *dc, float *x, size_t n, int root) {
+    (void)be;
+    SDP_CHECK(n <= (size_t)0x7fffffff, "a publication of %zu floats is too large for MPI", n);
+    MPI_Bcast(x, (int)n, MPI_FLOAT, root, *(MPI_Comm *)dc);
+}
+
+static void nothing_to_wait_for(const sdp_backend *be) {
+    (void)be;
+}
+
+sdp_backend *sdp_backend_emulated(sdp_gemm_provider gemm, bool shared) {
+    emulated *e = calloc(1, sizeof *e);
+    SDP_CHECK(e, "out of memory creating the emulated device");
+    e->cpu = sdp_backend_cpu(gemm, &e->mem);
+    e->table = *e->cpu; /* its kernels read only be->ctx and be->mem, which the copy keeps */
+    e->table.name = "emulated";
+    e->table.host_memory = false;
+    e->table.destroy = emulated_destroy;
+    e->table.adamw_update = emulated_adamw_update;
+    e->table.sgd_update = emulated_sgd_update;
+    e->table.bytes_in_use = emulated_bytes_in_use;
+    e->table.comm_open = shared ? shared_comm_open : mpi_comm_open;
+    e->table.comm_close = mpi_comm_close;
+    e->table.allreduce_start = mpi_allreduce_start;
+    e->table.broadcast_start = mpi_broadcast_start;
+    e->table.allreduce_wait = nothing_to_wait_for;
+    return &e->table;
+}
