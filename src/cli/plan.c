@@ -31,7 +31,9 @@ static opt_spec *plan_specs(void) {
     static const opt_spec extra[] = {
         {"world", OPT_INT, offsetof(plan_opts, world), "8", "number of workers N", 1},
         {"dtype", OPT_STR, offsetof(plan_opts, dtype), "fp32",
-         "fp32, or bf16 (bf16 weights, grads and activations, fp32 master weights)", 0},
+         "fp32, or bf16: a projection of bf16 weights, grads and activations with fp32 master "
+         "weights (sdp train stores fp32 today, --precision bf16 included)",
+         0},
         {"json", OPT_FLAG, offsetof(plan_opts, json), "false", "print JSON instead of a table", 0},
         {"show", OPT_INT, offsetof(plan_opts, show), "8", "workers listed in the table", 1},
     };
@@ -203,10 +205,11 @@ int cmd_plan(int argc, char **argv) {
                    sdp_unit_kind_name(pc.unit), plan.cfg.owners, sdp_plan_coverage(&plan));
         if (pc.mask == SDP_MASK_FORWARD)
             printf(", branch scale %s", sdp_branch_scale_name(pc.scale));
+        const char *dtype = strcmp(o.dtype, "bf16") ? "fp32" : "bf16 (projected)";
         if (run_images(&o.t))
-            printf(" | batch %d images | %s, %s\n", o.t.batch, o.t.device, o.dtype);
+            printf(" | batch %d images | %s, %s\n", o.t.batch, o.t.device, dtype);
         else
-            printf(" | batch %d x %d | %s, %s\n", o.t.batch, o.t.seq_len, o.t.device, o.dtype);
+            printf(" | batch %d x %d | %s, %s\n", o.t.batch, o.t.seq_len, o.t.device, dtype);
         printf("  %-8s %10s %10s %10s %12s %10s %10s %10s %12s\n", "worker", "params", "grads",
                "optimizer", "activations", "scratch", "buffers", "total", "sent/step");
     }
