@@ -5,6 +5,7 @@ packages=(
   build-essential cmake pkg-config git         # compiler and build
   libopenmpi-dev openmpi-bin                    # the distributed engine
   libopenblas-openmp-dev libdnnl-dev            # GEMM and convolution providers
+  ocl-icd-opencl-dev                            # oneDNN's CMake config looks for OpenCL
   zlib1g-dev libcjson-dev                       # .gz datasets, safetensors headers and configs
   libcmocka-dev                                 # unit tests
   dataset-fashion-mnist                         # real image data (/usr/share/datasets/fashion-mnist)
