@@ -20,5 +20,5 @@ echo "== SDP: forward masking, block units, C = 0.5, 4 workers"
 mpirun -np 4 --oversubscribe build/sdp train "${COMMON[@]}" --sdp-mask forward --sdp-unit block \
   --sdp-coverage 0.5 --out "$OUT/sdp-forward-block"
 echo
-echo "== summary (largest worker; every worker's figures are in each run's memory.json)"
+echo "== summary (largest worker over all ranks, rank 0 included; every worker's figures are in each run's memory.json)"
 build/sdp report "$OUT/ddp" "$OUT/sdp-forward-block"

@@ -37,6 +37,39 @@ if "$SDP_BIN" report "${RUNS[@]}" >"$WORK/table.md" 2>"$WORK/err"; then
   else fail "report: $rows run rows"; cat "$WORK/table.md"; fi
 else fail "report failed"; cat "$WORK/err"; fi
 
+# ---- every worker counts, rank 0 included ------------------------------------------------------
+# Rank 0 of a forward-masking run assembles the full model to evaluate and checkpoint: memory.json
+# must show those bytes in its own field and in the total, and the report's largest worker must be
+# taken over every rank. A copy of fwd1 whose rank 0 is made the largest checks the report.
+if python3 - "$WORK/fwd1/memory.json" <<'PY'
+import json, sys
+w = json.load(open(sys.argv[1]))["workers"]
+cats = ["params", "grads", "optimizer", "activations", "buffers", "scratch", "data"]
+for x in w:
+    assert x["total"] == sum(x[c] for c in cats) + x["eval_ckpt"], x
+assert w[0]["eval_ckpt"] > 0 and all(x["eval_ckpt"] == 0 for x in w[1:]), w
+PY
+then pass "memory.json: eval_ckpt is rank 0's alone and counts in every worker's total"
+else fail "memory.json lacks eval_ckpt or leaves it out of the total"; fi
+cp -r "$WORK/fwd1" "$WORK/rank0big"
+python3 - "$WORK/rank0big/memory.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["workers"][0]["peak_rss"] = 999 * 2**20
+m["workers"][0]["eval_ckpt"] = 500 * 2**20
+json.dump(m, open(sys.argv[1], "w"))
+PY
+if "$SDP_BIN" report "$WORK/rank0big" >"$WORK/rank0big.md" 2>&1 &&
+   python3 - "$WORK/rank0big.md" <<'PY'
+import sys
+rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in open(sys.argv[1]) if l.startswith("|")]
+row = dict(zip(rows[0], rows[2]))
+print("total MiB", row["total MiB"], "peak RSS MiB", row["peak RSS MiB"])
+sys.exit(0 if row["peak RSS MiB"] == "999.0" and float(row["total MiB"]) > 500 else 1)
+PY
+then pass "report: the largest worker's total and peak RSS include rank 0"
+else fail "report leaves rank 0 out of the largest worker"; cat "$WORK/rank0big.md"; fi
+
 # ---- --group ----------------------------------------------------------------------------------
 if "$SDP_BIN" report --group "${RUNS[@]}" >"$WORK/grouped.md" 2>"$WORK/err"; then
   sed -n '/^| group |/,$p' "$WORK/grouped.md"

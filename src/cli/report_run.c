@@ -75,7 +75,9 @@ static void read_metrics(report_run *r) {
     r->tok_s = ntok ? tok / ntok : NAN;
 }
 
-/* The largest worker's bytes from memory.json, which a run writes when it finishes. */
+/* The largest worker's bytes over every rank, rank 0 included, from memory.json, which a run
+ * writes when it finishes. Evaluation and checkpoint bytes count in the total (older runs'
+ * memory.json lacks them and counts as zero there). */
 static void read_memory(report_run *r) {
     if (!file_exists(r->dir, "memory.json")) return;
     char path[1024];
@@ -92,6 +94,7 @@ static void read_memory(report_run *r) {
             if (isnan(bytes[c])) bytes[c] = 0;
             total += bytes[c];
         }
+        if (!isnan(number(w, "eval_ckpt"))) total += number(w, "eval_ckpt");
         const double state = bytes[SDP_MEM_PARAMS] + bytes[SDP_MEM_GRADS] + bytes[SDP_MEM_OPTIM];
         if (state > r->state_bytes) r->state_bytes = state;
         if (total > r->total_bytes) {
@@ -102,9 +105,7 @@ static void read_memory(report_run *r) {
             r->bars[BAR_ACTS] = bytes[SDP_MEM_ACTS];
             r->bars[BAR_OTHER] = total - state - bytes[SDP_MEM_ACTS];
         }
-        /* Rank 0 also holds the evaluation copy of the model; the others show a worker's own. */
-        if ((r->world > 0 || !w->next) && number(w, "peak_rss") > r->peak_rss)
-            r->peak_rss = number(w, "peak_rss");
+        if (number(w, "peak_rss") > r->peak_rss) r->peak_rss = number(w, "peak_rss");
         if (number(w, "sent_per_step") > r->sent) r->sent = number(w, "sent_per_step");
         r->world++;
     }

@@ -145,10 +145,20 @@ void log_validation(trainer *t, sdp_metrics val, double elapsed) {
 
 /* ---- summary -------------------------------------------------------------------------------- */
 
-enum { COL_RSS = SDP_MEM_NCAT, COL_TOTAL, NCOLS };
+/* Evaluation and checkpoint bytes are a column of their own: they are held beside the training
+ * state, so they count in the worker's total, but training never touches them. */
+enum { COL_EVAL_CKPT = SDP_MEM_NCAT, COL_RSS, COL_TOTAL, NCOLS };
 
-/* What a data-parallel worker holds for the same model and batch: the same allocation code run
- * in counting mode, plus gradients, optimizer state and one bucket of the whole model. */
+/* Bytes rank 0 of a data-parallel run of sdp holds to checkpoint: every optimizer state buffer of
+ * the whole model, gathered at once (the model itself is the worker's own copy). */
+static double ddp_eval_ckpt_bytes(const trainer *t) {
+    const double per_param = (double)sdp_optim_state_bytes_per_param(&t->opt.cfg);
+    return per_param * (double)t->full.numel;
+}
+
+/* What the largest data-parallel worker (rank 0) holds for the same model and batch: the same
+ * allocation code run in counting mode, plus gradients, optimizer state, one bucket of the whole
+ * model, and its checkpoint buffers. */
 static void ddp_reference(const trainer *t, double *row) {
     sdp_mem dry = {.dry = true};
     sdp_model m;
@@ -161,7 +171,8 @@ static void ddp_reference(const trainer *t, double *row) {
     row[SDP_MEM_OPTIM] = n * (double)sdp_optim_state_bytes_per_param(&t->opt.cfg);
     row[SDP_MEM_BUFFERS] = 0; /* buckets reduce in place */
     row[SDP_MEM_DATA] = (double)t->mem.peak[SDP_MEM_DATA];
-    row[COL_TOTAL] = 0;
+    row[COL_EVAL_CKPT] = ddp_eval_ckpt_bytes(t);
+    row[COL_TOTAL] = row[COL_EVAL_CKPT];
     for (int c = 0; c < SDP_MEM_NCAT; c++) row[COL_TOTAL] += row[c];
     row[COL_RSS] = NAN;
 }
@@ -186,8 +197,9 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
         fprintf(f, "    {\"rank\": %d", simulating(t) ? job_rank(t) : r);
         for (int c = 0; c < SDP_MEM_NCAT; c++)
             fprintf(f, ", \"%s\": %.0f", sdp_memcat_name((sdp_memcat)c), row[c]);
-        fprintf(f, ", \"peak_rss\": %.0f, \"sent_per_step\": %.0f", row[COL_RSS],
-                (double)sent[r] / (double)steps);
+        fprintf(f, ", \"eval_ckpt\": %.0f, \"total\": %.0f, \"peak_rss\": %.0f", row[COL_EVAL_CKPT],
+                row[COL_TOTAL], row[COL_RSS]);
+        fprintf(f, ", \"sent_per_step\": %.0f", (double)sent[r] / (double)steps);
         if (t->be) fprintf(f, ", \"device_peak_in_use\": %.0f", device_peak[r]);
         fprintf(f, "}%s\n", r == t->world.size - 1 ? "" : ",");
     }
@@ -198,12 +210,21 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
     free(txt);
 }
 
+/* "12.3% smaller" or "4.5% larger": a worker can hold more than DDP's (rank 0's checkpoint
+ * buffers, say), and the summary must not print that as a negative saving. */
+static const char *fmt_change(char *buf, size_t n, double x, double ref) {
+    const double pct = 100.0 * (x / ref - 1);
+    snprintf(buf, n, "%.1f%% %s", fabs(pct), pct > 0 ? "larger" : "smaller");
+    return buf;
+}
+
 void print_summary(trainer *t, sdp_metrics val, double wall) {
     const int N = t->world.size;
     double mine[NCOLS];
     const sdp_mem *mem = device_mem(t); /* on a device: its tally, as the plan predicts it */
     for (int c = 0; c < SDP_MEM_NCAT; c++) mine[c] = (double)mem->peak[c];
-    mine[COL_TOTAL] = (double)mem->total_peak;
+    mine[COL_EVAL_CKPT] = (double)t->io_mem.total_peak;
+    mine[COL_TOTAL] = (double)mem->total_peak + mine[COL_EVAL_CKPT];
     mine[COL_RSS] = (double)sdp_peak_rss();
     double *all = is_rank0(t) ? malloc(sizeof(double) * NCOLS * (size_t)N) : NULL;
     MPI_Gather(mine, NCOLS, MPI_DOUBLE, all, NCOLS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -237,11 +258,12 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
                "the peak, as the device reports it\n",
                t->be->name, sdp_fmt_bytes(b, sizeof b, (double)t->device_peak));
     }
-    printf("  memory per worker, peak bytes by category (what training holds; the DDP row is "
-           "data parallelism's figure for the same model and batch):\n");
+    printf("  memory per worker, peak bytes by category (eval+ckpt: evaluation copies and "
+           "checkpoint buffers; the DDP row is data parallelism's largest worker for the same "
+           "model and batch):\n");
     printf("  %-10s", "worker");
     for (int c = 0; c < SDP_MEM_NCAT; c++) printf(" %10s", sdp_memcat_name((sdp_memcat)c));
-    printf(" %10s %10s\n", "peak RSS", "total");
+    printf(" %10s %10s %10s\n", "eval+ckpt", "peak RSS", "total");
     double worst[NCOLS] = {0};
     for (int r = 0; r < N; r++) {
         char name[16];
@@ -257,14 +279,12 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
     double ddp[NCOLS];
     ddp_reference(t, ddp);
     print_row("DDP", ddp);
+    char b_state[32], b_total[32];
     const double state = worst[SDP_MEM_PARAMS] + worst[SDP_MEM_GRADS] + worst[SDP_MEM_OPTIM];
     const double ddp_state = ddp[SDP_MEM_PARAMS] + ddp[SDP_MEM_GRADS] + ddp[SDP_MEM_OPTIM];
-    printf("  largest worker vs DDP: params+grads+optimizer %.1f%% smaller, total %.1f%% "
-           "smaller\n",
-           100.0 * (1 - state / ddp_state), 100.0 * (1 - worst[COL_TOTAL] / ddp[COL_TOTAL]));
-    if (t->io_mem.total_peak)
-        printf("  rank 0 also held %.1f MiB for evaluation and checkpoints (not in the table)\n",
-               (double)t->io_mem.total_peak / 1048576.0);
+    printf("  largest worker (all ranks) vs DDP's: params+grads+optimizer %s, total %s\n",
+           fmt_change(b_state, sizeof b_state, state, ddp_state),
+           fmt_change(b_total, sizeof b_total, worst[COL_TOTAL], ddp[COL_TOTAL]));
     const int J = job_workers(t);
     const double ring = J > 1 ? 2.0 * (J - 1) / J * (double)t->full.numel * 4 : 0;
     char b1[32], b2[32];
