@@ -7,7 +7,7 @@ packages=(
   libopenblas-openmp-dev libdnnl-dev            # GEMM and convolution providers
   ocl-icd-opencl-dev                            # oneDNN's CMake config looks for OpenCL
   zlib1g-dev libcjson-dev                       # .gz datasets, safetensors headers and configs
-  libcmocka-dev                                 # unit tests
+  libcmocka-dev python3                         # unit tests; the shell tests read JSON with python3
   dataset-fashion-mnist                         # real image data (/usr/share/datasets/fashion-mnist)
   clang-format gnuplot-nox                      # style, plots
 )
