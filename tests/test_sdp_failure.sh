@@ -69,9 +69,11 @@ kill_rank() {
     { fail "kill rank $victim: $left ranks still running 5 s after mpiexec ended"; ps -o pid,stat,args -p "$(cat "$pids"/rank.* | paste -sd,)"; }
   for f in "$pids"/rank.*; do alive "$(cat "$f")" && kill -KILL "$(cat "$f")"; done
 
-  # The last checkpoint is whole.
-  local ok=1
-  for f in model optim; do
+  # The last checkpoint is whole. A kill between its two files can leave the optimizer state of
+  # the model's step in optim.prev alone (see save_checkpoint): that is the file a load takes.
+  local ok=1 optim=optim
+  [ -e "$dir/optim.safetensors" ] || optim=optim.prev
+  for f in model $optim; do
     "$SDP_mpi_st_diff" "$dir/$f.safetensors" >"$WORK/check.log" 2>&1 ||
       { ok=0; fail "kill rank $victim: $f.safetensors is damaged: $(cat "$WORK/check.log")"; }
   done
