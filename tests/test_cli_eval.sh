@@ -1,0 +1,51 @@
+# Validation during training and `sdp eval` afterwards measure the same thing:
+#  - `sdp eval --run` reads image runs (ResNet, ViT) and reports the accuracy and loss their last
+#    validation logged.
+source "$(dirname "$0")/lib.sh"
+MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
+
+# train_on N DIR ARGS...: a run on N ranks, one thread each.
+train_on() {
+  local n=$1 dir=$2; shift 2
+  timeout 120 "${MPI[@]}" -n "$n" "$SDP_BIN" train --threads 1 "$@" --out "$dir" >"$dir.log" 2>&1 ||
+    { fail "training $dir on $n ranks failed"; tail -3 "$dir.log"; return 1; }
+}
+
+# field DIR KEY: KEY of the last validation logged in DIR/metrics.jsonl.
+field() {
+  grep '"val_loss"' "$1/metrics.jsonl" | tail -1 | grep -o "\"$2\":[^,}]*" | cut -d: -f2
+}
+
+# near A B: |A - B| within 1e-4 (sdp eval prints four decimals).
+near() {
+  awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4) }'
+}
+
+# eval_loss ARGS...: the loss `sdp eval` prints.
+eval_loss() {
+  "$SDP_BIN" eval --threads 1 "$@" 2>"$WORK/eval.err" | grep -o 'loss [0-9.]*' | cut -d' ' -f2
+}
+
+# ---- sdp eval --run on image runs ----------------------------------------------------------------
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  IMG=(--batch 8 --steps 4 --warmup 1 --log-every 2 --val-every 4 --seed 7)
+  RESNET=(--model resnet --depth 8 --channels 4 --optimizer sgd --lr 0.05)
+  VIT=(--model vit --layers 2 --heads 2 --width 16 --d-ff 32 --patch 7 --lr 1e-2)
+  for model in resnet vit; do
+    if [ $model = resnet ]; then M=("${RESNET[@]}"); else M=("${VIT[@]}"); fi
+    train_on 2 "$WORK/$model" "${M[@]}" "${IMG[@]}" || continue
+    out=$("$SDP_BIN" eval --run "$WORK/$model" --threads 1 2>&1)
+    loss=$(grep -o 'test loss [0-9.]*' <<<"$out" | cut -d' ' -f3)
+    acc=$(grep -o 'accuracy [0-9.]*' <<<"$out" | cut -d' ' -f2)
+    want_acc=$(awk -v a="$(field "$WORK/$model" val_accuracy)" 'BEGIN { printf "%.2f", 100 * a }')
+    if [ -n "$loss" ] && near "$loss" "$(field "$WORK/$model" val_loss)" && [ "$acc" = "$want_acc" ]; then
+      pass "$model: sdp eval --run reports the last validation logged (loss $loss, accuracy $acc%)"
+    else
+      fail "$model: sdp eval --run gave '$out'; the run logged loss $(field "$WORK/$model" val_loss), accuracy $want_acc%"
+    fi
+  done
+else
+  echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+fi
+
+finish
