@@ -1,4 +1,7 @@
 # Validation during training and `sdp eval` afterwards measure the same thing:
+#  - every mode validates on data parallelism's batches: forward masking with k = N (bitwise DDP's
+#    model) logs DDP's validation losses, and forward masking with k < N (rank 0 evaluating the
+#    assembled model alone) logs what `sdp eval` reports on the saved model over the same batches;
 #  - `sdp eval --run` reads image runs (ResNet, ViT) and reports the accuracy and loss their last
 #    validation logged.
 source "$(dirname "$0")/lib.sh"
@@ -25,6 +28,37 @@ near() {
 eval_loss() {
   "$SDP_BIN" eval --threads 1 "$@" 2>"$WORK/eval.err" | grep -o 'loss [0-9.]*' | cut -d' ' -f2
 }
+
+# ---- validation covers data parallelism's batches in every mode --------------------------------
+make_text "$WORK/text.txt" 200000
+VB=2
+GPT=(--data "$WORK/text.txt" --layers 2 --heads 4 --width 32 --seq-len 32 --batch 4 --steps 10
+     --warmup 2 --log-every 5 --val-every 5 --val-batches $VB --seed 3)
+vals() { grep -o '"val_loss":[^,]*' "$1/metrics.jsonl"; }
+if train_on 4 "$WORK/ddp" "${GPT[@]}" --sdp-mask none &&
+   train_on 4 "$WORK/fwd4" "${GPT[@]}" --sdp-mask forward --sdp-owners 4; then
+  cmp -s "$WORK/ddp/model.safetensors" "$WORK/fwd4/model.safetensors" ||
+    fail "forward masking with k = N = 4 trained a model other than data parallelism's"
+  if [ -n "$(vals "$WORK/ddp")" ] && cmp -s <(vals "$WORK/ddp") <(vals "$WORK/fwd4"); then
+    pass "forward masking, k = N = 4: the validation losses are data parallelism's ($(vals "$WORK/ddp" | tr '\n' ' '))"
+  else
+    fail "forward masking, k = N = 4: validation losses differ from data parallelism's"
+    paste <(vals "$WORK/ddp") <(vals "$WORK/fwd4")
+  fi
+fi
+# k < N: the logged validation is that of the saved model over DDP's 4 x VB batches, which one
+# `sdp eval` process reads in the same order.
+for mask in forward backward; do
+  dir="$WORK/${mask}2"
+  train_on 4 "$dir" "${GPT[@]}" --sdp-mask "$mask" --sdp-owners 2 || continue
+  logged=$(field "$dir" val_loss) evaluated=$(eval_loss --run "$dir" --batches $((4 * VB)))
+  if [ -n "$evaluated" ] && near "$logged" "$evaluated"; then
+    pass "$mask masking, k = 2 of 4: validation $logged = sdp eval over 4 x $VB batches ($evaluated)"
+  else
+    fail "$mask masking, k = 2 of 4: validation $logged, sdp eval over 4 x $VB batches '$evaluated'"
+    cat "$WORK/eval.err"
+  fi
+done
 
 # ---- sdp eval --run on image runs ----------------------------------------------------------------
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
