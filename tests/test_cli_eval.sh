@@ -3,7 +3,9 @@
 #    model) logs DDP's validation losses, and forward masking with k < N (rank 0 evaluating the
 #    assembled model alone) logs what `sdp eval` reports on the saved model over the same batches;
 #  - `sdp eval --run` reads image runs (ResNet, ViT) and reports the accuracy and loss their last
-#    validation logged.
+#    validation logged;
+#  - `sdp eval --run DIR --data FILE` evaluates FILE, text or llm.c shards: on a file holding
+#    exactly the run's validation split it reports what the run's own validation split gives.
 source "$(dirname "$0")/lib.sh"
 MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
 
@@ -82,4 +84,38 @@ else
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi
 
+# ---- sdp eval --run DIR --data FILE --------------------------------------------------------------
+# Text: 80000 bytes with --val-frac 0.25 hold out exactly the last 20000.
+make_text "$WORK/small.txt" 80000
+tail -c 20000 "$WORK/small.txt" >"$WORK/small_val.txt"
+TINY=(--layers 2 --heads 2 --width 16 --seq-len 32 --batch 4 --steps 2 --warmup 0 --seed 2)
+# Shards: the same bytes as llm.c tokens, training and validation apart.
+python3 - "$WORK/small.txt" "$WORK" <<'PY'
+import array, struct, sys
+data = open(sys.argv[1], "rb").read()
+for name, part in (("train", data[:60000]), ("val", data[60000:])):
+    with open("%s/shard_%s.bin" % (sys.argv[2], name), "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(part), *([0] * 253)))
+        f.write(array.array("H", list(part)).tobytes())
+PY
+if train_on 1 "$WORK/text_run" --data "$WORK/small.txt" --val-frac 0.25 "${TINY[@]}" &&
+   train_on 1 "$WORK/shard_run" --data "$WORK/shard_train.bin" --val-data "$WORK/shard_val.bin" \
+     "${TINY[@]}"; then
+  for kind in text shard; do
+    if [ $kind = text ]; then file="$WORK/small_val.txt"; else file="$WORK/shard_val.bin"; fi
+    own=$(eval_loss --run "$WORK/${kind}_run")
+    other=$(eval_loss --run "$WORK/${kind}_run" --data "$file")
+    if [ -n "$own" ] && [ "$own" = "$other" ]; then
+      pass "$kind: sdp eval --data on the validation split's own bytes gives its loss ($own)"
+    else
+      fail "$kind: sdp eval --data FILE gave '$other', the run's validation split '$own'"
+      cat "$WORK/eval.err"
+    fi
+  done
+  # All of FILE is evaluated, not a tail of it: the training part gives another loss.
+  train_part=$(eval_loss --run "$WORK/shard_run" --data "$WORK/shard_train.bin")
+  [ -n "$train_part" ] && [ "$train_part" != "$(eval_loss --run "$WORK/shard_run")" ] &&
+    pass "shard: sdp eval --data on the training shard evaluates it ($train_part)" ||
+    fail "shard: sdp eval --data on the training shard gave '$train_part'"
+fi
 finish

@@ -38,18 +38,23 @@ static void open_images(batch_source *s, const train_opts *o, int rank, int worl
     s->has_val = s->test_img.n > 0;
 }
 
-static void open_tokens(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
-    run_load_data(o, &s->train_tok, &s->val_tok, mem);
+/* The validation loader over s->val_tok (when it has tokens) and the batch buffers. */
+static void open_token_batches(batch_source *s, const train_opts *o, sdp_mem *mem) {
     s->has_val = s->val_tok.ntokens > 0;
-    /* Loaders first: they reject data too small for the batch before any model exists. */
-    sdp_loader_init(&s->train_tl, &s->train_tok, s->B, s->T, rank, world, (uint64_t)o->seed, true,
-                    mem);
     if (s->has_val)
-        sdp_loader_init(&s->val_tl, &s->val_tok, s->B, s->T, rank, world, (uint64_t)o->seed, false,
-                        mem);
+        sdp_loader_init(&s->val_tl, &s->val_tok, s->B, s->T, s->rank, s->world, (uint64_t)o->seed,
+                        false, mem);
     const size_t n = (size_t)s->B * s->T;
     s->tokens = sdp_alloc(mem, SDP_MEM_DATA, n * sizeof(int));
     s->targets = sdp_alloc(mem, SDP_MEM_DATA, n * sizeof(int));
+}
+
+static void open_tokens(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
+    run_load_data(o, &s->train_tok, &s->val_tok, mem);
+    /* Loaders first: they reject data too small for the batch before any model exists. */
+    sdp_loader_init(&s->train_tl, &s->train_tok, s->B, s->T, rank, world, (uint64_t)o->seed, true,
+                    mem);
+    open_token_batches(s, o, mem);
 }
 
 void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
@@ -64,6 +69,17 @@ void batches_open(batch_source *s, const train_opts *o, bool images, int rank, i
         open_images(s, o, rank, world, mem);
     else
         open_tokens(s, o, rank, world, mem);
+}
+
+void batches_open_file(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
+    memset(s, 0, sizeof *s);
+    s->B = o->batch;
+    s->T = o->seq_len;
+    s->rank = rank;
+    s->world = world;
+    /* Without a validation split to fill, all of o->data is read as one (training) split. */
+    run_load_data(o, &s->val_tok, NULL, mem);
+    open_token_batches(s, o, mem);
 }
 
 /* ---- training batches ----------------------------------------------------------------------- */

@@ -33,6 +33,9 @@ typedef struct {
  * validation data, the share data parallelism's worker of that rank evaluates. */
 void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
                   sdp_mem *mem);
+/* For evaluating token data alone (sdp eval --data): all of o->data, text or shards, is the
+ * validation data of worker rank of world; there is no training stream. */
+void batches_open_file(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem);
 /* The next training batch of this worker. */
 void batches_next(batch_source *s, sdp_batch *b);
 /* Batch i of the recalibration stream: training images without augmentation, the same sequence
