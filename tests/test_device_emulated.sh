@@ -8,8 +8,13 @@
 # optimizer checkpoints. Covered: data parallelism, forward and backward masking with block and
 # neuron units, AdamW and SGD, gradient accumulation, owner replicas checked every step, resuming
 # a device run, a simulated worker's device bytes against `sdp plan`, and the ResNet (batch-norm
-# buffers averaged on the device) when Fashion-MNIST is installed.
+# buffers averaged on the device) when Fashion-MNIST is installed. Under backward masking with
+# k > 1 the checkpoint and evaluation must hold the owners' averaged running statistics on every
+# rank: tests/mpi_bn_average checks that of the averaging itself, from each rank's own values,
+# and the ResNet run with k = 2 of 4 compares the cpu's checkpoint with the emulated device's,
+# which is gathered from the publishers.
 source "$(dirname "$0")/lib.sh"
+: "${SDP_mpi_bn_average:?ctest sets it}"
 make_text "$WORK/text.txt" 60000
 MODEL=(--layers 2 --heads 4 --width 32 --seq-len 16 --batch 2)
 GPT=(--data "$WORK/text.txt" "${MODEL[@]}" --steps 12 --warmup 2 --log-every 1 --val-every 6
@@ -92,6 +97,13 @@ PY
 then pass "simulated rank 3 of 4 on the emulated device holds the planned bytes"
 else fail "simulated worker on the emulated device: its tally differs from the plan"; fi
 
+if out=$(timeout 120 "$MPIEXEC" -n 4 --oversubscribe "$SDP_mpi_bn_average" 2>&1); then
+  pass "running statistics averaged under backward masking: every rank holds the owners' average ($(grep -c '^ok' <<<"$out") cases: block and neuron units, every k, host and emulated device)"
+else
+  fail "running statistics averaged under backward masking: some rank lacks the owners' average"
+  grep -v '^ok' <<<"$out" | head -8
+fi
+
 FMNIST=/usr/share/datasets/fashion-mnist
 if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
   RES=(--model resnet --dataset fashion-mnist --depth 8 --channels 4 --batch 8 --optimizer sgd
@@ -101,6 +113,8 @@ if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
     --sdp-owners 1 --check-replicas 1
   compare "resnet forward block C=0.5 of 4" 4 "${RES[@]}" --sdp-mask forward --sdp-unit block \
     --sdp-coverage 0.5
+  compare "resnet backward neuron k=2 of 4" 4 "${RES[@]}" --sdp-mask backward --sdp-unit neuron \
+    --sdp-owners 2 --check-replicas 1
 else
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi

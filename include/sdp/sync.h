@@ -117,8 +117,10 @@ void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, f
 void sdp_sync_scatter_full(const sdp_sync *s, const float *full, float *local, bool state_compact);
 
 /* Averages the non-trained tensors (batch-norm running statistics) of every owned unit over its
- * owners (shared ones over every worker), so all owners hold the same values. Collective; call
- * before evaluation and checkpoints. */
+ * owners (shared ones over every worker), so all owners hold the same values; under backward
+ * masking, where every worker holds every unit, each publisher then sends them to the non-owners,
+ * so every worker holds the owners' averages. Collective; call before evaluation and
+ * checkpoints. */
 void sdp_sync_average_buffers(sdp_sync *s, float *params);
 
 /* Compares a checksum of every owned unit's parameters and optimizer state across its owners;

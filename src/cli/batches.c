@@ -38,33 +38,48 @@ static void open_images(batch_source *s, const train_opts *o, int rank, int worl
     s->has_val = s->test_img.n > 0;
 }
 
-static void open_tokens(batch_source *s, const train_opts *o, int rank, int world, bool eval_alone,
-                        sdp_mem *mem) {
-    run_load_data(o, &s->train_tok, &s->val_tok, mem);
+/* The validation loader over s->val_tok (when it has tokens) and the batch buffers. */
+static void open_token_batches(batch_source *s, const train_opts *o, sdp_mem *mem) {
     s->has_val = s->val_tok.ntokens > 0;
-    /* Loaders first: they reject data too small for the batch before any model exists. */
-    sdp_loader_init(&s->train_tl, &s->train_tok, s->B, s->T, rank, world, (uint64_t)o->seed, true,
-                    mem);
     if (s->has_val)
-        sdp_loader_init(&s->val_tl, &s->val_tok, s->B, s->T, eval_alone ? 0 : rank,
-                        eval_alone ? 1 : world, (uint64_t)o->seed, false, mem);
+        sdp_loader_init(&s->val_tl, &s->val_tok, s->B, s->T, s->rank, s->world, (uint64_t)o->seed,
+                        false, mem);
     const size_t n = (size_t)s->B * s->T;
     s->tokens = sdp_alloc(mem, SDP_MEM_DATA, n * sizeof(int));
     s->targets = sdp_alloc(mem, SDP_MEM_DATA, n * sizeof(int));
 }
 
+static void open_tokens(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
+    run_load_data(o, &s->train_tok, &s->val_tok, mem);
+    /* Loaders first: they reject data too small for the batch before any model exists. */
+    sdp_loader_init(&s->train_tl, &s->train_tok, s->B, s->T, rank, world, (uint64_t)o->seed, true,
+                    mem);
+    open_token_batches(s, o, mem);
+}
+
 void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
-                  bool eval_alone, sdp_mem *mem) {
+                  sdp_mem *mem) {
     memset(s, 0, sizeof *s);
     s->images = images;
     s->B = o->batch;
     s->T = images ? 1 : o->seq_len;
-    s->eval_rank = eval_alone ? 0 : rank;
-    s->eval_world = eval_alone ? 1 : world;
+    s->rank = rank;
+    s->world = world;
     if (images)
         open_images(s, o, rank, world, mem);
     else
-        open_tokens(s, o, rank, world, eval_alone, mem);
+        open_tokens(s, o, rank, world, mem);
+}
+
+void batches_open_file(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
+    memset(s, 0, sizeof *s);
+    s->B = o->batch;
+    s->T = o->seq_len;
+    s->rank = rank;
+    s->world = world;
+    /* Without a validation split to fill, all of o->data is read as one (training) split. */
+    run_load_data(o, &s->val_tok, NULL, mem);
+    open_token_batches(s, o, mem);
 }
 
 /* ---- training batches ----------------------------------------------------------------------- */
@@ -122,34 +137,49 @@ size_t batches_val_examples(const batch_source *s) {
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
-sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm) {
+/* Adds the model's loss over the test images of worker `rank` of `world` (all: 0 of 1). */
+static void evaluate_images(batch_source *s, sdp_model *m, int rank, int world,
+                            sdp_metrics *total) {
+    sdp_batch b = {.B = s->B, .T = 1, .images = s->pixels, .labels = s->labels};
+    sdp_image_eval E;
+    sdp_image_eval_init(&E, &s->test_img, s->B, rank, world, &s->norm);
+    const uint64_t steps = sdp_image_eval_steps(&E);
+    for (uint64_t i = 0; i < steps; i++) {
+        if (sdp_image_eval_next(&E, s->pixels, s->labels) == 0) continue;
+        sdp_metrics mt;
+        m->ops->forward(m, &b, false, &mt);
+        total->loss += mt.loss, total->count += mt.count, total->correct += mt.correct;
+    }
+}
+
+/* Adds the model's loss over the first `steps` validation batches of worker `rank`. */
+static void evaluate_tokens(batch_source *s, sdp_model *m, int rank, uint64_t steps,
+                            sdp_metrics *total) {
+    sdp_batch b = {.B = s->B, .T = s->T, .tokens = s->tokens, .targets = s->targets};
+    /* The loader deals step j's batch to rank by j * world + rank, so any rank's share can be
+     * read here: rank 0 evaluating alone reads every worker's. */
+    s->val_tl.rank = rank;
+    sdp_loader_seek(&s->val_tl, (sdp_loader_pos){0, 0});
+    for (uint64_t i = 0; i < steps; i++) {
+        sdp_loader_next(&s->val_tl, s->tokens, s->targets);
+        sdp_metrics mt;
+        m->ops->forward(m, &b, false, &mt);
+        total->loss += mt.loss, total->count += mt.count, total->correct += mt.correct;
+    }
+    s->val_tl.rank = s->rank;
+}
+
+sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, bool every_share,
+                             MPI_Comm comm) {
     sdp_metrics total = {0, 0, 0};
     if (!s->has_val) return (sdp_metrics){NAN, 0, NAN};
-    sdp_batch b = {.B = s->B, .T = s->T};
     if (s->images) {
-        sdp_image_eval E;
-        sdp_image_eval_init(&E, &s->test_img, s->B, s->eval_rank, s->eval_world, &s->norm);
-        const uint64_t steps = sdp_image_eval_steps(&E);
-        b.images = s->pixels;
-        b.labels = s->labels;
-        for (uint64_t i = 0; i < steps; i++) {
-            if (sdp_image_eval_next(&E, s->pixels, s->labels) == 0) continue;
-            sdp_metrics mt;
-            m->ops->forward(m, &b, false, &mt);
-            total.loss += mt.loss, total.count += mt.count, total.correct += mt.correct;
-        }
+        evaluate_images(s, m, every_share ? 0 : s->rank, every_share ? 1 : s->world, &total);
     } else {
         uint64_t steps = sdp_loader_steps_per_epoch(&s->val_tl);
         if ((uint64_t)max_batches < steps) steps = (uint64_t)max_batches;
-        sdp_loader_seek(&s->val_tl, (sdp_loader_pos){0, 0});
-        b.tokens = s->tokens;
-        b.targets = s->targets;
-        for (uint64_t i = 0; i < steps; i++) {
-            sdp_loader_next(&s->val_tl, s->tokens, s->targets);
-            sdp_metrics mt;
-            m->ops->forward(m, &b, false, &mt);
-            total.loss += mt.loss, total.count += mt.count, total.correct += mt.correct;
-        }
+        const int first = every_share ? 0 : s->rank, last = every_share ? s->world - 1 : s->rank;
+        for (int r = first; r <= last; r++) evaluate_tokens(s, m, r, steps, &total);
     }
     double v[3] = {total.loss, total.count, total.correct};
     MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, comm);

@@ -26,13 +26,16 @@ typedef struct {
     int *tokens, *targets, *labels;
     float *pixels;
     bool has_val;
-    int eval_rank, eval_world; /* who shares an evaluation pass */
+    int rank, world; /* this worker, whose share of the validation data is its own */
 } batch_source;
 
-/* Opens the run's data for worker rank of world. When eval_alone, rank 0 evaluates alone (the
- * assembled full model under forward masking); otherwise every worker evaluates its share. */
+/* Opens the run's data for worker rank of world: its training stream and its share of the
+ * validation data, the share data parallelism's worker of that rank evaluates. */
 void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
-                  bool eval_alone, sdp_mem *mem);
+                  sdp_mem *mem);
+/* For evaluating token data alone (sdp eval --data): all of o->data, text or shards, is the
+ * validation data of worker rank of world; there is no training stream. */
+void batches_open_file(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem);
 /* The next training batch of this worker. */
 void batches_next(batch_source *s, sdp_batch *b);
 /* Batch i of the recalibration stream: training images without augmentation, the same sequence
@@ -47,8 +50,12 @@ void batches_image_shape(const batch_source *s, int *channels, int *size, int *c
 size_t batches_train_examples(const batch_source *s);
 size_t batches_val_examples(const batch_source *s);
 
-/* Loss, count and correct predictions over the validation data, summed over the workers of
- * comm: for tokens up to max_batches batches per worker, for images the whole test split. */
-sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm);
+/* Loss, count and correct predictions over this worker's share of the validation data (for
+ * tokens its first max_batches batches, for images its part of the test split), or with
+ * every_share over every worker's (rank 0 evaluating the assembled model alone under forward
+ * masking), summed over the workers of comm. The shares of all workers together are the
+ * batches data parallelism evaluates. */
+sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, bool every_share,
+                             MPI_Comm comm);
 
 #endif

@@ -34,15 +34,16 @@ int cmd_eval(int argc, char **argv) {
     train_opts o;
     sdp_model m;
     load_run_model(&m, &o, e.run, 0, 0, &mem);
-    if (e.data[0]) { /* another file: all of it is evaluated */
-        strcpy(o.data, e.data);
-        o.val_frac = 0.999999;
-        o.val_data[0] = 0;
-    }
+    if (e.data[0]) strcpy(o.data, e.data);
     batch_source data;
-    batches_open(&data, &o, run_images(&o), w.rank, w.size, false, &mem);
+    if (e.data[0] && !run_images(&o)) { /* another file: all of it is evaluated */
+        o.val_data[0] = 0;
+        batches_open_file(&data, &o, w.rank, w.size, &mem);
+    } else {
+        batches_open(&data, &o, run_images(&o), w.rank, w.size, &mem);
+    }
     SDP_CHECK(data.has_val, "the run has no validation split: pass --data FILE");
-    sdp_metrics v = batches_evaluate(&data, &m, e.batches, MPI_COMM_WORLD);
+    sdp_metrics v = batches_evaluate(&data, &m, e.batches, false, MPI_COMM_WORLD);
     const double loss = v.loss / v.count;
     if (w.rank == 0) {
         if (data.images)

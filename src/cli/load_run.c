@@ -21,7 +21,9 @@ void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, 
     if (img) sscanf(img, "%d %d %d", &shape.channels, &shape.image_size, &shape.classes);
     sdp_st_close(&f, mem);
     sdp_model_config cfg = run_model_config(o, shape);
-    run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : o->seq_len, SDP_MODEL_INFER,
+    /* An image is one example, whatever --seq-len the run's config.json carries (its default). */
+    const int run_T = run_images(o) ? 1 : o->seq_len;
+    run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : run_T, SDP_MODEL_INFER,
                              run_gemm(o), mem);
     sdp_ckpt_buffer pb = {m->params, ""};
     sdp_ckpt_load(&f, path, m->layout, &pb, 1, mem);

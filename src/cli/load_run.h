@@ -5,7 +5,7 @@
 #include "run.h"
 
 /* Reads the run's configuration into o, builds its model for batches of B x T (0 = the run's
- * own batch and sequence length) and loads model.safetensors into it. */
+ * own batch and sequence length; 1 for images) and loads model.safetensors into it. */
 void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, sdp_mem *mem);
 
 #endif

@@ -143,10 +143,7 @@ static void choose_run_dir(trainer *t) {
 }
 
 static void load_data(trainer *t) {
-    /* Under forward masking rank 0 evaluates the assembled model alone. */
-    const bool eval_alone = strcmp(t->o.sdp_mask, "forward") == 0 || simulating(t);
-    batches_open(&t->data, &t->o, run_images(&t->o), job_rank(t), job_workers(t), eval_alone,
-                 &t->mem);
+    batches_open(&t->data, &t->o, run_images(&t->o), job_rank(t), job_workers(t), &t->mem);
 }
 
 /* The worker's subnetwork: its shape from the plan, its map onto the full model, the
@@ -281,22 +278,24 @@ static step_result train_step(trainer *t) {
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
-/* Evaluation always runs the full model. Where every worker holds the whole current model
- * (backward masking, data parallelism, or every unit owned by every worker), each evaluates its
- * share; under forward masking rank 0 assembles the full model and evaluates alone. */
+/* Evaluation always runs the full model, on the batches data parallelism evaluates. Where every
+ * worker holds the whole current model (backward masking, data parallelism, or every unit owned
+ * by every worker), each evaluates its share; under forward masking rank 0 assembles the full
+ * model and evaluates every worker's share alone. */
 static sdp_metrics validate(trainer *t) {
     sdp_metrics v = {NAN, 0, NAN};
     if (!t->data.has_val) return v;
-    /* A simulated worker has only its own (sub)network: that is what it evaluates. */
+    /* A simulated worker has only its own (sub)network: that is what it evaluates, on its share. */
     if (simulating(t))
-        return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_SELF);
+        return batches_evaluate(&t->data, &t->model, t->o.val_batches, false, MPI_COMM_SELF);
     device_average_buffers(t); /* running statistics agree */
     const bool whole =
         t->plan.cfg.mask != SDP_MASK_FORWARD || t->plan.cfg.owners == t->plan.cfg.world;
-    if (whole) return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_WORLD);
+    if (whole)
+        return batches_evaluate(&t->data, &t->model, t->o.val_batches, false, MPI_COMM_WORLD);
     full_params_on_rank0(t);
     if (is_rank0(t))
-        v = batches_evaluate(&t->data, &t->full_model, t->o.val_batches, MPI_COMM_SELF);
+        v = batches_evaluate(&t->data, &t->full_model, t->o.val_batches, true, MPI_COMM_SELF);
     double b[3] = {v.loss, v.count, v.correct};
     MPI_Bcast(b, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     return (sdp_metrics){b[0], b[1], b[2]};

@@ -637,6 +637,47 @@ void sdp_sync_check_replicas(sdp_sync *s, const float *params, const float *m, c
 
 /* ---- non-trained state ----------------------------------------------------------------------- */
 
+/* Copies the running statistics among runs[0, n) from params into pack (or back when
+ * !into_pack), contiguous in the runs' order; pack NULL only counts. Returns the elements. */
+static size_t pack_buffers(const sdp_sync *s, const int *runs, int n, float *params, float *pack,
+                           bool into_pack) {
+    size_t at = 0;
+    for (int j = 0; j < n; j++) {
+        const sdp_run *r = run_at(s, runs[j]);
+        if (!r->buffer) continue;
+        if (pack && into_pack) memcpy(pack + at, params + r->local, r->len * sizeof(float));
+        if (pack && !into_pack) memcpy(params + r->local, pack + at, r->len * sizeof(float));
+        at += r->len;
+    }
+    return at;
+}
+
+/* Backward masking: non-owners evaluate and checkpoint the units they do not own too, but they
+ * last received them from the publisher, before the owners averaged them. Each publisher sends
+ * the averaged statistics of its group's units (host memory, as the averaging). */
+static void publish_buffers(sdp_sync *s, float *params) {
+    for (int g = 0; g < s->plan->ngroups; g++) {
+        const sdp_owner_group *og = &s->plan->groups[g];
+        if (og->nmembers == s->world) continue; /* everyone averaged it already */
+        int n;
+        int *runs = runs_of_group(s, g, &n);
+        const size_t count = pack_buffers(s, runs, n, params, NULL, true);
+        float *pack = malloc(sizeof(float) * (count + 1));
+        SDP_CHECK(pack, "out of memory publishing running statistics");
+        const bool root = s->rank == og->publisher, member = is_member(og, s->rank);
+        if (root) pack_buffers(s, runs, n, params, pack, true);
+        for (size_t off = 0; off < count; off += MAX_PIECE) {
+            size_t len = count - off < MAX_PIECE ? count - off : MAX_PIECE;
+            MPI_Bcast(pack + off, (int)len, MPI_FLOAT, og->publisher, MPI_COMM_WORLD);
+        }
+        if (root) s->bytes.sent += count * sizeof(float) * (uint64_t)(s->world - og->nmembers);
+        if (!member) s->bytes.recv += count * sizeof(float);
+        if (!member) pack_buffers(s, runs, n, params, pack, false);
+        free(pack);
+        free(runs);
+    }
+}
+
 void sdp_sync_average_buffers(sdp_sync *s, float *params) {
     int *runs = malloc(sizeof(int) * (size_t)(s->map->nruns + 1));
     SDP_CHECK(runs, "out of memory");
@@ -668,4 +709,5 @@ void sdp_sync_average_buffers(sdp_sync *s, float *params) {
         free(pack);
     }
     free(runs);
+    if (s->plan->cfg.mask == SDP_MASK_BACKWARD) publish_buffers(s, params);
 }
