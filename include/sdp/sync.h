@@ -109,10 +109,21 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads);
  * holds the whole current model. */
 void sdp_sync_publish(sdp_sync *s, float *params);
 
-/* Assembles a full-model buffer on rank 0 from a local buffer laid out like the local model
- * (params) or like the compact owned state (state_compact). full is only written on rank 0.
- * Each element comes from its unit's publisher; shared elements from rank 0. */
-void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, float *full);
+/* The most elements one sdp_sync_gather_range moves (16 MiB of floats): MPI counts are ints,
+ * and a bounded range is what keeps streamed checkpoints small. */
+#define SDP_SYNC_GATHER_MAX ((size_t)1 << 22)
+
+/* Assembles the global range [lo, hi) of the full model (hi - lo <= SDP_SYNC_GATHER_MAX) into
+ * out[0, hi - lo) on rank 0 from a local buffer laid out like the local model (params) or like
+ * the compact owned state (state_compact; buffers' elements, which have no state, come out 0).
+ * Each element comes from its unit's publisher, shared elements from rank 0. Its packing buffers
+ * come from io (a few bytes beyond the range's own size on any rank). Collective over
+ * MPI_COMM_WORLD; out is only written on rank 0. */
+void sdp_sync_gather_range(sdp_sync *s, const float *local, bool state_compact, size_t lo,
+                           size_t hi, float *out, sdp_mem *io);
+/* The whole model of numel elements, range by range, into full on rank 0. */
+void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, size_t numel,
+                          float *full, sdp_mem *io);
 /* The inverse: every rank takes its elements from a full buffer that is valid on all ranks. */
 void sdp_sync_scatter_full(const sdp_sync *s, const float *full, float *local, bool state_compact);
 

@@ -46,7 +46,8 @@ const float *full_params_on_rank0(trainer *t) {
     }
     const size_t nlocal = t->model.layout->numel;
     float *local = host_copy(t, t->model.params, nlocal);
-    sdp_sync_gather_full(&t->sync, local, false, is_rank0(t) ? t->full_model.params : NULL);
+    sdp_sync_gather_full(&t->sync, local, false, t->full.numel,
+                         is_rank0(t) ? t->full_model.params : NULL, &t->io_mem);
     host_copy_done(t, local, t->model.params, nlocal, false);
     /* Only subnetworks' statistics need re-estimating: under backward masking every worker ran
      * the whole model forward (and on the CPU that model is returned above, unrecalibrated). */
@@ -84,7 +85,7 @@ void save_checkpoint(trainer *t) {
                           ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, t->full.numel * sizeof(float))
                           : NULL;
         float *state = host_copy(t, state_buffer(t, i), t->opt.n);
-        sdp_sync_gather_full(&t->sync, state, true, full);
+        sdp_sync_gather_full(&t->sync, state, true, t->full.numel, full, &t->io_mem);
         host_copy_done(t, state, state_buffer(t, i), t->opt.n, false);
         bufs[i] = (sdp_ckpt_buffer){full, names[i]};
     }

@@ -538,54 +538,101 @@ static bool provides(const sdp_sync *s, int i, bool state_compact) {
     return s->plan->groups[s->plan->units[r->unit].owner_group].publisher == s->rank;
 }
 
-void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, float *full) {
-    /* Each rank sends (global offset, length) pairs and the values of the runs it provides. */
-    size_t nr = 0, ne = 0;
-    for (int i = 0; i < s->map->nruns; i++)
-        if (provides(s, i, state_compact)) nr++, ne += run_at(s, i)->len;
-    if (s->rank == 0) {
-        for (int i = 0; i < s->map->nruns; i++)
-            if (provides(s, i, state_compact))
-                memcpy(full + run_at(s, i)->global, local + local_index(s, i, state_compact),
-                       run_at(s, i)->len * sizeof(float));
-        for (int src = 1; src < s->world; src++) {
-            uint64_t hdr[2];
-            MPI_Recv(hdr, 2, MPI_UINT64_T, src, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            uint64_t *pairs = malloc(sizeof(uint64_t) * 2 * (hdr[0] + 1));
-            float *vals = malloc(sizeof(float) * (hdr[1] + 1));
-            SDP_CHECK(pairs && vals, "out of memory assembling the full model");
-            MPI_Recv(pairs, (int)(2 * hdr[0]), MPI_UINT64_T, src, 2, MPI_COMM_WORLD,
-                     MPI_STATUS_IGNORE);
-            MPI_Recv(vals, (int)hdr[1], MPI_FLOAT, src, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            for (uint64_t j = 0, at = 0; j < hdr[0]; j++) {
-                memcpy(full + pairs[2 * j], vals + at, pairs[2 * j + 1] * sizeof(float));
-                at += pairs[2 * j + 1];
-            }
-            s->bytes.recv += hdr[1] * sizeof(float);
-            free(pairs);
-            free(vals);
+/* The part of run i inside the global range [lo, hi): its first global element and its length
+ * (0 when it lies outside). */
+static size_t run_in_range(const sdp_sync *s, int i, size_t lo, size_t hi, size_t *first) {
+    const sdp_run *r = run_at(s, i);
+    const size_t a = r->global > lo ? r->global : lo;
+    const size_t b = r->global + r->len < hi ? r->global + r->len : hi;
+    *first = a;
+    return b > a ? b - a : 0;
+}
+
+/* Packs what this rank provides of [lo, hi) as (offset in the range, length) pairs and values.
+ * Returns the number of pairs; *nvals gets the number of values. With pairs NULL it only counts. */
+static int pack_range(const sdp_sync *s, const float *local, bool state_compact, size_t lo,
+                      size_t hi, uint64_t *pairs, float *vals, size_t *nvals) {
+    int np = 0;
+    size_t nv = 0;
+    for (int i = 0; i < s->map->nruns; i++) {
+        size_t first, len = provides(s, i, state_compact) ? run_in_range(s, i, lo, hi, &first) : 0;
+        if (len == 0) continue;
+        if (pairs) {
+            const size_t from = local_index(s, i, state_compact) + (first - run_at(s, i)->global);
+            pairs[2 * np] = first - lo;
+            pairs[2 * np + 1] = len;
+            memcpy(vals + nv, local + from, len * sizeof(float));
         }
-        return;
+        np++;
+        nv += len;
     }
-    uint64_t hdr[2] = {nr, ne};
-    uint64_t *pairs = malloc(sizeof(uint64_t) * 2 * (nr + 1));
-    float *vals = malloc(sizeof(float) * (ne + 1));
-    SDP_CHECK(pairs && vals, "out of memory assembling the full model");
-    for (int i = 0, j = 0, at = 0; i < s->map->nruns; i++) {
-        if (!provides(s, i, state_compact)) continue;
-        pairs[2 * j] = run_at(s, i)->global;
-        pairs[2 * j + 1] = run_at(s, i)->len;
-        memcpy(vals + at, local + local_index(s, i, state_compact),
-               run_at(s, i)->len * sizeof(float));
-        at += (int)run_at(s, i)->len;
-        j++;
+    *nvals = nv;
+    return np;
+}
+
+/* Displacements of a gather from per-rank counts; returns the total. */
+static int displacements(const int *counts, int *displs, int n) {
+    int total = 0;
+    for (int r = 0; r < n; r++) displs[r] = total, total += counts[r];
+    return total;
+}
+
+/* Rank 0 writes what every rank sent of [lo, hi) into out. */
+static void unpack_range(const uint64_t *pairs, int npairs, const float *vals, float *out) {
+    size_t at = 0;
+    for (int j = 0; j < npairs; j++) {
+        memcpy(out + pairs[2 * j], vals + at, pairs[2 * j + 1] * sizeof(float));
+        at += pairs[2 * j + 1];
     }
-    MPI_Send(hdr, 2, MPI_UINT64_T, 0, 1, MPI_COMM_WORLD);
-    MPI_Send(pairs, (int)(2 * nr), MPI_UINT64_T, 0, 2, MPI_COMM_WORLD);
-    MPI_Send(vals, (int)ne, MPI_FLOAT, 0, 3, MPI_COMM_WORLD);
-    s->bytes.sent += ne * sizeof(float);
-    free(pairs);
-    free(vals);
+}
+
+void sdp_sync_gather_range(sdp_sync *s, const float *local, bool state_compact, size_t lo,
+                           size_t hi, float *out, sdp_mem *io) {
+    SDP_ASSERT(lo <= hi && hi - lo <= SDP_SYNC_GATHER_MAX);
+    size_t nv;
+    const int np = pack_range(s, local, state_compact, lo, hi, NULL, NULL, &nv);
+    uint64_t *pairs = sdp_alloc(io, SDP_MEM_BUFFERS, sizeof(uint64_t) * 2 * ((size_t)np + 1));
+    float *vals = sdp_alloc(io, SDP_MEM_BUFFERS, sizeof(float) * (nv + 1));
+    pack_range(s, local, state_compact, lo, hi, pairs, vals, &nv);
+    const int mine[2] = {2 * np, (int)nv};
+    const int W = s->world;
+    /* Rank 0's counts: (pairs, values) per rank as gathered, then pair counts, value counts and
+     * their displacements. */
+    int *c = s->rank == 0 ? sdp_alloc(io, SDP_MEM_BUFFERS, sizeof(int) * 6 * (size_t)W) : NULL;
+    MPI_Gather(mine, 2, MPI_INT, c, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    int *pc = NULL, *vc = NULL, *pd = NULL, *vd = NULL, npairs = 0, nvals = 0;
+    uint64_t *all_pairs = NULL;
+    float *all_vals = NULL;
+    if (s->rank == 0) {
+        pc = c + 2 * W, vc = c + 3 * W, pd = c + 4 * W, vd = c + 5 * W;
+        for (int r = 0; r < W; r++) pc[r] = c[2 * r], vc[r] = c[2 * r + 1];
+        npairs = displacements(pc, pd, W) / 2;
+        nvals = displacements(vc, vd, W);
+        all_pairs = sdp_alloc(io, SDP_MEM_BUFFERS, sizeof(uint64_t) * 2 * ((size_t)npairs + 1));
+        all_vals = sdp_alloc(io, SDP_MEM_BUFFERS, sizeof(float) * ((size_t)nvals + 1));
+    }
+    MPI_Gatherv(pairs, mine[0], MPI_UINT64_T, all_pairs, pc, pd, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    MPI_Gatherv(vals, mine[1], MPI_FLOAT, all_vals, vc, vd, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if (s->rank == 0) {
+        memset(out, 0, (hi - lo) * sizeof(float)); /* buffers have no optimizer state: zeros */
+        unpack_range(all_pairs, npairs, all_vals, out);
+        s->bytes.recv += (uint64_t)(nvals - vc[0]) * sizeof(float);
+        sdp_free(io, all_pairs);
+        sdp_free(io, all_vals);
+        sdp_free(io, c);
+    } else {
+        s->bytes.sent += nv * sizeof(float);
+    }
+    sdp_free(io, pairs);
+    sdp_free(io, vals);
+}
+
+void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, size_t numel,
+                          float *full, sdp_mem *io) {
+    for (size_t lo = 0; lo < numel; lo += SDP_SYNC_GATHER_MAX) {
+        const size_t hi = numel - lo < SDP_SYNC_GATHER_MAX ? numel : lo + SDP_SYNC_GATHER_MAX;
+        sdp_sync_gather_range(s, local, state_compact, lo, hi, s->rank == 0 ? full + lo : NULL, io);
+    }
 }
 
 void sdp_sync_scatter_full(const sdp_sync *s, const float *full, float *local, bool state_compact) {
