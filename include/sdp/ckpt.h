@@ -73,12 +73,14 @@ void sdp_write_file_atomic(const char *path, const void *data, size_t len);
 typedef struct {
     float *data;
     const char *suffix;
+    bool nonnegative; /* loading refuses values below zero (AdamW's second moment) */
 } sdp_ckpt_buffer;
 
 void sdp_ckpt_save(const char *path, const sdp_layout *L, const sdp_ckpt_buffer *bufs, int nbufs,
                    const char *const *meta);
-/* Fills the buffers from the file, checking that every tensor is present with the right shape
- * and dtype. The file stays open in *f so the caller can read its metadata, then close it. */
+/* Fills the buffers from the file, checking that it carries the whole-file checksum that sdp
+ * writes, and that every tensor is present with the right shape and dtype and holds only finite
+ * values. The file stays open in *f so the caller can read its metadata, then close it. */
 void sdp_ckpt_load(sdp_st_file *f, const char *path, const sdp_layout *L,
                    const sdp_ckpt_buffer *bufs, int nbufs, sdp_mem *mem);
 
