@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void run_path(char *out, size_t n, const char *dir, const char *name) {
     int len = snprintf(out, n, "%s/%s", dir, name);
@@ -33,12 +34,10 @@ char *run_read_text(const char *path) {
 void run_load_config(train_opts *o, const char *dir) {
     char path[1024];
     run_path(path, sizeof path, dir, "config.json");
-    FILE *f = fopen(path, "rb");
-    SDP_CHECK(f,
+    SDP_CHECK(access(path, F_OK) == 0,
               "'%s' is not a run directory (no config.json): pass the directory that "
               "sdp train wrote",
               dir);
-    fclose(f);
     char *txt = run_read_text(path);
     opts_set_defaults(TRAIN_OPTS, o);
     opts_from_json(TRAIN_OPTS, o, txt, path);
