@@ -2,13 +2,14 @@
 to) recomputes its checksums as sdp writes them, so that sdp's own validation is what the test
 exercises rather than the checksum.
 
-usage: st_edit.py FILE EDIT... where EDIT is one of
+usage: st_edit.py FILE... EDIT... (each file edited alike) where EDIT is one of
   meta KEY=VALUE    set a metadata string          drop KEY        remove a metadata key
   poke NAME I X     set float I of tensor NAME     rename OLD NEW  rename a tensor
   set NAME FIELD JSON  set a field of tensor NAME's header entry (dtype, shape, data_offsets)
   stale             keep the stored checksums as they were (the edit is then damage)
 """
 import json
+import os
 import struct
 import sys
 import zlib
@@ -49,7 +50,15 @@ def save(path, header, data, fix):
 
 
 def main(argv):
-    path, args = argv[1], argv[2:]
+    n = 1
+    while n < len(argv) and os.path.isfile(argv[n]):
+        n += 1
+    for path in argv[1:n]:
+        edit(path, argv[n:])
+
+
+def edit(path, args):
+    args = list(args)
     header, data = load(path)
     meta = header.setdefault("__metadata__", {})
     fix = True

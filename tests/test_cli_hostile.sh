@@ -57,7 +57,7 @@ fresh() {
   local dir="$WORK/$1"; shift
   rm -rf "$dir" && cp -a "$WORK/base" "$dir"
   [ $# -eq 0 ] && return
-  "${EDIT[@]}" "$dir/model.safetensors" "$@" && "${EDIT[@]}" "$dir/optim.safetensors" "$@"
+  "${EDIT[@]}" "$dir/model.safetensors" "$dir/optim.safetensors" "$@"
 }
 
 # ---- 1. checkpoint metadata: presence, type and range; finite values -------------------------
