@@ -77,6 +77,10 @@ fresh r meta sdp.vocab=0
 rejected "eval with sdp.vocab=0" "'sdp.vocab' is '0'" 2 "$WORK/r" "$SDP_BIN" eval --run "$WORK/r"
 fresh r meta "sdp.image_shape=1 2"
 rejected "eval with a two-number image shape" "'sdp.image_shape' is '1 2'" 2 "$WORK/r" "$SDP_BIN" eval --run "$WORK/r"
+fresh r meta sdp.vocab=200
+rejected "resume with a vocabulary the data does not give" "written for a vocabulary of 200" 2 "$WORK/r" "$SDP_BIN" train --resume "$WORK/r" --steps 4
+fresh r meta "sdp.image_shape=3 32 10"
+rejected "resume of a text run with an image shape" "images of 3 32 10" 2 "$WORK/r" "$SDP_BIN" train --resume "$WORK/r" --steps 4
 fresh r drop sdp.vocab
 rejected "eval without sdp.vocab" "no 'sdp.vocab' metadata" 2 "$WORK/r" "$SDP_BIN" eval --run "$WORK/r"
 

@@ -150,6 +150,7 @@ typedef struct {
     long step, opt_t;
     sdp_loader_pos pos;
     double tokens, flops;
+    double vocab, image[3]; /* the data's: image channels, size and classes */
 } run_state;
 
 /* Integers beyond 2^53 are not exact in a double, and no run counts that far. */
@@ -165,11 +166,23 @@ static run_state read_run_state(const sdp_st_file *f) {
     s.pos.step = (uint64_t)sdp_st_meta_number(f, "sdp.loader_step", 0, MAX_COUNT, true);
     s.tokens = sdp_st_meta_number(f, "sdp.tokens", 0, DBL_MAX, false);
     s.flops = sdp_st_meta_number(f, "sdp.flops", 0, DBL_MAX, false);
-    double shape[3];
-    sdp_st_meta_number(f, "sdp.vocab", 0, INT_MAX, true);
+    s.vocab = sdp_st_meta_number(f, "sdp.vocab", 0, INT_MAX, true);
     sdp_st_meta_number(f, "sdp.world", 1, INT_MAX, true);
-    sdp_st_meta_numbers(f, "sdp.image_shape", 3, shape, 0, INT_MAX, true);
+    sdp_st_meta_numbers(f, "sdp.image_shape", 3, s.image, 0, INT_MAX, true);
     return s;
+}
+
+/* Tensor shapes alone can miss a change of data: the embedding is padded to 64 rows, so a run
+ * on a vocabulary of 200 would load a checkpoint of 256 and train on tokens it never had. */
+static void check_same_data(const trainer *t, const run_state *s, const char *path) {
+    const sdp_model_config *c = &t->cfg;
+    SDP_CHECK(s->vocab == c->vocab && s->image[0] == c->in_channels &&
+                  s->image[1] == c->image_size && s->image[2] == c->classes,
+              "'%s' was written for a vocabulary of %.0f and images of %.0f %.0f %.0f (channels, "
+              "size, classes), but this run's data gives %d and %d %d %d: resume with the data "
+              "the run was trained on",
+              path, s->vocab, s->image[0], s->image[1], s->image[2], c->vocab, c->in_channels,
+              c->image_size, c->classes);
 }
 
 /* A run already at (or past) --steps: it says so and how to go on, and every rank ends without
@@ -206,7 +219,9 @@ void load_checkpoint(trainer *t) {
     sdp_st_file mf, of;
     sdp_ckpt_buffer pb = {full, "", false};
     sdp_ckpt_load(&mf, mpath, &t->full, &pb, 1, &t->io_mem);
-    const long step = read_run_state(&mf).step;
+    const run_state ms = read_run_state(&mf);
+    const long step = ms.step;
+    check_same_data(t, &ms, mpath);
     sdp_st_close(&mf, &t->io_mem);
     if (step >= t->o.steps) nothing_left_to_train(t, step);
     const size_t nlocal = t->model.layout->numel;
