@@ -30,8 +30,8 @@ shard("magic.bin", magic=1234)
 shard("short.bin", count=100, actual=60)
 shard("version.bin", version=7)
 PY
-# A file that starts like text is read as text, so point at shards explicitly by their magic:
-# the magic check itself is exercised through --val-data, which is always read as shards.
+# A .bin file given as --data is a shard, whatever its first bytes say (see test_cli_hostile.sh);
+# --val-data is always read as shards.
 expect_error "truncated shard" "truncated or corrupt" "$SDP_BIN" train "${T[@]}" --data "$WORK/short.bin"
 expect_error "wrong shard version" "version" "$SDP_BIN" train "${T[@]}" --data "$WORK/version.bin"
 cp "$WORK/short.bin" "$WORK/good_train.bin"

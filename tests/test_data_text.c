@@ -142,6 +142,12 @@ static void test_errors(void **state) {
     tu_expect_fatal(load_text, &a, "empty.txt' is empty");
     a = (load_args){fx->dir, 0.1};
     tu_expect_fatal(load_text, &a, "is not a regular file");
+    /* A FIFO would block open() until a writer came: it fails at once instead. */
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s/fifo.txt", fx->dir);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    a = (load_args){fifo, 0.1};
+    tu_expect_fatal_quick(load_text, &a, "fifo.txt' is not a regular file (it is a named pipe)", 2);
     a = (load_args){good, 1.0};
     tu_expect_fatal(load_text, &a, "validation fraction 1 for");
     a = (load_args){good, -0.25};

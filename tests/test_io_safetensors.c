@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -171,13 +172,8 @@ static void test_round_trip(void **state) {
     assert_null(sdp_st_find(&f, "nope"));
     assert_int_equal(f.nmeta, 3); /* the two given pairs and the checksum */
 
-    /* The stored checksum is zlib's CRC32 of the tensors' bytes in order, as lowercase hex. */
-    uLong crc = crc32(0, Z_NULL, 0);
-    for (int i = 0; i < NT; i++)
-        crc = crc32(crc, (const Bytef *)s.t[i].data, (uInt)(numel(&s.t[i]) * sizeof(float)));
-    char want[16];
-    snprintf(want, sizeof want, "%08lx", crc);
-    assert_string_equal(sdp_st_meta(&f, "sdp.crc32"), want);
+    assert_int_equal(f.checksum, SDP_ST_FILE_CHECKSUM);
+    assert_null(sdp_st_meta(&f, "sdp.crc32")); /* the data-only checksum of older files */
 
     /* Everything the reader allocated is returned by close. */
     assert_true(mem.total_cur > 0);
@@ -257,9 +253,17 @@ static void test_layout(void **state) {
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
     assert_true(cJSON_IsObject(meta));
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(meta, "step")->valuestring, "1200");
-    const char *crc = cJSON_GetObjectItemCaseSensitive(meta, "sdp.crc32")->valuestring;
-    assert_int_equal(strlen(crc), 8);
-    assert_int_equal(strspn(crc, "0123456789abcdef"), 8);
+    /* The checksum opens the header, and is zlib's CRC32 of every other byte of the file, as
+     * lowercase hex. */
+    static const char prefix[] = "{\"__metadata__\":{\"sdp.file_crc32\":\"";
+    const size_t at = 8 + strlen(prefix);
+    assert_memory_equal(raw + 8, prefix, strlen(prefix));
+    const char *crc = cJSON_GetObjectItemCaseSensitive(meta, "sdp.file_crc32")->valuestring;
+    assert_memory_equal(raw + at, crc, 8);
+    uLong want = crc32(crc32(0, raw, (uInt)at), raw + at + 8, (uInt)(len - at - 8));
+    char hex[16];
+    snprintf(hex, sizeof hex, "%08lx", want);
+    assert_string_equal(crc, hex);
     assert_int_equal(cJSON_GetArraySize(root), NT + 1);
     cJSON_Delete(root);
     free(raw);
@@ -432,6 +436,237 @@ static void test_bad_headers(void **state) {
     read_and_close(path);
 }
 
+/* ---------------------------------------------------------------- hostile files */
+
+static char *find_bytes(unsigned char *raw, size_t len, const char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(raw + i, s, n) == 0) return (char *)raw + i;
+    return NULL;
+}
+
+/* The checksum covers the header: an edited metadata value or shape is caught, as damage to the
+ * data is, and the checksum must sit where the writer puts it. */
+static void test_header_edit_detected(void **state) {
+    char path[1024];
+    path_in(path, sizeof path, state, "edited.safetensors");
+    write_valid(path);
+    size_t len;
+    unsigned char *raw = slurp(path, &len);
+    char *step = find_bytes(raw, len, "\"1200\"");
+    assert_non_null(step);
+    step[4] = '1'; /* "1200" -> "1210": still valid JSON, still a plausible step */
+    spit(path, raw, len);
+    tu_expect_fatal_quick(read_and_close, path, "corrupt: checksum mismatch", 2);
+    step[4] = '0';
+    char *shape = find_bytes(raw, len, "[7,5]");
+    assert_non_null(shape);
+    memcpy(shape, "[5,7]", 5); /* same byte count, so only the checksum can tell */
+    spit(path, raw, len);
+    tu_expect_fatal_quick(read_and_close, path, "corrupt: checksum mismatch", 2);
+    memcpy(shape, "[7,5]", 5);
+    spit(path, raw, len);
+    read_and_close(path);
+    free(raw);
+    /* The same checksum key anywhere but first cannot have been computed around its digits. */
+    unsigned char data[16] = {0};
+    write_raw(path,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+              "\"__metadata__\":{\"sdp.file_crc32\":\"00000000\"}}",
+              data, sizeof data);
+    tu_expect_fatal_quick(read_and_close, path, "sdp.file_crc32 does not open the header", 2);
+}
+
+/* Checkpoints from before the header checksum carry sdp.crc32 over the data alone: still read,
+ * still verified, and marked so that sdp's checkpoint loader can refuse them. */
+static void test_data_only_checksum(void **state) {
+    char path[1024];
+    path_in(path, sizeof path, state, "legacy.safetensors");
+    float x[4] = {1, 2, 3, 4};
+    char header[256];
+    snprintf(header, sizeof header,
+             "{\"__metadata__\":{\"sdp.crc32\":\"%08lx\"},"
+             "\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+             crc32(0, (const Bytef *)x, sizeof x));
+    write_raw(path, header, x, sizeof x);
+    sdp_mem mem = {0};
+    sdp_st_file f;
+    sdp_st_read(&f, path, &mem);
+    assert_int_equal(f.checksum, SDP_ST_DATA_CHECKSUM);
+    sdp_st_close(&f, &mem);
+    x[2] = 5;
+    write_raw(path, header, x, sizeof x);
+    tu_expect_fatal_quick(read_and_close, path, "checksum mismatch", 2);
+}
+
+/* 100,000 tensors whose last name repeats the first: a check that compares every pair takes
+ * half a minute here; sorting the names takes milliseconds. */
+static void test_many_tensors_rejected_fast(void **state) {
+    char path[1024];
+    path_in(path, sizeof path, state, "many.safetensors");
+    enum { N = 100000 };
+    size_t cap = (size_t)N * 80, len = 0;
+    char *h = malloc(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    for (int i = 0; i < N; i++)
+        len += (size_t)snprintf(h + len, cap - len,
+                                "\"model.layers.%06d.weight\":{\"dtype\":\"F32\",\"shape\":[0],"
+                                "\"data_offsets\":[0,0]},",
+                                i == N - 1 ? 0 : i);
+    h[len - 1] = '}';
+    write_raw(path, h, NULL, 0);
+    free(h);
+    tu_expect_fatal_quick(read_and_close, path, "'model.layers.000000.weight' appears twice", 3);
+}
+
+/* A 1 GiB file (sparse: no disk is used) with a header that cannot describe it. Reading it
+ * whole before looking at the header would take seconds and 1 GiB of memory; the reader runs
+ * here under an address-space limit of 256 MiB above what the process already maps. */
+typedef struct {
+    const char *path;
+} huge_case;
+
+static void read_with_little_memory(void *path) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%lu", &pages), 1);
+    fclose(f);
+    struct rlimit lim;
+    assert_int_equal(getrlimit(RLIMIT_AS, &lim), 0);
+    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)256 << 20);
+    assert_int_equal(setrlimit(RLIMIT_AS, &lim), 0);
+    read_and_close(path);
+}
+
+static void write_huge(const char *path, const char *header, uint64_t header_len) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    unsigned char le[8];
+    for (int b = 0; b < 8; b++) le[b] = (unsigned char)(header_len >> (8 * b));
+    assert_int_equal(fwrite(le, 1, 8, f), 8);
+    assert_int_equal(fwrite(header, 1, strlen(header), f), strlen(header));
+    assert_int_equal(ftruncate(fileno(f), (off_t)1 << 30), 0);
+    fclose(f);
+}
+
+static void test_huge_file_header_checked_first(void **state) {
+    static const char ok_entry[] =
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
+    static const char past_end[] =
+        "{\"a\":{\"dtype\":\"U8\",\"shape\":[2147483648],\"data_offsets\":[0,2147483648]}}";
+    static const struct {
+        const char *header;
+        uint64_t header_len; /* 0: the header's own length */
+        const char *needle;
+    } cases[] = {
+        {ok_entry, (uint64_t)3 << 30, "exceeds the 1073741824-byte file"},
+        {ok_entry, 200000000, "is over the format's 100000000"},
+        {"this is no JSON", 0, "is not a JSON object"},
+        {past_end, 0, "the file is truncated or corrupt"},
+        {ok_entry, 0, "but its tensors end at byte 16"},
+    };
+    char path[1024];
+    path_in(path, sizeof path, state, "huge.safetensors");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const uint64_t n = cases[i].header_len ? cases[i].header_len : strlen(cases[i].header);
+        write_huge(path, cases[i].header, n);
+        tu_expect_fatal_quick(read_with_little_memory, path, cases[i].needle, 2);
+    }
+    unlink(path);
+}
+
+/* A FIFO blocks open() until a writer comes: the reader must refuse it without waiting. */
+static void test_fifo_refused(void **state) {
+    char path[1024];
+    path_in(path, sizeof path, state, "pipe.safetensors");
+    assert_int_equal(mkfifo(path, 0644), 0);
+    tu_expect_fatal_quick(read_and_close, path, "pipe.safetensors' is not a regular file", 2);
+    tu_expect_fatal_quick(read_and_close, path, "a named pipe", 2);
+    unlink(path);
+}
+
+/* A name with a newline and terminal escapes is quoted escaped, on the error's one line. */
+static void test_hostile_names_escaped(void **state) {
+    char path[1024];
+    path_in(path, sizeof path, state, "names.safetensors");
+    unsigned char data[16] = {0};
+    write_raw(path,
+              "{\"evil\\nsdp: error: forged\\u001b[2J\\u009b31m\":{\"dtype\":\"Q4\",\"shape\":[4],"
+              "\"data_offsets\":[0,16]}}",
+              data, sizeof data);
+    tu_expect_fatal_quick(read_and_close, path,
+                          "tensor 'evil\\nsdp: error: forged\\x1b[2J\\xc2\\x9b31m' has unknown "
+                          "dtype 'Q4'",
+                          2);
+    write_raw(path,
+              "{\"__metadata__\":{\"sdp.crc32\":\"\\u001b]0;title\\u0007\"},"
+              "\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+              data, sizeof data);
+    tu_expect_fatal_quick(read_and_close, path, "is '\\x1b]0;title\\x07', not 8 hex digits", 2);
+}
+
+/* Metadata numbers are read as sdp writes them, in range, or the file and field are named. */
+typedef struct {
+    const char *path, *key;
+    int count;
+    double lo, hi;
+    bool integer;
+} meta_case;
+
+static void read_meta_numbers(void *ctx) {
+    const meta_case *c = ctx;
+    sdp_mem mem = {0};
+    sdp_st_file f;
+    double v[3];
+    sdp_st_read(&f, c->path, &mem);
+    sdp_st_meta_numbers(&f, c->key, c->count, v, c->lo, c->hi, c->integer);
+}
+
+static void test_meta_numbers(void **state) {
+    char path[1024];
+    path_in(path, sizeof path, state, "meta.safetensors");
+    float x = 1;
+    sdp_st_tensor t = {.name = "w", .ndim = 0, .data = &x};
+    const char *meta[] = {"int",  "42",    "neg",   "-3",      "real",  "2.5e3", "hex",
+                          "0x10", "space", " 1",    "nan",     "nan",   "big",   "1e999",
+                          "exp",  "1e3",   "shape", "3 32 10", "short", "3 32",  NULL};
+    sdp_st_write(path, &t, 1, meta);
+    sdp_mem mem = {0};
+    sdp_st_file f;
+    sdp_st_read(&f, path, &mem);
+    assert_true(sdp_st_meta_number(&f, "int", 0, 100, true) == 42);
+    assert_true(sdp_st_meta_number(&f, "neg", -5, 0, true) == -3);
+    assert_true(sdp_st_meta_number(&f, "real", 0, DBL_MAX, false) == 2500);
+    assert_true(sdp_st_meta_number(&f, "exp", 0, DBL_MAX, false) == 1000);
+    double v[3];
+    sdp_st_meta_numbers(&f, "shape", 3, v, 0, 100, true);
+    assert_true(v[0] == 3 && v[1] == 32 && v[2] == 10);
+    sdp_st_close(&f, &mem);
+    static const struct {
+        meta_case c;
+        const char *needle;
+    } bad[] = {
+        {{NULL, "int", 1, 0, 41, true}, "metadata 'int' is '42', not an integer from 0 to 41"},
+        {{NULL, "neg", 1, 0, 100, true}, "'neg' is '-3'"},
+        {{NULL, "real", 1, 0, 100, true}, "'real' is '2.5e3', not an integer"},
+        {{NULL, "exp", 1, 0, 1e6, true}, "'exp' is '1e3', not an integer"},
+        {{NULL, "hex", 1, 0, 100, false}, "'hex' is '0x10'"},
+        {{NULL, "space", 1, 0, 100, true}, "'space' is ' 1'"},
+        {{NULL, "nan", 1, 0, DBL_MAX, false}, "'nan' is 'nan', not a number of at least 0"},
+        {{NULL, "big", 1, 0, DBL_MAX, false}, "'big' is '1e999'"},
+        {{NULL, "short", 3, 0, 100, true}, "'short' is '3 32', not 3 integers from 0 to 100"},
+        {{NULL, "shape", 2, 0, 100, true}, "'shape' is '3 32 10', not 2 integers"},
+        {{NULL, "missing", 1, 0, 1, true}, "it has no 'missing' metadata"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        meta_case c = bad[i].c;
+        c.path = path;
+        tu_expect_fatal_quick(read_meta_numbers, &c, bad[i].needle, 2);
+        tu_expect_fatal_quick(read_meta_numbers, &c, "meta.safetensors", 2);
+    }
+}
+
 /* ---------------------------------------------------------------- atomic replacement */
 
 static void test_no_temp_left(void **state) {
@@ -578,6 +813,13 @@ int main(void) {
         cmocka_unit_test(test_rename_failure_cleans_up),
         cmocka_unit_test(test_io_error_keeps_old_file),
         cmocka_unit_test(test_writer_rejects_bad_input),
+        cmocka_unit_test(test_header_edit_detected),
+        cmocka_unit_test(test_data_only_checksum),
+        cmocka_unit_test(test_many_tensors_rejected_fast),
+        cmocka_unit_test(test_huge_file_header_checked_first),
+        cmocka_unit_test(test_fifo_refused),
+        cmocka_unit_test(test_hostile_names_escaped),
+        cmocka_unit_test(test_meta_numbers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

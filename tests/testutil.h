@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -64,33 +65,71 @@ static inline void tu_to_double(double *d, const float *f, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] = f[i];
 }
 
-/* Runs fn(ctx) in a child process and asserts that it exits non-zero and that its stderr
- * contains `needle`. This is how tests check sdp_fatal paths (which exit the process). */
-static inline void tu_expect_fatal(void (*fn)(void *), void *ctx, const char *needle) {
+/* Runs fn(ctx) in a child process with stderr captured into buf, and returns its wait status.
+ * With `seconds` > 0 an alarm ends a child still running after that long (a hang), and *elapsed
+ * gets the seconds the child took. */
+static inline int tu_run_child(void (*fn)(void *), void *ctx, char *buf, size_t size,
+                               unsigned seconds, double *elapsed) {
     int pipefd[2];
     assert_int_equal(pipe(pipefd), 0);
     fflush(stdout);
     fflush(stderr);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         dup2(pipefd[1], 2);
         close(pipefd[0]);
+        if (seconds) alarm(seconds);
         fn(ctx);
         _exit(0); /* reaching here means the call did not fail */
     }
     close(pipefd[1]);
-    char buf[4096];
     size_t len = 0;
     ssize_t r;
-    while ((r = read(pipefd[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)r;
+    while ((r = read(pipefd[0], buf + len, size - 1 - len)) > 0) len += (size_t)r;
     buf[len] = 0;
     close(pipefd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (elapsed)
+        *elapsed = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return status;
+}
+
+/* Runs fn(ctx) in a child process and asserts that it exits non-zero and that its stderr
+ * contains `needle`. This is how tests check sdp_fatal paths (which exit the process). */
+static inline void tu_expect_fatal(void (*fn)(void *), void *ctx, const char *needle) {
+    char buf[4096];
+    int status = tu_run_child(fn, ctx, buf, sizeof buf, 0, NULL);
     if (!(WIFEXITED(status) && WEXITSTATUS(status) != 0) || !strstr(buf, needle)) {
         print_error("expected a fatal error containing '%s'; got exit status %d, stderr: %s\n",
                     needle, status, buf);
+        fail();
+    }
+}
+
+/* tu_expect_fatal for input a hostile file may give: the failure must also come within
+ * `seconds` (a hang is ended by an alarm and fails the test), and be one line on stderr with no
+ * control character in it, so that text from the file can neither forge a line nor reach the
+ * terminal as an escape sequence. */
+static inline void tu_expect_fatal_quick(void (*fn)(void *), void *ctx, const char *needle,
+                                         unsigned seconds) {
+    char buf[4096];
+    double took = 0;
+    int status = tu_run_child(fn, ctx, buf, sizeof buf, seconds, &took);
+    size_t len = strlen(buf), lines = 0, controls = 0;
+    for (size_t i = 0; i < len; i++) {
+        lines += buf[i] == '\n';
+        controls += ((unsigned char)buf[i] < 0x20 && buf[i] != '\n') || buf[i] == 0x7f;
+    }
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) != 0) || !strstr(buf, needle) ||
+        took > seconds || lines != 1 || len == 0 || buf[len - 1] != '\n' || controls) {
+        print_error("expected one line, within %u s, containing '%s'; got exit status %d after "
+                    "%.1f s, %zu lines, %zu control characters, stderr: %s\n",
+                    seconds, needle, status, took, lines, controls, buf);
         fail();
     }
 }

@@ -9,6 +9,9 @@
 
 #include "sdp/mem.h"
 
+/* The int32 that opens every llm.c token shard. */
+#define SDP_SHARD_MAGIC 20240520
+
 /* A contiguous run of tokens: one text split or one shard. */
 typedef struct {
     const uint16_t *tok;

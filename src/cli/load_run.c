@@ -3,8 +3,17 @@
 #include "sdp/check.h"
 #include "sdp/ckpt.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+/* An image model's vocabulary is unused (0); a text model's is at least 2, and no more than the
+ * file's floats, since its embedding has a row per token: a damaged value cannot make the model
+ * built to hold the file far larger than the file. */
+static int load_run_vocab(const sdp_st_file *f, bool images) {
+    const double most = (double)(f->len / sizeof(float));
+    return (int)sdp_st_meta_number(f, "sdp.vocab", images ? 0 : 2, images ? INT_MAX : most, true);
+}
 
 void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, sdp_mem *mem) {
     run_load_config(o, dir);
@@ -14,18 +23,17 @@ void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, 
      * checkpoint's metadata rather than reloading the data. */
     sdp_st_file f;
     sdp_st_read(&f, path, mem);
-    const char *v = sdp_st_meta(&f, "sdp.vocab");
-    SDP_CHECK(v, "%s has no sdp.vocab metadata: it was not written by sdp train", path);
-    run_data_shape shape = {.vocab = atoi(v)};
-    const char *img = sdp_st_meta(&f, "sdp.image_shape");
-    if (img) sscanf(img, "%d %d %d", &shape.channels, &shape.image_size, &shape.classes);
+    run_data_shape shape = {.vocab = load_run_vocab(&f, run_images(o))};
+    double img[3]; /* channels, size, classes: 0 0 0 for text */
+    sdp_st_meta_numbers(&f, "sdp.image_shape", 3, img, 0, INT_MAX, true);
+    shape.channels = (int)img[0], shape.image_size = (int)img[1], shape.classes = (int)img[2];
     sdp_st_close(&f, mem);
     sdp_model_config cfg = run_model_config(o, shape);
     /* An image is one example, whatever --seq-len the run's config.json carries (its default). */
     const int run_T = run_images(o) ? 1 : o->seq_len;
     run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : run_T, SDP_MODEL_INFER,
                              run_gemm(o), mem);
-    sdp_ckpt_buffer pb = {m->params, ""};
+    sdp_ckpt_buffer pb = {m->params, "", false};
     sdp_ckpt_load(&f, path, m->layout, &pb, 1, mem);
     sdp_st_close(&f, mem);
 }

@@ -58,13 +58,15 @@ static void print_table(const report_run *r, int n) {
             snprintf(k, sizeof k, "%d", f->o.sdp_owners);
         else
             snprintf(k, sizeof k, "%g", f->o.sdp_coverage * f->world);
-        char acc[32] = "-";
+        char acc[32] = "-", name[4 * OPT_STR_MAX], mask[4 * OPT_STR_MAX], unit[4 * OPT_STR_MAX];
         if (!isnan(f->val_acc)) snprintf(acc, sizeof acc, "%.2f%%", 100 * f->val_acc);
         printf(
             "| %s | %s | %s | %d | %s | %ld | %.4g | %.4f | %.4f | %s | %.0f | %s | %s | %s | %s "
             "|\n",
-            report_run_name(f), ddp ? "DDP" : f->o.sdp_mask, ddp ? "-" : f->o.sdp_unit, f->world, k,
-            f->steps, f->flops / 1e12, f->train_loss, f->val_loss, acc, f->tok_s,
+            sdp_escape(name, sizeof name, report_run_name(f)),
+            ddp ? "DDP" : sdp_escape(mask, sizeof mask, f->o.sdp_mask),
+            ddp ? "-" : sdp_escape(unit, sizeof unit, f->o.sdp_unit), f->world, k, f->steps,
+            f->flops / 1e12, f->train_loss, f->val_loss, acc, f->tok_s,
             mib(a, sizeof a, f->state_bytes), mib(b, sizeof b, f->total_bytes),
             mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
     }

@@ -118,7 +118,12 @@ static char *make_label(const report_run *r, const report_group *all, int ngroup
         fprintf(f, ", %s=%s", s->name, value);
     }
     SDP_CHECK(fclose(f) == 0, "out of memory");
-    return label;
+    /* The label quotes config.json's strings, and is printed and written into data files. */
+    char *escaped = malloc(4 * len + 1);
+    SDP_CHECK(escaped, "out of memory");
+    sdp_escape(escaped, 4 * len + 1, label);
+    free(label);
+    return escaped;
 }
 
 /* The index of the point at `step` in c, searching from *from on (steps only increase). */

@@ -74,12 +74,19 @@ static void close_file(FILE *f, const char *dir, const char *name) {
 
 /* A string as gnuplot reads it in single quotes, where only the quote itself needs doubling. */
 static void put_quoted(FILE *f, const char *s) {
+    /* Labels quote config.json's strings: a newline in one would end the string and let the
+     * next line of the script run as a gnuplot command (system "..."). */
+    size_t n = 4 * strlen(s) + 1;
+    char *escaped = malloc(n);
+    SDP_CHECK(escaped, "out of memory");
+    s = sdp_escape(escaped, n, s);
     fputc('\'', f);
     for (; *s; s++) {
         if (*s == '\'') fputc('\'', f);
         fputc(*s, f);
     }
     fputc('\'', f);
+    free(escaped);
 }
 
 /* The FLOP unit that keeps the largest figure on the x axis readable. */

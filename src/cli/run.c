@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void run_path(char *out, size_t n, const char *dir, const char *name) {
     int len = snprintf(out, n, "%s/%s", dir, name);
@@ -33,32 +35,39 @@ char *run_read_text(const char *path) {
 void run_load_config(train_opts *o, const char *dir) {
     char path[1024];
     run_path(path, sizeof path, dir, "config.json");
-    FILE *f = fopen(path, "rb");
-    SDP_CHECK(f,
+    SDP_CHECK(access(path, F_OK) == 0,
               "'%s' is not a run directory (no config.json): pass the directory that "
               "sdp train wrote",
               dir);
-    fclose(f);
     char *txt = run_read_text(path);
     opts_set_defaults(TRAIN_OPTS, o);
     opts_from_json(TRAIN_OPTS, o, txt, path);
     free(txt);
 }
 
-/* llm.c shards start with the int32 magic 20240520; anything else is read as text. */
-static bool looks_like_shards(const char *pattern) {
-    glob_t g;
-    if (glob(pattern, 0, NULL, &g) != 0 || g.gl_pathc == 0) {
-        globfree(&g);
-        return false;
-    }
-    FILE *f = fopen(g.gl_pathv[0], "rb");
-    globfree(&g);
-    if (!f) return false;
+static bool starts_with_shard_magic(const char *path) {
+    if (access(path, F_OK) != 0) return false; /* the text loader says that it is missing */
+    FILE *f = sdp_fopen_input(path, "data file", NULL);
     int32_t magic = 0;
-    bool shards = fread(&magic, sizeof magic, 1, f) == 1 && magic == 20240520;
+    bool shard = fread(&magic, sizeof magic, 1, f) == 1 && magic == SDP_SHARD_MAGIC;
     fclose(f);
-    return shards;
+    return shard;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Whether --data names llm.c shards. A glob pattern or a name ending in .bin promises shards, and
+ * the shard loader then checks every file as one, so that a wrong magic is an error rather than
+ * a file quietly trained on as text. Any other single file is a shard only when it starts with
+ * the shard magic. */
+static bool looks_like_shards(const char *pattern) {
+    struct stat st;
+    const bool literal = !strpbrk(pattern, "*?[") || stat(pattern, &st) == 0;
+    if (!literal || ends_with(pattern, ".bin")) return true;
+    return starts_with_shard_magic(pattern);
 }
 
 void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem) {

@@ -196,9 +196,9 @@ static void setup(trainer *t, int argc, char **argv) {
     check_simulation_world(t);
     device_open(t);
     check_same_config(t);
-    choose_run_dir(t);
     load_data(t);
     build_worker(t);
+    choose_run_dir(t); /* only once the data and the model are known to be good */
 }
 
 /* ---- one step ------------------------------------------------------------------------------ */

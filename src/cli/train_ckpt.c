@@ -8,6 +8,8 @@
 #include "sdp/ckpt.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +89,7 @@ void save_checkpoint(trainer *t) {
         float *state = host_copy(t, state_buffer(t, i), t->opt.n);
         sdp_sync_gather_full(&t->sync, state, true, t->full.numel, full, &t->io_mem);
         host_copy_done(t, state, state_buffer(t, i), t->opt.n, false);
-        bufs[i] = (sdp_ckpt_buffer){full, names[i]};
+        bufs[i] = (sdp_ckpt_buffer){full, names[i], false};
     }
     if (is_rank0(t)) {
         char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16], shape[64],
@@ -135,7 +137,7 @@ void save_checkpoint(trainer *t) {
                   "cannot rename %s to %s (%s): check the run directory's permissions", path, prev,
                   strerror(errno));
         sdp_ckpt_save(path, &t->full, bufs, ns, meta);
-        sdp_ckpt_buffer pb = {(float *)params, ""};
+        sdp_ckpt_buffer pb = {(float *)params, "", false};
         run_path(path, sizeof path, t->o.out, "model.safetensors");
         sdp_ckpt_save(path, &t->full, &pb, 1, meta);
         unlink(prev);
@@ -143,10 +145,56 @@ void save_checkpoint(trainer *t) {
     for (int i = 0; i < ns; i++) sdp_free(&t->io_mem, bufs[i].data);
 }
 
-static long meta_long(const sdp_st_file *f, const char *key, const char *path) {
-    const char *v = sdp_st_meta(f, key);
-    SDP_CHECK(v, "%s has no '%s' metadata: it was not written by sdp train", path, key);
-    return strtol(v, NULL, 10);
+/* Where a run stands, as its checkpoint's metadata records it. */
+typedef struct {
+    long step, opt_t;
+    sdp_loader_pos pos;
+    double tokens, flops;
+    double vocab, image[3]; /* the data's: image channels, size and classes */
+} run_state;
+
+/* Integers beyond 2^53 are not exact in a double, and no run counts that far. */
+#define MAX_COUNT 9007199254740992.0
+
+/* Every field sdp train writes, each in its range: a checkpoint short of one, or with one out of
+ * range, is damaged or not sdp's. --steps is an int, so no run writes a later step. */
+static run_state read_run_state(const sdp_st_file *f) {
+    run_state s;
+    s.step = (long)sdp_st_meta_number(f, "sdp.step", 0, INT_MAX, true);
+    s.opt_t = (long)sdp_st_meta_number(f, "sdp.opt_t", 0, INT_MAX, true);
+    s.pos.epoch = (uint64_t)sdp_st_meta_number(f, "sdp.loader_epoch", 0, MAX_COUNT, true);
+    s.pos.step = (uint64_t)sdp_st_meta_number(f, "sdp.loader_step", 0, MAX_COUNT, true);
+    s.tokens = sdp_st_meta_number(f, "sdp.tokens", 0, DBL_MAX, false);
+    s.flops = sdp_st_meta_number(f, "sdp.flops", 0, DBL_MAX, false);
+    s.vocab = sdp_st_meta_number(f, "sdp.vocab", 0, INT_MAX, true);
+    sdp_st_meta_number(f, "sdp.world", 1, INT_MAX, true);
+    sdp_st_meta_numbers(f, "sdp.image_shape", 3, s.image, 0, INT_MAX, true);
+    return s;
+}
+
+/* Tensor shapes alone can miss a change of data: the embedding is padded to 64 rows, so a run
+ * on a vocabulary of 200 would load a checkpoint of 256 and train on tokens it never had. */
+static void check_same_data(const trainer *t, const run_state *s, const char *path) {
+    const sdp_model_config *c = &t->cfg;
+    SDP_CHECK(s->vocab == c->vocab && s->image[0] == c->in_channels &&
+                  s->image[1] == c->image_size && s->image[2] == c->classes,
+              "'%s' was written for a vocabulary of %.0f and images of %.0f %.0f %.0f (channels, "
+              "size, classes), but this run's data gives %d and %d %d %d: resume with the data "
+              "the run was trained on",
+              path, s->vocab, s->image[0], s->image[1], s->image[2], c->vocab, c->in_channels,
+              c->image_size, c->classes);
+}
+
+/* A run already at (or past) --steps: it says so and how to go on, and every rank ends without
+ * writing anything, as a finished make target would. */
+static _Noreturn void nothing_left_to_train(const trainer *t, long step) {
+    if (is_rank0(t))
+        printf("sdp train: run '%s' is at step %ld and --steps is %d: nothing left to train; "
+               "pass a larger --steps to train further\n",
+               t->o.out, step, t->o.steps);
+    fflush(stdout);
+    sdp_world_finalize();
+    exit(0);
 }
 
 /* The optimizer file of the model's step: optim.safetensors, or optim.prev.safetensors when a
@@ -158,7 +206,7 @@ static void optim_path_of_step(trainer *t, long step, char *out, size_t n) {
     if (access(prev, F_OK) != 0) return;
     sdp_st_file f;
     sdp_st_read(&f, prev, &t->io_mem);
-    const bool prev_matches = meta_long(&f, "sdp.step", prev) == step;
+    const bool prev_matches = read_run_state(&f).step == step;
     sdp_st_close(&f, &t->io_mem);
     if (prev_matches) snprintf(out, n, "%s", prev);
 }
@@ -169,36 +217,38 @@ void load_checkpoint(trainer *t) {
     const size_t bytes = t->full.numel * sizeof(float);
     float *full = sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, bytes);
     sdp_st_file mf, of;
-    sdp_ckpt_buffer pb = {full, ""};
+    sdp_ckpt_buffer pb = {full, "", false};
     sdp_ckpt_load(&mf, mpath, &t->full, &pb, 1, &t->io_mem);
+    const run_state ms = read_run_state(&mf);
+    const long step = ms.step;
+    check_same_data(t, &ms, mpath);
+    sdp_st_close(&mf, &t->io_mem);
+    if (step >= t->o.steps) nothing_left_to_train(t, step);
     const size_t nlocal = t->model.layout->numel;
     float *local = host_copy(t, t->model.params, nlocal);
     sdp_sync_scatter_full(&t->sync, full, local, false);
     host_copy_done(t, local, t->model.params, nlocal, true);
-    const long step = meta_long(&mf, "sdp.step", mpath);
-    sdp_st_close(&mf, &t->io_mem);
     optim_path_of_step(t, step, opath, sizeof opath);
 
     const char *names[2];
     int ns = state_names(t, names);
     for (int i = 0; i < ns; i++) {
-        sdp_ckpt_buffer sb = {full, names[i]};
+        sdp_ckpt_buffer sb = {full, names[i], strcmp(names[i], ".exp_avg_sq") == 0};
         sdp_ckpt_load(&of, opath, &t->full, &sb, 1, &t->io_mem);
         float *state = host_copy(t, state_buffer(t, i), t->opt.n);
         sdp_sync_scatter_full(&t->sync, full, state, true);
         host_copy_done(t, state, state_buffer(t, i), t->opt.n, true);
         if (i < ns - 1) sdp_st_close(&of, &t->io_mem);
     }
-    if (ns == 0) sdp_st_read(&of, opath, &t->io_mem);
-    SDP_CHECK(step == meta_long(&of, "sdp.step", opath),
-              "%s and %s are from different steps: the checkpoint is inconsistent", mpath, opath);
+    if (ns == 0) sdp_ckpt_load(&of, opath, &t->full, NULL, 0, &t->io_mem);
+    const run_state s = read_run_state(&of);
+    SDP_CHECK(step == s.step, "%s and %s are from different steps: the checkpoint is inconsistent",
+              mpath, opath);
     t->step = step;
-    t->opt.t = meta_long(&of, "sdp.opt_t", opath);
-    sdp_loader_pos pos = {(uint64_t)meta_long(&of, "sdp.loader_epoch", opath),
-                          (uint64_t)meta_long(&of, "sdp.loader_step", opath)};
-    batches_seek(&t->data, pos);
-    t->examples_seen = strtod(sdp_st_meta(&of, "sdp.tokens"), NULL);
-    t->flops_done = strtod(sdp_st_meta(&of, "sdp.flops"), NULL);
+    t->opt.t = s.opt_t;
+    batches_seek(&t->data, s.pos);
+    t->examples_seen = s.tokens;
+    t->flops_done = s.flops;
     sdp_st_close(&of, &t->io_mem);
     sdp_free(&t->io_mem, full);
 }

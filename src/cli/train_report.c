@@ -10,10 +10,15 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void write_run_files(trainer *t) {
     if (!is_rank0(t)) return;
     char path[1024];
+    /* open_metrics reads the log back on resume: a log that is not a regular file (a FIFO would
+     * block) fails before anything of the run directory is rewritten. */
+    run_path(path, sizeof path, t->o.out, "metrics.jsonl");
+    if (t->o.resume[0] && access(path, F_OK) == 0) close(sdp_open_input(path, "metrics log", NULL));
     if (!t->o.resume[0]) {
         char *json = opts_to_json(TRAIN_OPTS, &t->o);
         run_path(path, sizeof path, t->o.out, "config.json");
@@ -32,7 +37,7 @@ void open_metrics(trainer *t) {
     char path[1024];
     run_path(path, sizeof path, t->o.out, "metrics.jsonl");
     if (t->o.resume[0]) {
-        FILE *in = fopen(path, "rb");
+        FILE *in = access(path, F_OK) == 0 ? sdp_fopen_input(path, "metrics log", NULL) : NULL;
         char *kept = NULL;
         size_t len = 0;
         FILE *mem = open_memstream(&kept, &len);

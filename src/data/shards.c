@@ -3,18 +3,15 @@
 #include "sdp/check.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* llm.c's token shard format (dev/data/data_common.py): a 256 x int32 header, then the tokens
  * as uint16. */
 enum {
-    SHARD_MAGIC = 20240520,
     SHARD_VERSION = 1,
     SHARD_HEADER_INTS = 256,
     SHARD_HEADER_BYTES = SHARD_HEADER_INTS * 4,
@@ -37,17 +34,11 @@ static void expand_pattern(glob_t *g, const char *pattern) {
 }
 
 static void *map_file(const char *path, size_t *bytes) {
-    int fd = open(path, O_RDONLY);
-    SDP_CHECK(fd >= 0, "cannot open token shard '%s' (%s): check the path and permissions", path,
-              strerror(errno));
-    struct stat st;
-    SDP_CHECK(fstat(fd, &st) == 0 && S_ISREG(st.st_mode),
-              "'%s' is not a regular file: the shard pattern must match only token shards", path);
-    SDP_CHECK(st.st_size >= SHARD_HEADER_BYTES,
-              "token shard '%s' is truncated: it holds %lld bytes, less than the %d-byte header; "
-              "regenerate it",
-              path, (long long)st.st_size, SHARD_HEADER_BYTES);
-    *bytes = (size_t)st.st_size;
+    int fd = sdp_open_input(path, "token shard", bytes);
+    SDP_CHECK(*bytes >= sizeof(int32_t),
+              "token shard '%s' holds %zu bytes, too few for even its magic number: it is not an "
+              "llm.c token shard, or is truncated",
+              path, *bytes);
     void *p = mmap(NULL, *bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     SDP_CHECK(p != MAP_FAILED, "cannot map token shard '%s' (%s): check available memory", path,
               strerror(errno));
@@ -58,9 +49,13 @@ static void *map_file(const char *path, size_t *bytes) {
 /* Checks the header against the file size and returns the span of tokens it describes. */
 static sdp_token_span validate_shard(const char *path, const void *map, size_t bytes) {
     const int32_t *header = map;
-    SDP_CHECK(header[0] == SHARD_MAGIC,
+    SDP_CHECK(header[0] == SDP_SHARD_MAGIC,
               "'%s' has magic number %d, expected %d: it is not an llm.c token shard", path,
-              header[0], SHARD_MAGIC);
+              header[0], SDP_SHARD_MAGIC);
+    SDP_CHECK(bytes >= SHARD_HEADER_BYTES,
+              "token shard '%s' is truncated: it holds %zu bytes, less than the %d-byte header; "
+              "regenerate it",
+              path, bytes, SHARD_HEADER_BYTES);
     SDP_CHECK(header[1] == SHARD_VERSION,
               "token shard '%s' has version %d, expected %d: regenerate it with llm.c's "
               "current scripts",

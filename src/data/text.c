@@ -5,21 +5,13 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* Byte-level text: each byte is one token, so the vocabulary is always 256. */
 enum { TEXT_VOCAB = 256 };
 
 static FILE *open_text(const char *path, size_t *bytes) {
-    FILE *f = fopen(path, "rb");
-    if (!f && errno == ENOENT)
-        sdp_fatal("text file '%s' does not exist: check the data path", path);
-    SDP_CHECK(f, "cannot open text file '%s' (%s): check its permissions", path, strerror(errno));
-    struct stat st;
-    SDP_CHECK(fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode),
-              "'%s' is not a regular file: give the path of a text file", path);
-    SDP_CHECK(st.st_size > 0, "text file '%s' is empty: give a file with some text in it", path);
-    *bytes = (size_t)st.st_size;
+    FILE *f = sdp_fopen_input(path, "text file", bytes);
+    SDP_CHECK(*bytes > 0, "text file '%s' is empty: give a file with some text in it", path);
     return f;
 }
 

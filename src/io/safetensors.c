@@ -1,6 +1,11 @@
 /* safetensors: an 8-byte little-endian header length N, N bytes of JSON, then the data section.
  * The JSON maps each tensor name to {"dtype","shape","data_offsets":[begin,end)} relative to the
- * data section, plus "__metadata__" (string -> string), where we keep the data section's CRC32. */
+ * data section, plus "__metadata__" (string -> string), where we keep a CRC32 of the whole file.
+ *
+ * The checksum cannot cover its own digits, so it sits where a reader finds them without trusting
+ * the JSON: the header opens with {"__metadata__":{"sdp.file_crc32":"XXXXXXXX", and the CRC is of
+ * every byte of the file but those eight. Files from before it carry "sdp.crc32", the CRC of the
+ * data section alone; they are still read, and the caller learns which kind it got. */
 #include "sdp/ckpt.h"
 
 #include "io/atomic_file.h"
@@ -8,18 +13,23 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <zlib.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors stores little-endian data; this code writes host memory as is"
 #endif
 
-#define CRC_KEY      "sdp.crc32"
+#define CRC_KEY      "sdp.crc32" /* the data section's CRC, in files from before FILE_CRC_KEY */
+#define FILE_CRC_KEY "sdp.file_crc32"
 #define METADATA_KEY "__metadata__"
+
+static const char FILE_CRC_PREFIX[] = "{\"" METADATA_KEY "\":{\"" FILE_CRC_KEY "\":\"";
+enum { CRC_DIGITS = 8, CRC_AT = 8 + sizeof FILE_CRC_PREFIX - 1 }; /* digits' offset in the file */
 
 /* zlib's crc32 takes 32-bit lengths, so big buffers are fed in pieces. */
 enum { CRC_CHUNK = 1 << 30 };
@@ -67,29 +77,25 @@ static cJSON *json_int_array(const int64_t *v, int n) {
     return arr;
 }
 
-static void add_metadata(cJSON *root, const char *const *meta, uint32_t crc) {
+/* The metadata, the checksum first with placeholder digits (see the top of the file). */
+static void add_metadata(cJSON *root, const char *const *meta) {
     cJSON *m = cJSON_AddObjectToObject(root, METADATA_KEY);
+    cJSON_AddStringToObject(m, FILE_CRC_KEY, "00000000");
     for (int i = 0; meta && meta[i]; i += 2) {
         SDP_CHECK(meta[i + 1], "metadata key '%s' has no value: pass key, value pairs", meta[i]);
-        SDP_CHECK(strcmp(meta[i], CRC_KEY) != 0,
-                  "metadata key '" CRC_KEY "' is reserved for the checksum: use another key");
+        SDP_CHECK(strcmp(meta[i], CRC_KEY) != 0 && strcmp(meta[i], FILE_CRC_KEY) != 0,
+                  "metadata key '%s' is reserved for the checksum: use another key", meta[i]);
         SDP_CHECK(!cJSON_GetObjectItemCaseSensitive(m, meta[i]),
                   "metadata key '%s' is given twice: pass each key once", meta[i]);
         cJSON_AddStringToObject(m, meta[i], meta[i + 1]);
     }
-    char hex[16];
-    snprintf(hex, sizeof hex, "%08" PRIx32, crc);
-    cJSON_AddStringToObject(m, CRC_KEY, hex);
 }
 
 /* The JSON header, padded with spaces so that the data section starts 8-byte aligned. */
 static char *build_header(const sdp_st_tensor *tensors, int n, const char *const *meta,
                           size_t *header_len) {
     cJSON *root = cJSON_CreateObject();
-    uint32_t crc = (uint32_t)crc32(0, Z_NULL, 0);
-    for (int i = 0; i < n; i++)
-        crc = crc32_update(crc, tensors[i].data, f32_tensor_bytes(&tensors[i]));
-    add_metadata(root, meta, crc);
+    add_metadata(root, meta);
     int64_t offset = 0;
     for (int i = 0; i < n; i++) {
         const sdp_st_tensor *t = &tensors[i];
@@ -110,7 +116,23 @@ static char *build_header(const sdp_st_tensor *tensors, int n, const char *const
     SDP_CHECK(header, "out of memory building a safetensors header");
     memset(header + len, ' ', padded - len);
     *header_len = padded;
+    SDP_ASSERT(strncmp(header, FILE_CRC_PREFIX, sizeof FILE_CRC_PREFIX - 1) == 0);
     return header;
+}
+
+/* Fills in the checksum's digits: the CRC of the length, the header but its digits, and the
+ * tensors, in the order they are written. */
+static void seal_header(char *header, const unsigned char len_le[8], size_t header_len,
+                        const sdp_st_tensor *tensors, int n) {
+    const size_t at = CRC_AT - 8;
+    uint32_t crc = crc32_update((uint32_t)crc32(0, Z_NULL, 0), len_le, 8);
+    crc = crc32_update(crc, header, at);
+    crc = crc32_update(crc, header + at + CRC_DIGITS, header_len - at - CRC_DIGITS);
+    for (int i = 0; i < n; i++)
+        crc = crc32_update(crc, tensors[i].data, f32_tensor_bytes(&tensors[i]));
+    char hex[CRC_DIGITS + 1];
+    snprintf(hex, sizeof hex, "%08" PRIx32, crc);
+    memcpy(header + at, hex, CRC_DIGITS);
 }
 
 void sdp_st_write(const char *path, const sdp_st_tensor *tensors, int n, const char *const *meta) {
@@ -119,6 +141,7 @@ void sdp_st_write(const char *path, const sdp_st_tensor *tensors, int n, const c
     char *header = build_header(tensors, n, meta, &header_len);
     unsigned char len_le[8];
     for (int b = 0; b < 8; b++) len_le[b] = (unsigned char)((uint64_t)header_len >> (8 * b));
+    seal_header(header, len_le, header_len, tensors, n);
 
     sdp_atomic_file a;
     sdp_atomic_open(&a, path);
@@ -137,6 +160,10 @@ void sdp_st_write(const char *path, const sdp_st_tensor *tensors, int n, const c
     sdp_fatal("cannot load '%s': " fmt "; check the path or restore the file from a backup", path, \
               __VA_ARGS__)
 
+/* The safetensors format's own limit on the header: a larger length is damage, and is refused
+ * before that much is read. */
+enum { MAX_HEADER = 100000000 };
+
 typedef struct {
     const char *name;
     size_t size;
@@ -151,21 +178,32 @@ static size_t dtype_size(const char *name) {
     return 0;
 }
 
-static void read_whole_file(sdp_st_file *f, const char *path, sdp_mem *mem) {
-    FILE *fp = sdp_fopen(path, "rb");
-    struct stat st;
-    SDP_CHECK(fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode),
-              "cannot load '%s': not a regular file; pass the path of a .safetensors file", path);
-    f->len = (size_t)st.st_size;
-    f->buf = sdp_alloc(mem, SDP_MEM_SCRATCH, f->len);
+static void read_exact(FILE *fp, const char *path, void *buf, size_t n) {
     size_t got = 0;
-    while (got < f->len) {
-        size_t r = fread((char *)f->buf + got, 1, f->len - got, fp);
+    while (got < n) {
+        size_t r = fread((char *)buf + got, 1, n - got, fp);
         SDP_CHECK(r > 0, "cannot read '%s' (%s): check the disk and the file", path,
                   ferror(fp) ? strerror(errno) : "file shrank while reading");
         got += r;
     }
-    fclose(fp);
+}
+
+/* The header's length, checked against the file's size before anything of that size is read. */
+static size_t header_length(FILE *fp, const char *path, size_t file_len) {
+    if (file_len < 8) BAD_FILE(path, "not a safetensors file (only %zu bytes long)", file_len);
+    unsigned char le[8];
+    read_exact(fp, path, le, sizeof le);
+    uint64_t n = 0;
+    for (int b = 0; b < 8; b++) n |= (uint64_t)le[b] << (8 * b);
+    if (n > file_len - 8)
+        BAD_FILE(path,
+                 "not a safetensors file, or truncated (header length %" PRIu64
+                 " exceeds the %zu-byte file)",
+                 n, file_len);
+    if (n > MAX_HEADER)
+        BAD_FILE(path, "not a safetensors file (header length %" PRIu64 " is over the format's %d)",
+                 n, MAX_HEADER);
+    return (size_t)n;
 }
 
 /* A JSON number that is a non-negative integer exactly representable in a double. */
@@ -197,6 +235,32 @@ static char *scratch_strdup(sdp_mem *mem, const char *s) {
     return d;
 }
 
+typedef struct {
+    const char *name;
+    int idx;
+} named;
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+/* Indices 0..n-1 ordered by names[i], for binary search, and in *twice the first name that
+ * occurs twice (or NULL): after sorting, a repeat shows as two neighbours, so a header of many
+ * entries costs n log n to check rather than n^2. */
+static int *sorted_by_name(const char *const *names, int n, const char **twice, sdp_mem *mem) {
+    named *v = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)n * sizeof *v);
+    for (int i = 0; i < n; i++) v[i] = (named){names[i], i};
+    qsort(v, (size_t)n, sizeof *v, by_name);
+    int *order = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)n * sizeof *order);
+    *twice = NULL;
+    for (int i = 0; i < n; i++) {
+        order[i] = v[i].idx;
+        if (i > 0 && !*twice && strcmp(v[i - 1].name, v[i].name) == 0) *twice = v[i].name;
+    }
+    sdp_free(mem, v);
+    return order;
+}
+
 static void read_metadata(sdp_st_file *f, const char *path, const cJSON *m, sdp_mem *mem) {
     if (!cJSON_IsObject(m)) BAD_FILE(path, "%s", METADATA_KEY " is not a JSON object");
     int n = cJSON_GetArraySize(m);
@@ -210,12 +274,16 @@ static void read_metadata(sdp_st_file *f, const char *path, const cJSON *m, sdp_
         f->meta_vals[f->nmeta] = scratch_strdup(mem, kv->valuestring);
         f->nmeta++;
     }
+    const char *twice;
+    sdp_free(mem, sorted_by_name((const char *const *)f->meta_keys, f->nmeta, &twice, mem));
+    if (twice) BAD_FILE(path, "corrupt: metadata key '%s' appears twice", twice);
 }
 
 /* Fills `e` from one header entry; checks types, dtype, and that shape matches the byte range. */
 static void read_entry(sdp_st_entry *e, const char *path, const cJSON *j, size_t data_len,
                        int64_t range[2], sdp_mem *mem) {
     const char *name = j->string;
+    if (strcmp(name, METADATA_KEY) == 0) BAD_FILE(path, "corrupt: '%s' appears twice", name);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(j, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(j, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
@@ -268,8 +336,9 @@ static int by_begin(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-/* Non-empty ranges must not share a byte; tensor names must be unique. */
-static void check_disjoint(const sdp_st_file *f, const char *path, byte_range *r) {
+/* The tensors must tile the data section, as the format requires: no shared byte, no gap, and
+ * nothing after the last, so a damaged header cannot describe a file other than the one read. */
+static void check_tiling(const sdp_st_file *f, const char *path, byte_range *r, size_t data_len) {
     qsort(r, (size_t)f->n, sizeof *r, by_begin);
     int64_t prev_end = 0;
     int prev = -1;
@@ -278,70 +347,137 @@ static void check_disjoint(const sdp_st_file *f, const char *path, byte_range *r
         if (r[i].begin < prev_end)
             BAD_FILE(path, "corrupt: tensors '%s' and '%s' overlap in the data section",
                      f->entries[prev].name, f->entries[r[i].idx].name);
+        if (r[i].begin > prev_end)
+            BAD_FILE(path,
+                     "corrupt: bytes %" PRId64 " to %" PRId64 " of the data section belong to no "
+                     "tensor",
+                     prev_end, r[i].begin);
         prev_end = r[i].end;
         prev = r[i].idx;
     }
-    for (int i = 0; i < f->n; i++)
-        for (int k = 0; k < i; k++)
-            if (strcmp(f->entries[i].name, f->entries[k].name) == 0)
-                BAD_FILE(path, "corrupt: tensor name '%s' appears twice", f->entries[i].name);
-}
-
-static void verify_checksum(const sdp_st_file *f, const char *path, const void *data,
-                            size_t data_len) {
-    const char *stored = sdp_st_meta(f, CRC_KEY);
-    if (!stored) return; /* written by another tool: nothing to verify against */
-    char *end = NULL;
-    unsigned long want = strtoul(stored, &end, 16);
-    if (strlen(stored) != 8 || *end != 0)
-        BAD_FILE(path, "corrupt: checksum field '%s' is not 8 hex digits", stored);
-    uint32_t got = crc32_update((uint32_t)crc32(0, Z_NULL, 0), data, data_len);
-    if ((uint32_t)want != got)
-        sdp_fatal("cannot load '%s': corrupt: checksum mismatch (stored %s, computed %08" PRIx32
-                  "); the file was damaged, restore it from a backup or retrain",
-                  path, stored, got);
-}
-
-void sdp_st_read(sdp_st_file *f, const char *path, sdp_mem *mem) {
-    memset(f, 0, sizeof *f);
-    read_whole_file(f, path, mem);
-    const unsigned char *bytes = f->buf;
-    if (f->len < 8) BAD_FILE(path, "not a safetensors file (only %zu bytes long)", f->len);
-    uint64_t header_len = 0;
-    for (int b = 0; b < 8; b++) header_len |= (uint64_t)bytes[b] << (8 * b);
-    if (header_len > f->len - 8)
+    if ((uint64_t)prev_end != data_len)
         BAD_FILE(path,
-                 "not a safetensors file, or truncated (header length %" PRIu64
-                 " exceeds the %zu-byte file)",
-                 header_len, f->len);
-    cJSON *root = parse_header(path, (const char *)bytes + 8, (size_t)header_len);
-    const unsigned char *data = bytes + 8 + header_len;
-    size_t data_len = f->len - 8 - (size_t)header_len;
+                 "corrupt: the data section holds %zu bytes, but its tensors end at byte %" PRId64,
+                 data_len, prev_end);
+}
 
+static void check_names(sdp_st_file *f, const char *path, sdp_mem *mem) {
+    const char **names = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)f->n * sizeof *names);
+    for (int i = 0; i < f->n; i++) names[i] = f->entries[i].name;
+    const char *twice;
+    f->by_name = sorted_by_name(names, f->n, &twice, mem);
+    sdp_free(mem, names);
+    if (twice) BAD_FILE(path, "corrupt: tensor name '%s' appears twice", twice);
+}
+
+/* A stored CRC: exactly eight lowercase hex digits, as sdp writes them. */
+static uint32_t stored_crc(const char *path, const char *key, const char *hex) {
+    if (strlen(hex) != CRC_DIGITS || strspn(hex, "0123456789abcdef") != CRC_DIGITS)
+        BAD_FILE(path, "corrupt: checksum field %s is '%s', not 8 hex digits", key, hex);
+    return (uint32_t)strtoul(hex, NULL, 16);
+}
+
+/* Which checksum the file carries; the whole-file one must be where sdp writes it, the first
+ * bytes of the header, or it could not have been computed over the header around it. */
+static sdp_st_checksum checksum_kind(const sdp_st_file *f, const char *path, const char *header,
+                                     size_t header_len) {
+    const char *file_crc = sdp_st_meta(f, FILE_CRC_KEY), *data_crc = sdp_st_meta(f, CRC_KEY);
+    if (file_crc) {
+        stored_crc(path, FILE_CRC_KEY, file_crc);
+        const size_t at = CRC_AT - 8;
+        if (header_len < at + CRC_DIGITS || memcmp(header, FILE_CRC_PREFIX, at) != 0 ||
+            memcmp(header + at, file_crc, CRC_DIGITS) != 0)
+            BAD_FILE(path, "%s", "corrupt: the checksum " FILE_CRC_KEY " does not open the header");
+        return SDP_ST_FILE_CHECKSUM;
+    }
+    if (data_crc) {
+        stored_crc(path, CRC_KEY, data_crc);
+        return SDP_ST_DATA_CHECKSUM;
+    }
+    return SDP_ST_NO_CHECKSUM;
+}
+
+static void verify_checksum(const sdp_st_file *f, const char *path, size_t header_len) {
+    const unsigned char *bytes = f->buf;
+    uint32_t want, got = (uint32_t)crc32(0, Z_NULL, 0);
+    if (f->checksum == SDP_ST_FILE_CHECKSUM) {
+        want = stored_crc(path, FILE_CRC_KEY, sdp_st_meta(f, FILE_CRC_KEY));
+        got = crc32_update(got, bytes, CRC_AT);
+        got = crc32_update(got, bytes + CRC_AT + CRC_DIGITS, f->len - CRC_AT - CRC_DIGITS);
+    } else if (f->checksum == SDP_ST_DATA_CHECKSUM) {
+        want = stored_crc(path, CRC_KEY, sdp_st_meta(f, CRC_KEY));
+        got = crc32_update(got, bytes + 8 + header_len, f->len - 8 - header_len);
+    } else {
+        return; /* written by another tool: nothing to verify against */
+    }
+    if (want != got)
+        sdp_fatal("cannot load '%s': corrupt: checksum mismatch (stored %08" PRIx32
+                  ", computed %08" PRIx32 "); the file was damaged, restore it from a backup or "
+                  "retrain",
+                  path, want, got);
+}
+
+/* Parses and checks the header against a data section of data_len bytes; the byte range of entry
+ * i goes to ranges (in an order of their own: see byte_range.idx). */
+static void read_header(sdp_st_file *f, const char *path, const char *header, size_t header_len,
+                        size_t data_len, byte_range *ranges[], sdp_mem *mem) {
+    cJSON *root = parse_header(path, header, header_len);
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, METADATA_KEY);
     if (meta) read_metadata(f, path, meta, mem);
+    f->checksum = checksum_kind(f, path, header, header_len);
     int ntotal = cJSON_GetArraySize(root);
     f->entries = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)ntotal * sizeof(sdp_st_entry));
-    byte_range *ranges = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)ntotal * sizeof(byte_range));
+    byte_range *r = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)ntotal * sizeof(byte_range));
     const cJSON *j;
     cJSON_ArrayForEach(j, root) {
         if (j == meta) continue;
         int64_t range[2];
-        sdp_st_entry *e = &f->entries[f->n];
-        read_entry(e, path, j, data_len, range, mem);
-        e->data = data + range[0];
-        ranges[f->n] = (byte_range){range[0], range[1], f->n};
+        read_entry(&f->entries[f->n], path, j, data_len, range, mem);
+        r[f->n] = (byte_range){range[0], range[1], f->n};
         f->n++;
     }
     cJSON_Delete(root);
-    check_disjoint(f, path, ranges);
+    check_tiling(f, path, r, data_len);
+    check_names(f, path, mem);
+    *ranges = r;
+}
+
+void sdp_st_read(sdp_st_file *f, const char *path, sdp_mem *mem) {
+    memset(f, 0, sizeof *f);
+    FILE *fp = sdp_fopen_input(path, "safetensors file", &f->len);
+    const size_t header_len = header_length(fp, path, f->len), data_at = 8 + header_len;
+    char *header = sdp_alloc(mem, SDP_MEM_SCRATCH, header_len);
+    read_exact(fp, path, header, header_len);
+    byte_range *ranges;
+    read_header(f, path, header, header_len, f->len - data_at, &ranges, mem);
+    /* Only a header that fits the file's size gets the file read: a damaged one costs no more
+     * than its own bytes. */
+    f->buf = sdp_alloc(mem, SDP_MEM_SCRATCH, f->len);
+    unsigned char *bytes = f->buf;
+    for (int b = 0; b < 8; b++) bytes[b] = (unsigned char)((uint64_t)header_len >> (8 * b));
+    memcpy(bytes + 8, header, header_len);
+    read_exact(fp, path, bytes + data_at, f->len - data_at);
+    fclose(fp);
+    sdp_free(mem, header);
+    for (int i = 0; i < f->n; i++)
+        f->entries[ranges[i].idx].data = bytes + data_at + ranges[i].begin;
     sdp_free(mem, ranges);
-    verify_checksum(f, path, data, data_len);
+    f->path = scratch_strdup(mem, path);
+    verify_checksum(f, path, header_len);
 }
 
 const sdp_st_entry *sdp_st_find(const sdp_st_file *f, const char *name) {
-    for (int i = 0; i < f->n; i++)
-        if (strcmp(f->entries[i].name, name) == 0) return &f->entries[i];
+    int lo = 0, hi = f->n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const sdp_st_entry *e = &f->entries[f->by_name[mid]];
+        int c = strcmp(e->name, name);
+        if (c == 0) return e;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
     return NULL;
 }
 
@@ -351,6 +487,63 @@ const char *sdp_st_meta(const sdp_st_file *f, const char *key) {
     return NULL;
 }
 
+/* A number as sdp writes one: an integer is [-]digits; a real number is decimal, with no
+ * "nan", "inf", hex or surrounding space, which strtod alone would take. */
+static bool parse_number(const char *s, size_t len, bool integer, double *out) {
+    char buf[64];
+    if (len == 0 || len >= sizeof buf) return false;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    const char *body = integer && buf[0] == '-' ? buf + 1 : buf;
+    const char *allowed = integer ? "0123456789" : "-+.eE0123456789";
+    if (strspn(body, allowed) != strlen(body)) return false;
+    char *end;
+    errno = 0;
+    *out = strtod(buf, &end);
+    return end != buf && *end == 0 && errno == 0 && isfinite(*out);
+}
+
+static void range_text(char *out, size_t n, int count, double lo, double hi, bool integer) {
+    const char *what =
+        integer ? (count == 1 ? "an integer" : "integers") : (count == 1 ? "a number" : "numbers");
+    int k = count == 1 ? snprintf(out, n, "%s", what) : snprintf(out, n, "%d %s", count, what);
+    if (hi >= DBL_MAX)
+        snprintf(out + k, n - (size_t)k, " of at least %.17g", lo);
+    else
+        snprintf(out + k, n - (size_t)k, " from %.17g to %.17g", lo, hi);
+}
+
+void sdp_st_meta_numbers(const sdp_st_file *f, const char *key, int count, double *out, double lo,
+                         double hi, bool integer) {
+    const char *v = sdp_st_meta(f, key);
+    SDP_CHECK(v,
+              "cannot load '%s': it has no '%s' metadata, which sdp train writes: it was not "
+              "written by sdp train, or has been edited",
+              f->path, key);
+    const char *p = v;
+    bool ok = true;
+    for (int i = 0; i < count && ok; i++) {
+        size_t len = strcspn(p, " ");
+        ok = parse_number(p, len, integer, &out[i]) && out[i] >= lo && out[i] <= hi &&
+             (!integer || out[i] == floor(out[i]));
+        p += len;
+        if (ok && i < count - 1) ok = *p++ == ' ';
+    }
+    if (ok && *p == 0) return;
+    char want[96];
+    range_text(want, sizeof want, count, lo, hi, integer);
+    sdp_fatal("cannot load '%s': metadata '%s' is '%.40s', not %s: the file is damaged or was not "
+              "written by sdp train",
+              f->path, key, v, want);
+}
+
+double sdp_st_meta_number(const sdp_st_file *f, const char *key, double lo, double hi,
+                          bool integer) {
+    double v;
+    sdp_st_meta_numbers(f, key, 1, &v, lo, hi, integer);
+    return v;
+}
+
 void sdp_st_close(sdp_st_file *f, sdp_mem *mem) {
     for (int i = 0; i < f->n; i++) sdp_free(mem, f->entries[i].name);
     for (int i = 0; i < f->nmeta; i++) {
@@ -358,8 +551,10 @@ void sdp_st_close(sdp_st_file *f, sdp_mem *mem) {
         sdp_free(mem, f->meta_vals[i]);
     }
     sdp_free(mem, f->entries);
+    sdp_free(mem, f->by_name);
     sdp_free(mem, f->meta_keys);
     sdp_free(mem, f->meta_vals);
+    sdp_free(mem, f->path);
     sdp_free(mem, f->buf);
     memset(f, 0, sizeof *f);
 }
