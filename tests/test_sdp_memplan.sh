@@ -9,7 +9,7 @@ check() {
   local n=$1; shift
   local name="N=$n $*"
   timeout 120 "$MPIEXEC" -n "$n" --oversubscribe "$SDP_BIN" train "${DATA[@]}" \
-    "${MODEL[@]}" --steps 2 --val-every 0 --threads 1 --out "$WORK/run" "$@" >"$WORK/log" 2>&1 \
+    "${MODEL[@]}" --steps 2 --val-every 0 --threads 1 --out "$WORK/run" --overwrite "$@" >"$WORK/log" 2>&1 \
     || { fail "$name: training failed"; cat "$WORK/log"; return; }
   "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --json "$@" >"$WORK/plan.json" 2>&1 \
     || { fail "$name: plan failed"; cat "$WORK/plan.json"; return; }

@@ -15,7 +15,7 @@ check_memory() {
   "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --json "$@" >"$WORK/plan.json" 2>&1 \
     || { fail "$name: plan failed"; cat "$WORK/plan.json"; return; }
   for ((r = 0; r < n; r++)); do
-    timeout 120 "$SDP_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" --out "$WORK/sim$r" \
+    timeout 120 "$SDP_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" --out "$WORK/sim$r" --overwrite \
       --sim-world "$n" --sim-rank "$r" "$@" >"$WORK/log" 2>&1 \
       || { fail "$name rank $r: simulated training failed"; cat "$WORK/log"; return; }
     grep -qF "simulating rank $r of $n (no communication)" "$WORK/log" \
@@ -65,11 +65,11 @@ first_loss() { python3 -c 'import json,sys; print([json.loads(l)["loss"] for l i
 for mask in none; do
   SDP=(--sdp-mask "$mask" --log-every 1)
   timeout 120 "${MPI[@]}" -n 2 "$SDP_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" "${SDP[@]}" \
-    --out "$WORK/real" >"$WORK/log" 2>&1 || { fail "$mask: real 2-rank run failed"; cat "$WORK/log"; continue; }
+    --out "$WORK/real" --overwrite >"$WORK/log" 2>&1 || { fail "$mask: real 2-rank run failed"; cat "$WORK/log"; continue; }
   ok=1
   for r in 0 1; do
     timeout 120 "$SDP_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" "${SDP[@]}" --sim-world 2 \
-      --sim-rank "$r" --out "$WORK/s$r" >"$WORK/log" 2>&1 || { fail "$mask: sim rank $r failed"; cat "$WORK/log"; ok=0; }
+      --sim-rank "$r" --out "$WORK/s$r" --overwrite >"$WORK/log" 2>&1 || { fail "$mask: sim rank $r failed"; cat "$WORK/log"; ok=0; }
   done
   [ $ok = 1 ] || continue
   real=$(first_loss "$WORK/real/metrics.jsonl"); s0=$(first_loss "$WORK/s0/metrics.jsonl")

@@ -1,6 +1,7 @@
 #include "report_plot.h"
 
 #include "run.h"
+#include "run_dir.h"
 
 #include "sdp/check.h"
 
@@ -40,26 +41,6 @@ static bool on_path(const char *program) {
     }
     free(dirs);
     return found;
-}
-
-/* mkdir -p */
-static void make_dir(const char *dir) {
-    char path[1024];
-    SDP_CHECK(strlen(dir) < sizeof path, "path too long: %s", dir);
-    strcpy(path, dir);
-    for (char *p = path + 1;; p++) {
-        const bool end = *p == 0;
-        if (*p == '/' || end) {
-            *p = 0;
-            SDP_CHECK(mkdir(path, 0755) == 0 || errno == EEXIST,
-                      "cannot create the plots directory %s: %s", path, strerror(errno));
-            if (end) break;
-            *p = '/';
-        }
-    }
-    struct stat st;
-    SDP_CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode),
-              "--plots %s is not a directory: pass a directory to write the charts into", dir);
 }
 
 static FILE *open_in(const char *dir, const char *name) {
@@ -283,7 +264,7 @@ void report_plot(const char *dir, const report_group *g, int ngroups) {
     for (int i = 0; i < ngroups; i++) any_loss |= g[i].train.n > 0 || g[i].val.n > 0;
     SDP_CHECK(any_loss, "no run has logged a loss yet, so there is nothing to plot: wait for "
                         "the first progress line");
-    make_dir(dir);
+    run_make_dir(dir, "plots directory");
     const flop_unit u = pick_flop_unit(g, ngroups);
     char file[64], xlabel[64];
     for (int i = 0; i < ngroups; i++) {

@@ -2,6 +2,7 @@
  * parallelism (--sdp-mask none) and both SDP masking regimes. */
 #include "commands.h"
 #include "trainer.h"
+#include "run_dir.h"
 
 #include "sdp/check.h"
 
@@ -38,8 +39,10 @@ static void apply_resume_config(trainer *t, int argc, char **argv) {
         memcpy((char *)&t->o + s->offset, (char *)&cli + s->offset, size);
     }
     strcpy(t->o.resume, cli.resume);
-    /* Stopping early is about one invocation, not the run: it never carries over. */
+    /* Stopping early and replacing a run are about one invocation, not the run: they never
+     * carry over. */
     if (!opts_given(argc, argv, "stop-after")) t->o.stop_after = 0;
+    t->o.overwrite = false;
 }
 
 static void validate_options(train_opts *o) {
@@ -108,20 +111,6 @@ static void check_same_config(const trainer *t) {
 
 /* ---- set-up ------------------------------------------------------------------------------- */
 
-static void make_dir(const char *dir) {
-    char tmp[OPT_STR_MAX];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-    SDP_CHECK(mkdir(tmp, 0755) == 0 || errno == EEXIST,
-              "cannot create the run directory '%s' (%s): pick another --out", dir,
-              strerror(errno));
-}
-
 static void choose_run_dir(trainer *t) {
     if (t->o.resume[0]) {
         strcpy(t->o.out, t->o.resume);
@@ -138,7 +127,7 @@ static void choose_run_dir(trainer *t) {
         SDP_CHECK(strlen(dir) < sizeof t->o.out, "run directory name too long");
         strcpy(t->o.out, dir);
     }
-    if (is_rank0(t)) make_dir(t->o.out);
+    if (is_rank0(t)) t->run_lock = run_dir_claim(t->o.out, t->o.resume[0] != 0, t->o.overwrite);
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -190,6 +179,8 @@ static void build_worker(trainer *t) {
 }
 
 static void setup(trainer *t, int argc, char **argv) {
+    SDP_CHECK(!(t->o.overwrite && t->o.resume[0]),
+              "--overwrite starts a new run and --resume continues one: pass one of them");
     if (t->o.resume[0]) apply_resume_config(t, argc, argv);
     validate_options(&t->o);
     sdp_world_init(&t->world, &argc, &argv, t->o.threads);

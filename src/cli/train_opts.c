@@ -84,6 +84,8 @@ const opt_spec TRAIN_OPTS[] = {
     {"gemm", OPT_STR, F(gemm), "dnnl", "GEMM provider: dnnl or openblas", 0},
     {"out", OPT_STR, F(out), "", "run directory; default runs/<model>-<date>-<time>", 0},
     {"resume", OPT_STR, F(resume), "", "continue the run in this directory", 0},
+    {"overwrite", OPT_FLAG, F(overwrite), "false",
+     "start a new run in an --out directory that holds an earlier run, replacing its files", 0},
     {"device", OPT_STR, F(device), "cpu",
      "cpu, or cuda (one GPU per rank; sdp-cuda trains there, sdp plan predicts for it); emulated "
      "and emulated-shared run the device code on the CPU, for tests",

@@ -31,6 +31,7 @@ typedef struct {
     /* run */
     int log_every, val_every, val_batches, ckpt_every, stop_after, seed, threads;
     char out[OPT_STR_MAX], resume[OPT_STR_MAX], gemm[OPT_STR_MAX];
+    bool overwrite;
     /* device and simulation */
     char device[OPT_STR_MAX], precision[OPT_STR_MAX];
     int sim_world, sim_rank;

@@ -46,6 +46,7 @@ typedef struct {
     double examples_seen, flops_done;          /* tokens or images, over all workers */
     uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
     FILE *metrics;
+    int run_lock; /* rank 0: the run directory's lock (run_dir_claim), held to the end */
 } trainer;
 
 static inline bool is_rank0(const trainer *t) {

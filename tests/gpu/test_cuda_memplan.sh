@@ -21,7 +21,7 @@ check_memory() {
     >"$WORK/plan.json" 2>&1 \
     || { fail "$name: plan failed"; cat "$WORK/plan.json"; return; }
   for ((r = 0; r < n; r++)); do
-    timeout 120 "$SDP_CUDA_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" --out "$WORK/sim$r" \
+    timeout 120 "$SDP_CUDA_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" --out "$WORK/sim$r" --overwrite \
       --sim-world "$n" --sim-rank "$r" "$@" >"$WORK/log" 2>&1 \
       || { fail "$name rank $r: simulated training on the device failed"; cat "$WORK/log"; return; }
     python3 - "$WORK/plan.json" "$WORK/sim$r/memory.json" "$r" "${MODEL[*]}" <<'PY' \

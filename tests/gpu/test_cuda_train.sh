@@ -15,7 +15,7 @@ ARGS=(--data "$WORK/text.txt" --layers 2 --heads 4 --width 64 --seq-len 32 --bat
       --log-every 1 --val-every 5 --val-batches 2 --threads 1 --seed 7)
 for dev in cpu cuda; do
   bin=$SDP_BIN; [ "$dev" = cuda ] && bin=$SDP_CUDA_BIN
-  timeout 120 "$bin" train "${ARGS[@]}" --device "$dev" --out "$WORK/$dev" >"$WORK/$dev.log" 2>&1 \
+  timeout 120 "$bin" train "${ARGS[@]}" --device "$dev" --out "$WORK/$dev" --overwrite >"$WORK/$dev.log" 2>&1 \
     || { fail "--device $dev: training failed"; cat "$WORK/$dev.log"; finish; exit 1; }
 done
 # same_losses CPU_RUN CUDA_RUN: every logged loss and validation loss within 1e-4 relative
@@ -45,7 +45,7 @@ for mask in forward backward; do
   for dev in cpu cuda; do
     bin=$SDP_BIN; [ "$dev" = cuda ] && bin=$SDP_CUDA_BIN
     timeout 180 "${MPI[@]}" "$bin" train "${ARGS[@]}" "${SDP[@]}" --device "$dev" \
-      --out "$WORK/$mask-$dev" >"$WORK/$mask-$dev.log" 2>&1 \
+      --out "$WORK/$mask-$dev" --overwrite >"$WORK/$mask-$dev.log" 2>&1 \
       || { fail "2 ranks, $mask masking, --device $dev: training failed"; tail -5 "$WORK/$mask-$dev.log"; }
   done
   [ -f "$WORK/$mask-cuda/metrics.jsonl" ] || continue
@@ -64,7 +64,7 @@ if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/train-images-idx
     for dev in cpu cuda; do
       bin=$SDP_BIN; [ "$dev" = cuda ] && bin=$SDP_CUDA_BIN
       timeout 180 "${MPIEXEC:-mpiexec}" --oversubscribe -n "$ranks" "$bin" train "${R[@]}" "${SDP[@]}" \
-        --device "$dev" --out "$WORK/resnet$ranks-$dev" >"$WORK/resnet$ranks-$dev.log" 2>&1 \
+        --device "$dev" --out "$WORK/resnet$ranks-$dev" --overwrite >"$WORK/resnet$ranks-$dev.log" 2>&1 \
         || { fail "resnet, $ranks rank(s), --device $dev: training failed"; tail -5 "$WORK/resnet$ranks-$dev.log"; }
     done
     [ -f "$WORK/resnet$ranks-cuda/metrics.jsonl" ] || continue

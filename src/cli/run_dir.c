@@ -1,0 +1,103 @@
+#include "run_dir.h"
+
+#include "sdp/check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+void run_make_dir(const char *dir, const char *what) {
+    char path[4096];
+    SDP_CHECK(strlen(dir) < sizeof path, "%s name too long: %s", what, dir);
+    strcpy(path, dir);
+    for (char *p = path + 1;; p++) {
+        const bool end = *p == 0;
+        if (*p == '/' || end) {
+            *p = 0;
+            SDP_CHECK(mkdir(path, 0755) == 0 || errno == EEXIST,
+                      "cannot create the %s '%s' (%s): pick another directory", what, path,
+                      strerror(errno));
+            if (end) break;
+            *p = '/';
+        }
+    }
+}
+
+/* The files a run writes; a new run must not mix its own with these. */
+static const char *const RUN_FILES[] = {
+    "config.json",       "plan.json",         "metrics.jsonl",         "memory.json",
+    "model.safetensors", "optim.safetensors", "optim.prev.safetensors"};
+enum { NRUN_FILES = sizeof RUN_FILES / sizeof *RUN_FILES };
+
+static void file_in(char *out, size_t n, const char *dir, const char *name) {
+    SDP_CHECK(snprintf(out, n, "%s/%s", dir, name) < (int)n, "path too long: %s/%s", dir, name);
+}
+
+/* Who holds the lock, as the holder wrote it. */
+static void read_holder(int fd, char *holder, size_t n) {
+    ssize_t got = pread(fd, holder, n - 1, 0);
+    holder[got > 0 ? got : 0] = 0;
+    holder[strcspn(holder, "\n")] = 0;
+    if (!holder[0]) snprintf(holder, n, "another process");
+}
+
+static void write_holder(int fd) {
+    char host[256] = "?", stamp[32], line[512];
+    gethostname(host, sizeof host - 1);
+    time_t now = time(NULL);
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+    int len = snprintf(line, sizeof line, "sdp train, pid %ld on %s, since %s\n", (long)getpid(),
+                       host, stamp);
+    SDP_CHECK(ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)len, 0) == len,
+              "cannot write the run directory's lock file (%s)", strerror(errno));
+}
+
+static int lock_dir(const char *dir) {
+    char path[4096];
+    file_in(path, sizeof path, dir, ".lock");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    SDP_CHECK(fd >= 0, "cannot open '%s' (%s): check the run directory's permissions", path,
+              strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        SDP_CHECK(errno == EWOULDBLOCK, "cannot lock '%s' (%s)", path, strerror(errno));
+        char holder[256];
+        read_holder(fd, holder, sizeof holder);
+        sdp_fatal("run directory '%s' is in use by %s: wait for that run to end, or pick another "
+                  "--out",
+                  dir, holder);
+    }
+    write_holder(fd);
+    return fd;
+}
+
+/* The first of the run files present in dir, or NULL. */
+static const char *earlier_run_file(const char *dir) {
+    char path[4096];
+    for (int i = 0; i < NRUN_FILES; i++) {
+        file_in(path, sizeof path, dir, RUN_FILES[i]);
+        if (access(path, F_OK) == 0) return RUN_FILES[i];
+    }
+    return NULL;
+}
+
+int run_dir_claim(const char *dir, bool resuming, bool overwrite) {
+    run_make_dir(dir, "run directory");
+    const int fd = lock_dir(dir);
+    const char *found = resuming ? NULL : earlier_run_file(dir);
+    if (found && !overwrite)
+        sdp_fatal("run directory '%s' already holds a run (%s): continue it with --resume %s, "
+                  "pick another --out, or pass --overwrite to replace it",
+                  dir, found, dir);
+    for (int i = 0; found && i < NRUN_FILES; i++) {
+        char path[4096];
+        file_in(path, sizeof path, dir, RUN_FILES[i]);
+        SDP_CHECK(unlink(path) == 0 || errno == ENOENT, "--overwrite: cannot delete '%s' (%s)",
+                  path, strerror(errno));
+    }
+    return fd;
+}

@@ -1,0 +1,40 @@
+# A run directory belongs to one run: a second run on it while the first runs refuses at once,
+# naming the holder; a new run into a directory that holds an earlier run refuses unless
+# --overwrite (which replaces the run's files, so metrics.jsonl holds the new run alone); and
+# --overwrite with --resume is refused.
+source "$(dirname "$0")/lib.sh"
+make_text "$WORK/text.txt" 40000
+T=(train --data "$WORK/text.txt" --layers 1 --heads 2 --width 16 --seq-len 16 --batch 2
+   --warmup 0 --val-every 0 --val-batches 1 --threads 1 --log-every 1)
+digest() { (cd "$1" && find . -type f ! -name .lock -exec md5sum {} + | sort); }
+
+run="$WORK/run"
+timeout 60 "$SDP_BIN" "${T[@]}" --steps 3 --out "$run" >"$WORK/first.log" 2>&1 ||
+  fail "first run failed: $(tail -1 "$WORK/first.log")"
+before=$(digest "$run")
+expect_error "a new run into a finished run's directory" "already holds a run" \
+  "$SDP_BIN" "${T[@]}" --steps 3 --out "$run"
+[ "$(digest "$run")" = "$before" ] && pass "the refused run changed nothing" ||
+  fail "the refused run changed the directory"
+
+if timeout 60 "$SDP_BIN" "${T[@]}" --steps 2 --out "$run" --overwrite >"$WORK/over.log" 2>&1; then
+  steps=$(grep -c '"loss"' "$run/metrics.jsonl")
+  [ "$steps" -eq 2 ] && pass "--overwrite: metrics.jsonl holds the new run's 2 steps alone" ||
+    fail "--overwrite: metrics.jsonl has $steps progress lines, not 2"
+else fail "--overwrite failed: $(tail -1 "$WORK/over.log")"; fi
+
+expect_error "--overwrite with --resume" "pass one of them" \
+  "$SDP_BIN" train --resume "$run" --overwrite --steps 4
+
+# A run that holds the directory: a long one, stopped once the second has been refused.
+busy="$WORK/busy"
+"$SDP_BIN" "${T[@]}" --steps 100000 --out "$busy" >"$WORK/busy.log" 2>&1 &
+holder=$!
+for _ in $(seq 100); do [ -s "$busy/.lock" ] && break; sleep 0.1; done
+t0=$(date +%s%N)
+expect_error "a second run on a directory in use" "is in use by sdp train, pid $holder" \
+  "$SDP_BIN" "${T[@]}" --steps 3 --out "$busy" --overwrite
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ "$ms" -lt 5000 ] && pass "refused in $ms ms" || fail "the refusal took $ms ms"
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+finish
