@@ -7,7 +7,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "io/atomic_file.h"
 #include "sdp/mem.h"
 #include "sdp/model.h"
 
@@ -20,8 +22,26 @@ typedef struct {
     const float *data; /* F32 */
 } sdp_st_tensor;
 
-/* meta is a NULL-terminated list of key, value, key, value, ... strings (may be NULL). */
+/* meta is a NULL-terminated list of key, value, key, value, ... strings (may be NULL).
+ * The whole file at once: sdp_st_writer below, fed every tensor in turn. */
 void sdp_st_write(const char *path, const sdp_st_tensor *tensors, int n, const char *const *meta);
+
+/* A file written in pieces, so that no one buffer need hold all its tensors: open takes every
+ * tensor's name and shape (data unused) and the metadata, and writes the header to the temp file
+ * with placeholder checksum digits; append takes the data section's bytes in order, tensor after
+ * tensor, in pieces of any size, updating the CRC; commit checks that exactly the declared bytes
+ * came, writes the digits in place and replaces `path` atomically. The result is byte for byte
+ * what sdp_st_write gives for the same content. */
+typedef struct {
+    sdp_atomic_file file;
+    uint32_t crc; /* of every byte so far but the checksum's digits */
+    uint64_t data_len, written;
+} sdp_st_writer;
+
+void sdp_st_writer_open(sdp_st_writer *w, const char *path, const sdp_st_tensor *tensors, int n,
+                        const char *const *meta);
+void sdp_st_writer_append(sdp_st_writer *w, const void *data, size_t len);
+void sdp_st_writer_commit(sdp_st_writer *w);
 
 typedef struct {
     char *name;
@@ -29,7 +49,8 @@ typedef struct {
     int ndim;
     int64_t shape[SDP_ST_MAX_DIMS];
     size_t nbytes;
-    const void *data; /* points into the file buffer */
+    size_t offset;    /* of its first byte in the file */
+    const void *data; /* points into the file buffer (sdp_st_read); NULL after sdp_st_open */
 } sdp_st_entry;
 
 /* What a file's checksum covers: nothing (another tool wrote it), the data section alone
@@ -37,7 +58,8 @@ typedef struct {
 typedef enum { SDP_ST_NO_CHECKSUM, SDP_ST_DATA_CHECKSUM, SDP_ST_FILE_CHECKSUM } sdp_st_checksum;
 
 typedef struct {
-    void *buf; /* the whole file (SDP_MEM_SCRATCH) */
+    void *buf; /* the whole file (SDP_MEM_SCRATCH), or NULL after sdp_st_open */
+    FILE *fp;  /* open for sdp_st_pread after sdp_st_open */
     size_t len;
     int n;
     sdp_st_entry *entries; /* in the header's order */
@@ -52,6 +74,12 @@ typedef struct {
  * that tile the data section exactly, unique names, and the checksum when present. The header is
  * checked against the file's size before the rest is read. Fails with a clear message otherwise. */
 void sdp_st_read(sdp_st_file *f, const char *path, sdp_mem *mem);
+/* The same checks without holding the file: reads and validates the header alone, verifies the
+ * checksum by streaming the file through a bounded buffer (4 MiB at most), and keeps the file
+ * open so that sdp_st_pread reads any tensor's bytes on demand. Entries' data is NULL. */
+void sdp_st_open(sdp_st_file *f, const char *path, sdp_mem *mem);
+/* len bytes of entry e's data from byte `at` into dst (after sdp_st_open or sdp_st_read). */
+void sdp_st_pread(const sdp_st_file *f, const sdp_st_entry *e, size_t at, void *dst, size_t len);
 const sdp_st_entry *sdp_st_find(const sdp_st_file *f, const char *name);
 const char *sdp_st_meta(const sdp_st_file *f, const char *key);
 /* The metadata `key` as `count` numbers separated by single spaces, each in [lo, hi] and an
