@@ -122,12 +122,16 @@ static void copy_recalibrated_stats(const trainer *t, size_t lo, size_t hi, floa
     }
 }
 
+size_t ckpt_window_floats(const trainer *t) {
+    const size_t numel = t->full.numel, want = ckpt_window();
+    return numel < want ? (numel > 0 ? numel : 1) : want; /* no more than the model needs */
+}
+
 /* One flat buffer of the full layout into w (rank 0's; NULL elsewhere), gathered window by
  * window from every worker's `local` buffer (collective). */
 static void stream_gathered(trainer *t, sdp_st_writer *w, const float *local, bool state_compact,
                             bool recalibrated_stats) {
-    const size_t numel = t->full.numel, want = ckpt_window();
-    const size_t window = numel < want ? (numel > 0 ? numel : 1) : want; /* no more than needed */
+    const size_t numel = t->full.numel, window = ckpt_window_floats(t);
     float *win =
         is_rank0(t) ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, window * sizeof(float)) : NULL;
     for (size_t lo = 0; lo < numel; lo += window) {
