@@ -770,6 +770,136 @@ static void test_io_error_keeps_old_file(void **state) {
 
 /* ---------------------------------------------------------------- bad writer input */
 
+/* ---------------------------------------------------------------- streaming */
+
+/* Fixed tensors whose file, written by sdp_st_write before the streaming writer existed (commit
+ * 97460f4), was GOLDEN_SIZE bytes with this CRC32 of the whole file: both writers must still
+ * produce exactly those bytes, whatever pieces the data comes in. */
+static const char *const GOLDEN_META[] = {"format", "pt", "sdp.step", "42", NULL};
+enum { GOLDEN_A = 3 * 1001, GOLDEN_D = 5, GOLDEN_SIZE = 12396 };
+#define GOLDEN_CRC 0x9f5f8a3dUL
+
+typedef struct {
+    sdp_st_tensor t[4];
+    float a[GOLDEN_A], b, d[GOLDEN_D];
+} golden;
+
+static void golden_tensors(golden *g) {
+    for (int i = 0; i < GOLDEN_A; i++) g->a[i] = (float)i * 0.001f - 1.0f;
+    for (int i = 0; i < GOLDEN_D; i++) g->d[i] = -(float)i / 3.0f;
+    g->b = 2.5f;
+    g->t[0] =
+        (sdp_st_tensor){.name = "h.0.attn.weight", .ndim = 2, .shape = {3, 1001}, .data = g->a};
+    g->t[1] = (sdp_st_tensor){.name = "scale", .ndim = 0, .data = &g->b};
+    g->t[2] = (sdp_st_tensor){.name = "empty", .ndim = 2, .shape = {0, 4}, .data = NULL};
+    g->t[3] = (sdp_st_tensor){.name = "ln_f.bias", .ndim = 1, .shape = {5}, .data = g->d};
+}
+
+static void expect_golden_file(const char *path) {
+    size_t len;
+    unsigned char *bytes = slurp(path, &len);
+    assert_int_equal(len, GOLDEN_SIZE);
+    assert_int_equal(crc32(0, bytes, (uInt)len), GOLDEN_CRC);
+    free(bytes);
+}
+
+/* The data section streamed in pieces of `piece` bytes that straddle tensor boundaries. */
+static void write_streamed(const char *path, const golden *g, size_t piece) {
+    static unsigned char data[GOLDEN_SIZE];
+    size_t n = 0;
+    memcpy(data + n, g->a, sizeof g->a), n += sizeof g->a;
+    memcpy(data + n, &g->b, sizeof g->b), n += sizeof g->b;
+    memcpy(data + n, g->d, sizeof g->d), n += sizeof g->d;
+    sdp_st_writer w;
+    sdp_st_writer_open(&w, path, g->t, 4, GOLDEN_META);
+    for (size_t at = 0; at < n; at += piece)
+        sdp_st_writer_append(&w, data + at, n - at < piece ? n - at : piece);
+    sdp_st_writer_commit(&w);
+}
+
+static void test_streamed_writer_matches_old_files(void **state) {
+    char path[1024];
+    path_in(path, sizeof path, state, "golden.safetensors");
+    static golden g;
+    golden_tensors(&g);
+    sdp_st_write(path, g.t, 4, GOLDEN_META);
+    expect_golden_file(path);
+    const size_t pieces[] = {1, 7, 4096, 1 << 20};
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        write_streamed(path, &g, pieces[i]);
+        expect_golden_file(path);
+    }
+}
+
+/* A writer that gets fewer bytes than its header declares must not replace the old file. */
+static void commit_short(void *path) {
+    static golden g;
+    golden_tensors(&g);
+    sdp_st_writer w;
+    sdp_st_writer_open(&w, path, g.t, 4, GOLDEN_META);
+    sdp_st_writer_append(&w, g.a, sizeof g.a);
+    sdp_st_writer_commit(&w);
+}
+
+static void append_too_much(void *path) {
+    static golden g;
+    golden_tensors(&g);
+    sdp_st_writer w;
+    sdp_st_writer_open(&w, path, g.t, 4, GOLDEN_META);
+    sdp_st_writer_append(&w, g.a, sizeof g.a);
+    sdp_st_writer_append(&w, g.a, sizeof g.a);
+}
+
+static void test_streamed_writer_counts_bytes(void **state) {
+    char path[1024];
+    path_in(path, sizeof path, state, "short.safetensors");
+    static golden g;
+    golden_tensors(&g);
+    sdp_st_write(path, g.t, 4, GOLDEN_META);
+    tu_expect_fatal(commit_short, path, "header declares");
+    tu_expect_fatal(append_too_much, path, "header declares");
+    expect_golden_file(path);
+}
+
+/* The streaming reader: the same validation and checksum, any byte range on demand. */
+static void open_and_close(void *path) {
+    sdp_mem mem = {0};
+    sdp_st_file f;
+    sdp_st_open(&f, path, &mem);
+    sdp_st_close(&f, &mem);
+}
+
+static void test_streaming_reader(void **state) {
+    char path[1024];
+    path_in(path, sizeof path, state, "open.safetensors");
+    static golden g;
+    golden_tensors(&g);
+    write_streamed(path, &g, 1000);
+    sdp_mem mem = {0};
+    sdp_st_file f;
+    sdp_st_open(&f, path, &mem);
+    assert_null(f.buf);
+    assert_int_equal(f.n, 4);
+    assert_string_equal(sdp_st_meta(&f, "sdp.step"), "42");
+    const sdp_st_entry *e = sdp_st_find(&f, "h.0.attn.weight");
+    assert_non_null(e);
+    assert_null(e->data);
+    float got[10];
+    sdp_st_pread(&f, e, 1500 * sizeof(float), got, sizeof got);
+    assert_memory_equal(got, g.a + 1500, sizeof got);
+    sdp_st_pread(&f, sdp_st_find(&f, "ln_f.bias"), 0, got, sizeof g.d);
+    assert_memory_equal(got, g.d, sizeof g.d);
+    sdp_st_close(&f, &mem);
+    assert_int_equal(mem.total_cur, 0);
+    /* damage anywhere in the data is found before any tensor is read */
+    size_t len;
+    unsigned char *bytes = slurp(path, &len);
+    bytes[len - 3] ^= 0x10;
+    spit(path, bytes, len);
+    free(bytes);
+    tu_expect_fatal(open_and_close, path, "checksum mismatch");
+}
+
 static void write_duplicate_names(void *path) {
     float x = 1;
     sdp_st_tensor t[2] = {{.name = "w", .ndim = 0, .data = &x},
@@ -820,6 +950,9 @@ int main(void) {
         cmocka_unit_test(test_fifo_refused),
         cmocka_unit_test(test_hostile_names_escaped),
         cmocka_unit_test(test_meta_numbers),
+        cmocka_unit_test(test_streamed_writer_matches_old_files),
+        cmocka_unit_test(test_streamed_writer_counts_bytes),
+        cmocka_unit_test(test_streaming_reader),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -126,6 +126,11 @@ void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, s
                           float *full, sdp_mem *io);
 /* The inverse: every rank takes its elements from a full buffer that is valid on all ranks. */
 void sdp_sync_scatter_full(const sdp_sync *s, const float *full, float *local, bool state_compact);
+/* The runs sdp_sync_scatter_full fills, each as fn(ctx, its first global element, its length, its
+ * place in local): a worker can read its own elements from elsewhere (a checkpoint file) with no
+ * full buffer. State runs are the trained ones this worker owns. */
+void sdp_sync_for_each_run(const sdp_sync *s, float *local, bool state_compact,
+                           void (*fn)(void *ctx, size_t global, size_t len, float *dst), void *ctx);
 
 /* Averages the non-trained tensors (batch-norm running statistics) of every owned unit over its
  * owners (shared ones over every worker), so all owners hold the same values; under backward

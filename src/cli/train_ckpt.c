@@ -1,11 +1,17 @@
 /* Checkpoints of `sdp train`. model.safetensors is the full assembled model (HF-style names);
  * optim.safetensors holds the full optimizer state and where the run stands. Both are written by
  * rank 0 from values gathered from each unit's publisher, so a run resumes on any number of
- * workers and any plan: every worker re-slices what it owns from the full tensors. */
+ * workers and any plan: every worker re-slices what it owns from the full tensors.
+ *
+ * Neither side holds a whole model or a whole state buffer to do it: rank 0 streams each file
+ * window by window (the file's data section is the full layout's flat buffers in order, so
+ * window after window of the flat buffer is the file's data in order), and on resume every worker
+ * reads only its own runs from the file. See docs/design.md, "Evaluation and checkpoints". */
 #include "trainer.h"
 
 #include "sdp/check.h"
 #include "sdp/ckpt.h"
+#include "sdp/sync.h"
 
 #include <errno.h>
 #include <float.h>
@@ -76,73 +82,149 @@ static float *state_buffer(const trainer *t, int i) {
     return i == 0 ? t->opt.m : t->opt.v;
 }
 
+/* Floats per window of a streamed checkpoint (4 MiB). Rank 0 holds the window, its own share of
+ * it packed for the gather and everything gathered for it (sdp_sync_gather_range): about three
+ * windows, whatever the model's size. The environment variable SDP_CKPT_WINDOW (floats, at most
+ * SDP_SYNC_GATHER_MAX) overrides it, so that tests can use windows far smaller than a tensor. */
+#define CKPT_WINDOW ((size_t)1 << 20)
+
+static size_t ckpt_window(void) {
+    const char *env = getenv("SDP_CKPT_WINDOW");
+    if (!env || !*env) return CKPT_WINDOW;
+    char *end;
+    errno = 0;
+    const unsigned long long w = strtoull(env, &end, 10);
+    SDP_CHECK(
+        *end == 0 && errno == 0 && w >= 1 && w <= SDP_SYNC_GATHER_MAX,
+        "SDP_CKPT_WINDOW is '%.40s', not a number of floats from 1 to %zu: unset it or fix it", env,
+        (size_t)SDP_SYNC_GATHER_MAX);
+    return (size_t)w;
+}
+
+/* Under forward masking with image models and k < N, the saved running statistics are those
+ * re-estimated on the assembled model (full_params_on_rank0 recalibrates them on rank 0's
+ * t->full_model), not any worker's: they are copied from there into each window. Everything else
+ * is gathered window by window. (full_params_on_rank0 still assembles the whole model on rank 0
+ * for this one case, as evaluation does.) */
+static bool saves_recalibrated_stats(const trainer *t) {
+    return t->data.images && t->plan.cfg.mask == SDP_MASK_FORWARD &&
+           t->plan.cfg.owners != t->plan.cfg.world;
+}
+
+static void copy_recalibrated_stats(const trainer *t, size_t lo, size_t hi, float *win) {
+    const sdp_layout *L = &t->full;
+    for (int i = 0; i < L->nparams; i++) {
+        const sdp_param *p = &L->params[i];
+        const size_t a = p->offset > lo ? p->offset : lo;
+        const size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (p->buffer && b > a)
+            memcpy(win + (a - lo), t->full_model.params + a, (b - a) * sizeof(float));
+    }
+}
+
+size_t ckpt_window_floats(const trainer *t) {
+    const size_t numel = t->full.numel, want = ckpt_window();
+    return numel < want ? (numel > 0 ? numel : 1) : want; /* no more than the model needs */
+}
+
+/* One flat buffer of the full layout into w (rank 0's; NULL elsewhere), gathered window by
+ * window from every worker's `local` buffer (collective). */
+static void stream_gathered(trainer *t, sdp_st_writer *w, const float *local, bool state_compact,
+                            bool recalibrated_stats) {
+    const size_t numel = t->full.numel, window = ckpt_window_floats(t);
+    float *win =
+        is_rank0(t) ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, window * sizeof(float)) : NULL;
+    for (size_t lo = 0; lo < numel; lo += window) {
+        const size_t hi = numel - lo < window ? numel : lo + window;
+        sdp_sync_gather_range(&t->sync, local, state_compact, lo, hi, win, &t->io_mem);
+        if (!is_rank0(t)) continue;
+        if (recalibrated_stats) copy_recalibrated_stats(t, lo, hi, win);
+        sdp_st_writer_append(w, win, (hi - lo) * sizeof(float));
+    }
+    if (win) sdp_free(&t->io_mem, win);
+}
+
+/* The model's parameters into w. Where rank 0 holds the whole current model in host memory
+ * (data parallelism and backward masking, on the CPU), it writes it as it is, gathering nothing. */
+static void stream_params(trainer *t, sdp_st_writer *w) {
+    const bool whole_on_rank0 = t->plan.cfg.mask != SDP_MASK_FORWARD && !t->be;
+    if (whole_on_rank0) {
+        if (is_rank0(t)) sdp_st_writer_append(w, t->model.params, t->full.numel * sizeof(float));
+        return;
+    }
+    const size_t nlocal = t->model.layout->numel;
+    float *local = host_copy(t, t->model.params, nlocal);
+    stream_gathered(t, w, local, false, saves_recalibrated_stats(t));
+    host_copy_done(t, local, t->model.params, nlocal, false);
+}
+
 void save_checkpoint(trainer *t) {
     device_average_buffers(t); /* statistics agree */
-    const float *params = full_params_on_rank0(t);
+    if (saves_recalibrated_stats(t)) full_params_on_rank0(t);
     const char *names[2];
     int ns = state_names(t, names);
-    sdp_ckpt_buffer bufs[2];
-    for (int i = 0; i < ns; i++) {
-        float *full = is_rank0(t)
-                          ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, t->full.numel * sizeof(float))
-                          : NULL;
-        float *state = host_copy(t, state_buffer(t, i), t->opt.n);
-        sdp_sync_gather_full(&t->sync, state, true, t->full.numel, full, &t->io_mem);
-        host_copy_done(t, state, state_buffer(t, i), t->opt.n, false);
-        bufs[i] = (sdp_ckpt_buffer){full, names[i], false};
-    }
+    char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16], shape[64],
+        path[1024], prev[1024];
+    snprintf(step, sizeof step, "%ld", t->step);
+    snprintf(opt_t, sizeof opt_t, "%ld", t->opt.t);
+    const sdp_loader_pos pos = batches_pos(&t->data);
+    snprintf(ep, sizeof ep, "%llu", (unsigned long long)pos.epoch);
+    snprintf(es, sizeof es, "%llu", (unsigned long long)pos.step);
+    snprintf(tok, sizeof tok, "%.17g", t->examples_seen);
+    snprintf(shape, sizeof shape, "%d %d %d", t->cfg.in_channels, t->cfg.image_size,
+             t->cfg.classes);
+    snprintf(fl, sizeof fl, "%.17g", t->flops_done);
+    snprintf(vocab, sizeof vocab, "%d", t->cfg.vocab);
+    snprintf(world, sizeof world, "%d", t->world.size);
+    const char *meta[] = {"format",
+                          "pt",
+                          "sdp.step",
+                          step,
+                          "sdp.opt_t",
+                          opt_t,
+                          "sdp.loader_epoch",
+                          ep,
+                          "sdp.loader_step",
+                          es,
+                          "sdp.tokens",
+                          tok,
+                          "sdp.flops",
+                          fl,
+                          "sdp.vocab",
+                          vocab,
+                          "sdp.world",
+                          world,
+                          "sdp.image_shape",
+                          shape,
+                          NULL};
+    /* Each file is replaced atomically, but the pair is not: a rank killed between the two
+     * renames would leave a model of the last step beside the optimizer of this one. So the
+     * last optimizer file is kept as optim.prev until the new model is in place, and a load
+     * takes whichever of the two matches the model's step. */
+    sdp_st_writer w;
+    run_path(path, sizeof path, t->o.out, "optim.safetensors");
+    run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
     if (is_rank0(t)) {
-        char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16], shape[64],
-            path[1024];
-        snprintf(step, sizeof step, "%ld", t->step);
-        snprintf(opt_t, sizeof opt_t, "%ld", t->opt.t);
-        const sdp_loader_pos pos = batches_pos(&t->data);
-        snprintf(ep, sizeof ep, "%llu", (unsigned long long)pos.epoch);
-        snprintf(es, sizeof es, "%llu", (unsigned long long)pos.step);
-        snprintf(tok, sizeof tok, "%.17g", t->examples_seen);
-        snprintf(shape, sizeof shape, "%d %d %d", t->cfg.in_channels, t->cfg.image_size,
-                 t->cfg.classes);
-        snprintf(fl, sizeof fl, "%.17g", t->flops_done);
-        snprintf(vocab, sizeof vocab, "%d", t->cfg.vocab);
-        snprintf(world, sizeof world, "%d", t->world.size);
-        const char *meta[] = {"format",
-                              "pt",
-                              "sdp.step",
-                              step,
-                              "sdp.opt_t",
-                              opt_t,
-                              "sdp.loader_epoch",
-                              ep,
-                              "sdp.loader_step",
-                              es,
-                              "sdp.tokens",
-                              tok,
-                              "sdp.flops",
-                              fl,
-                              "sdp.vocab",
-                              vocab,
-                              "sdp.world",
-                              world,
-                              "sdp.image_shape",
-                              shape,
-                              NULL};
-        /* Each file is replaced atomically, but the pair is not: a rank killed between the two
-         * renames would leave a model of the last step beside the optimizer of this one. So the
-         * last optimizer file is kept as optim.prev until the new model is in place, and a load
-         * takes whichever of the two matches the model's step. */
-        char prev[1024];
-        run_path(path, sizeof path, t->o.out, "optim.safetensors");
-        run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
         SDP_CHECK(rename(path, prev) == 0 || errno == ENOENT,
                   "cannot rename %s to %s (%s): check the run directory's permissions", path, prev,
                   strerror(errno));
-        sdp_ckpt_save(path, &t->full, bufs, ns, meta);
-        sdp_ckpt_buffer pb = {(float *)params, "", false};
-        run_path(path, sizeof path, t->o.out, "model.safetensors");
-        sdp_ckpt_save(path, &t->full, &pb, 1, meta);
+        sdp_ckpt_writer_open(&w, path, &t->full, names, ns, meta);
+    }
+    for (int i = 0; i < ns; i++) {
+        float *state = host_copy(t, state_buffer(t, i), t->opt.n);
+        stream_gathered(t, &w, state, true, false);
+        host_copy_done(t, state, state_buffer(t, i), t->opt.n, false);
+    }
+    if (is_rank0(t)) sdp_st_writer_commit(&w);
+
+    const char *param_suffix[] = {""};
+    run_path(path, sizeof path, t->o.out, "model.safetensors");
+    if (is_rank0(t)) sdp_ckpt_writer_open(&w, path, &t->full, param_suffix, 1, meta);
+    stream_params(t, &w);
+    if (is_rank0(t)) {
+        sdp_st_writer_commit(&w);
         unlink(prev);
     }
-    for (int i = 0; i < ns; i++) sdp_free(&t->io_mem, bufs[i].data);
 }
 
 /* Where a run stands, as its checkpoint's metadata records it. */
@@ -205,42 +287,56 @@ static void optim_path_of_step(trainer *t, long step, char *out, size_t n) {
     run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
     if (access(prev, F_OK) != 0) return;
     sdp_st_file f;
-    sdp_st_read(&f, prev, &t->io_mem);
+    sdp_st_open(&f, prev, &t->io_mem);
     const bool prev_matches = read_run_state(&f).step == step;
     sdp_st_close(&f, &t->io_mem);
     if (prev_matches) snprintf(out, n, "%s", prev);
 }
 
+typedef struct {
+    const sdp_st_file *f;
+    const sdp_layout *L;
+    const sdp_ckpt_buffer *buf;
+} run_reader;
+
+static void read_run(void *ctx, size_t global, size_t len, float *dst) {
+    const run_reader *r = ctx;
+    sdp_ckpt_read_range(r->f, r->L, r->buf, global, len, dst);
+}
+
+/* This worker's runs of one flat buffer of the file, read into its own `local` buffer: no full
+ * buffer is held (sdp_sync_for_each_run picks the runs as sdp_sync_scatter_full does). */
+static void read_own_runs(trainer *t, const sdp_st_file *f, const char *suffix, float *x,
+                          size_t nlocal, bool state_compact) {
+    const sdp_ckpt_buffer buf = {NULL, suffix, strcmp(suffix, ".exp_avg_sq") == 0};
+    run_reader r = {f, &t->full, &buf};
+    float *local = host_copy(t, x, nlocal);
+    sdp_sync_for_each_run(&t->sync, local, state_compact, read_run, &r);
+    host_copy_done(t, local, x, nlocal, true);
+}
+
 void load_checkpoint(trainer *t) {
     char mpath[1024], opath[1024];
     run_path(mpath, sizeof mpath, t->o.out, "model.safetensors");
-    const size_t bytes = t->full.numel * sizeof(float);
-    float *full = sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, bytes);
     sdp_st_file mf, of;
-    sdp_ckpt_buffer pb = {full, "", false};
-    sdp_ckpt_load(&mf, mpath, &t->full, &pb, 1, &t->io_mem);
+    const char *param_suffix[] = {""};
+    sdp_ckpt_open(&mf, mpath, &t->full, param_suffix, 1, &t->io_mem);
     const run_state ms = read_run_state(&mf);
     const long step = ms.step;
     check_same_data(t, &ms, mpath);
+    if (step >= t->o.steps) {
+        sdp_st_close(&mf, &t->io_mem);
+        nothing_left_to_train(t, step);
+    }
+    read_own_runs(t, &mf, "", t->model.params, t->model.layout->numel, false);
     sdp_st_close(&mf, &t->io_mem);
-    if (step >= t->o.steps) nothing_left_to_train(t, step);
-    const size_t nlocal = t->model.layout->numel;
-    float *local = host_copy(t, t->model.params, nlocal);
-    sdp_sync_scatter_full(&t->sync, full, local, false);
-    host_copy_done(t, local, t->model.params, nlocal, true);
     optim_path_of_step(t, step, opath, sizeof opath);
 
     const char *names[2];
     int ns = state_names(t, names);
-    for (int i = 0; i < ns; i++) {
-        sdp_ckpt_buffer sb = {full, names[i], strcmp(names[i], ".exp_avg_sq") == 0};
-        sdp_ckpt_load(&of, opath, &t->full, &sb, 1, &t->io_mem);
-        float *state = host_copy(t, state_buffer(t, i), t->opt.n);
-        sdp_sync_scatter_full(&t->sync, full, state, true);
-        host_copy_done(t, state, state_buffer(t, i), t->opt.n, true);
-        if (i < ns - 1) sdp_st_close(&of, &t->io_mem);
-    }
-    if (ns == 0) sdp_ckpt_load(&of, opath, &t->full, NULL, 0, &t->io_mem);
+    sdp_ckpt_open(&of, opath, &t->full, names, ns, &t->io_mem);
+    for (int i = 0; i < ns; i++)
+        read_own_runs(t, &of, names[i], state_buffer(t, i), t->opt.n, true);
     const run_state s = read_run_state(&of);
     SDP_CHECK(step == s.step, "%s and %s are from different steps: the checkpoint is inconsistent",
               mpath, opath);
@@ -250,5 +346,4 @@ void load_checkpoint(trainer *t) {
     t->examples_seen = s.tokens;
     t->flops_done = s.flops;
     sdp_st_close(&of, &t->io_mem);
-    sdp_free(&t->io_mem, full);
 }

@@ -154,11 +154,12 @@ void log_validation(trainer *t, sdp_metrics val, double elapsed) {
  * state, so they count in the worker's total, but training never touches them. */
 enum { COL_EVAL_CKPT = SDP_MEM_NCAT, COL_RSS, COL_TOTAL, NCOLS };
 
-/* Bytes rank 0 of a data-parallel run of sdp holds to checkpoint: every optimizer state buffer of
- * the whole model, gathered at once (the model itself is the worker's own copy). */
+/* Bytes rank 0 of a data-parallel run of sdp holds to checkpoint: the optimizer state streams
+ * through a window, its own packed share of it and everything gathered for it, three windows
+ * (the model itself is written from the worker's own copy). */
 static double ddp_eval_ckpt_bytes(const trainer *t) {
-    const double per_param = (double)sdp_optim_state_bytes_per_param(&t->opt.cfg);
-    return per_param * (double)t->full.numel;
+    const bool has_state = sdp_optim_state_bytes_per_param(&t->opt.cfg) > 0;
+    return has_state ? 3.0 * sizeof(float) * (double)ckpt_window_floats(t) : 0;
 }
 
 /* What the largest data-parallel worker (rank 0) holds for the same model and batch: the same

@@ -43,6 +43,20 @@ void sdp_atomic_write(sdp_atomic_file *a, const void *data, size_t len) {
     }
 }
 
+void sdp_atomic_write_at(sdp_atomic_file *a, const void *data, size_t len, size_t offset) {
+    /* Buffered bytes must reach the file first, or they would land over this write later. */
+    if (fflush(a->f) != 0) fail_and_clean(a, "flushing", errno);
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = pwrite(fileno(a->f), p, len, (off_t)offset);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) fail_and_clean(a, "writing", w < 0 ? errno : EIO);
+        p += w;
+        len -= (size_t)w;
+        offset += (size_t)w;
+    }
+}
+
 /* The directory holding `path` ("." when `path` has no slash). */
 static char *dir_of(const char *path) {
     const char *slash = strrchr(path, '/');

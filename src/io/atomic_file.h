@@ -16,6 +16,9 @@ typedef struct {
 
 void sdp_atomic_open(sdp_atomic_file *a, const char *path);
 void sdp_atomic_write(sdp_atomic_file *a, const void *data, size_t len);
+/* Overwrites len bytes at `offset` of what was written so far (a field known only at the end,
+ * such as a checksum), leaving the append position where it was. */
+void sdp_atomic_write_at(sdp_atomic_file *a, const void *data, size_t len, size_t offset);
 /* Makes the new contents durable and visible at `path`; releases `a`. */
 void sdp_atomic_commit(sdp_atomic_file *a);
 

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -47,7 +48,9 @@ static uint32_t crc32_update(uint32_t crc, const void *data, size_t len) {
 
 /* ---------------------------------------------------------------- writing */
 
-static size_t f32_tensor_bytes(const sdp_st_tensor *t) {
+/* The tensor's byte count; with need_data, it must also point at its values (the streaming
+ * writer takes the values later, so its descriptors carry none). */
+static size_t f32_tensor_bytes(const sdp_st_tensor *t, bool need_data) {
     SDP_CHECK(t->name && t->name[0], "cannot write a tensor without a name: give every tensor one");
     SDP_CHECK(strcmp(t->name, METADATA_KEY) != 0,
               "tensor name '%s' is reserved by safetensors: rename the tensor", t->name);
@@ -62,7 +65,7 @@ static size_t f32_tensor_bytes(const sdp_st_tensor *t) {
                   "tensor '%s' is too large to address", t->name);
         count *= (size_t)t->shape[d];
     }
-    SDP_CHECK(count == 0 || t->data, "tensor '%s' has no data pointer", t->name);
+    SDP_CHECK(!need_data || count == 0 || t->data, "tensor '%s' has no data pointer", t->name);
     return count * sizeof(float);
 }
 
@@ -93,7 +96,7 @@ static void add_metadata(cJSON *root, const char *const *meta) {
 
 /* The JSON header, padded with spaces so that the data section starts 8-byte aligned. */
 static char *build_header(const sdp_st_tensor *tensors, int n, const char *const *meta,
-                          size_t *header_len) {
+                          size_t *header_len, uint64_t *data_len) {
     cJSON *root = cJSON_CreateObject();
     add_metadata(root, meta);
     int64_t offset = 0;
@@ -101,13 +104,14 @@ static char *build_header(const sdp_st_tensor *tensors, int n, const char *const
         const sdp_st_tensor *t = &tensors[i];
         SDP_CHECK(!cJSON_GetObjectItemCaseSensitive(root, t->name),
                   "tensor name '%s' is used twice: give each tensor a unique name", t->name);
-        int64_t range[2] = {offset, offset + (int64_t)f32_tensor_bytes(t)};
+        int64_t range[2] = {offset, offset + (int64_t)f32_tensor_bytes(t, false)};
         cJSON *entry = cJSON_AddObjectToObject(root, t->name);
         cJSON_AddStringToObject(entry, "dtype", "F32");
         cJSON_AddItemToObject(entry, "shape", json_int_array(t->shape, t->ndim));
         cJSON_AddItemToObject(entry, "data_offsets", json_int_array(range, 2));
         offset = range[1];
     }
+    *data_len = (uint64_t)offset;
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     SDP_CHECK(json, "out of memory building a safetensors header");
@@ -120,37 +124,58 @@ static char *build_header(const sdp_st_tensor *tensors, int n, const char *const
     return header;
 }
 
-/* Fills in the checksum's digits: the CRC of the length, the header but its digits, and the
- * tensors, in the order they are written. */
-static void seal_header(char *header, const unsigned char len_le[8], size_t header_len,
-                        const sdp_st_tensor *tensors, int n) {
+/* The writer keeps the header, with placeholder digits, only until it is written: the CRC of
+ * everything but the digits runs on as the data is appended, and the digits go in last. */
+void sdp_st_writer_open(sdp_st_writer *w, const char *path, const sdp_st_tensor *tensors, int n,
+                        const char *const *meta) {
+    SDP_CHECK(n >= 0 && (n == 0 || tensors), "sdp_st_writer_open: bad tensor list for '%s'", path);
+    memset(w, 0, sizeof *w);
+    size_t header_len;
+    char *header = build_header(tensors, n, meta, &header_len, &w->data_len);
+    unsigned char len_le[8];
+    for (int b = 0; b < 8; b++) len_le[b] = (unsigned char)((uint64_t)header_len >> (8 * b));
     const size_t at = CRC_AT - 8;
-    uint32_t crc = crc32_update((uint32_t)crc32(0, Z_NULL, 0), len_le, 8);
-    crc = crc32_update(crc, header, at);
-    crc = crc32_update(crc, header + at + CRC_DIGITS, header_len - at - CRC_DIGITS);
-    for (int i = 0; i < n; i++)
-        crc = crc32_update(crc, tensors[i].data, f32_tensor_bytes(&tensors[i]));
+    w->crc = crc32_update((uint32_t)crc32(0, Z_NULL, 0), len_le, 8);
+    w->crc = crc32_update(w->crc, header, at);
+    w->crc = crc32_update(w->crc, header + at + CRC_DIGITS, header_len - at - CRC_DIGITS);
+    sdp_atomic_open(&w->file, path);
+    sdp_atomic_write(&w->file, len_le, sizeof len_le);
+    sdp_atomic_write(&w->file, header, header_len);
+    free(header);
+}
+
+void sdp_st_writer_append(sdp_st_writer *w, const void *data, size_t len) {
+    SDP_CHECK(len <= w->data_len - w->written,
+              "sdp_st_writer_append: '%s' would get more than the %" PRIu64
+              " data bytes its header declares",
+              w->file.path, w->data_len);
+    w->crc = crc32_update(w->crc, data, len);
+    sdp_atomic_write(&w->file, data, len);
+    w->written += len;
+}
+
+void sdp_st_writer_commit(sdp_st_writer *w) {
+    /* A short file would carry a header that describes bytes it lacks: refuse before the rename,
+     * so the previous file stays. */
+    SDP_CHECK(w->written == w->data_len,
+              "sdp_st_writer_commit: '%s' got %" PRIu64
+              " data bytes, but its header declares %" PRIu64,
+              w->file.path, w->written, w->data_len);
     char hex[CRC_DIGITS + 1];
-    snprintf(hex, sizeof hex, "%08" PRIx32, crc);
-    memcpy(header + at, hex, CRC_DIGITS);
+    snprintf(hex, sizeof hex, "%08" PRIx32, w->crc);
+    sdp_atomic_write_at(&w->file, hex, CRC_DIGITS, CRC_AT);
+    sdp_atomic_commit(&w->file);
+    memset(w, 0, sizeof *w);
 }
 
 void sdp_st_write(const char *path, const sdp_st_tensor *tensors, int n, const char *const *meta) {
     SDP_CHECK(n >= 0 && (n == 0 || tensors), "sdp_st_write: bad tensor list for '%s'", path);
-    size_t header_len;
-    char *header = build_header(tensors, n, meta, &header_len);
-    unsigned char len_le[8];
-    for (int b = 0; b < 8; b++) len_le[b] = (unsigned char)((uint64_t)header_len >> (8 * b));
-    seal_header(header, len_le, header_len, tensors, n);
-
-    sdp_atomic_file a;
-    sdp_atomic_open(&a, path);
-    sdp_atomic_write(&a, len_le, sizeof len_le);
-    sdp_atomic_write(&a, header, header_len);
+    for (int i = 0; i < n; i++) f32_tensor_bytes(&tensors[i], true);
+    sdp_st_writer w;
+    sdp_st_writer_open(&w, path, tensors, n, meta);
     for (int i = 0; i < n; i++)
-        sdp_atomic_write(&a, tensors[i].data, f32_tensor_bytes(&tensors[i]));
-    sdp_atomic_commit(&a);
-    free(header);
+        sdp_st_writer_append(&w, tensors[i].data, f32_tensor_bytes(&tensors[i], false));
+    sdp_st_writer_commit(&w);
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -397,19 +422,50 @@ static sdp_st_checksum checksum_kind(const sdp_st_file *f, const char *path, con
     return SDP_ST_NO_CHECKSUM;
 }
 
-static void verify_checksum(const sdp_st_file *f, const char *path, size_t header_len) {
-    const unsigned char *bytes = f->buf;
+/* Streaming verification reads the file through a buffer of at most this many bytes. */
+enum { VERIFY_CHUNK = 4 << 20 };
+
+static void pread_exact(FILE *fp, const char *path, void *dst, size_t len, size_t at) {
+    char *p = dst;
+    while (len > 0) {
+        ssize_t r = pread(fileno(fp), p, len, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        SDP_CHECK(r > 0, "cannot read '%s' (%s): check the disk and the file", path,
+                  r < 0 ? strerror(errno) : "file shrank while reading");
+        p += r;
+        len -= (size_t)r;
+        at += (size_t)r;
+    }
+}
+
+/* The CRC continued over the file's bytes [from, to): from f->buf when the whole file is in
+ * memory, else read from the open file through `chunk` bytes of scratch. */
+static uint32_t crc_of_span(const sdp_st_file *f, uint32_t crc, size_t from, size_t to,
+                            unsigned char *scratch, size_t chunk) {
+    if (f->buf) return crc32_update(crc, (const unsigned char *)f->buf + from, to - from);
+    for (size_t at = from; at < to; at += chunk) {
+        const size_t n = to - at < chunk ? to - at : chunk;
+        pread_exact(f->fp, f->path, scratch, n, at);
+        crc = crc32_update(crc, scratch, n);
+    }
+    return crc;
+}
+
+static void verify_checksum(const sdp_st_file *f, const char *path, size_t header_len,
+                            sdp_mem *mem) {
+    if (f->checksum == SDP_ST_NO_CHECKSUM) return; /* written by another tool: nothing to verify */
+    const size_t chunk = f->len < VERIFY_CHUNK ? f->len + 1 : VERIFY_CHUNK;
+    unsigned char *scratch = f->buf ? NULL : sdp_alloc(mem, SDP_MEM_SCRATCH, chunk);
     uint32_t want, got = (uint32_t)crc32(0, Z_NULL, 0);
     if (f->checksum == SDP_ST_FILE_CHECKSUM) {
         want = stored_crc(path, FILE_CRC_KEY, sdp_st_meta(f, FILE_CRC_KEY));
-        got = crc32_update(got, bytes, CRC_AT);
-        got = crc32_update(got, bytes + CRC_AT + CRC_DIGITS, f->len - CRC_AT - CRC_DIGITS);
-    } else if (f->checksum == SDP_ST_DATA_CHECKSUM) {
-        want = stored_crc(path, CRC_KEY, sdp_st_meta(f, CRC_KEY));
-        got = crc32_update(got, bytes + 8 + header_len, f->len - 8 - header_len);
+        got = crc_of_span(f, got, 0, CRC_AT, scratch, chunk);
+        got = crc_of_span(f, got, CRC_AT + CRC_DIGITS, f->len, scratch, chunk);
     } else {
-        return; /* written by another tool: nothing to verify against */
+        want = stored_crc(path, CRC_KEY, sdp_st_meta(f, CRC_KEY));
+        got = crc_of_span(f, got, 8 + header_len, f->len, scratch, chunk);
     }
+    if (scratch) sdp_free(mem, scratch);
     if (want != got)
         sdp_fatal("cannot load '%s': corrupt: checksum mismatch (stored %08" PRIx32
                   ", computed %08" PRIx32 "); the file was damaged, restore it from a backup or "
@@ -442,28 +498,51 @@ static void read_header(sdp_st_file *f, const char *path, const char *header, si
     *ranges = r;
 }
 
-void sdp_st_read(sdp_st_file *f, const char *path, sdp_mem *mem) {
+/* Opens the file and reads and checks its header: entries get their offsets in the file, no data.
+ * Returns the header's length; the file stays open in f->fp. */
+static size_t open_header(sdp_st_file *f, const char *path, sdp_mem *mem) {
     memset(f, 0, sizeof *f);
-    FILE *fp = sdp_fopen_input(path, "safetensors file", &f->len);
-    const size_t header_len = header_length(fp, path, f->len), data_at = 8 + header_len;
+    f->fp = sdp_fopen_input(path, "safetensors file", &f->len);
+    f->path = scratch_strdup(mem, path);
+    const size_t header_len = header_length(f->fp, path, f->len), data_at = 8 + header_len;
     char *header = sdp_alloc(mem, SDP_MEM_SCRATCH, header_len);
-    read_exact(fp, path, header, header_len);
+    read_exact(f->fp, path, header, header_len);
     byte_range *ranges;
     read_header(f, path, header, header_len, f->len - data_at, &ranges, mem);
+    sdp_free(mem, header);
+    for (int i = 0; i < f->n; i++)
+        f->entries[ranges[i].idx].offset = data_at + (size_t)ranges[i].begin;
+    sdp_free(mem, ranges);
+    return header_len;
+}
+
+void sdp_st_read(sdp_st_file *f, const char *path, sdp_mem *mem) {
+    const size_t header_len = open_header(f, path, mem);
     /* Only a header that fits the file's size gets the file read: a damaged one costs no more
      * than its own bytes. */
     f->buf = sdp_alloc(mem, SDP_MEM_SCRATCH, f->len);
-    unsigned char *bytes = f->buf;
-    for (int b = 0; b < 8; b++) bytes[b] = (unsigned char)((uint64_t)header_len >> (8 * b));
-    memcpy(bytes + 8, header, header_len);
-    read_exact(fp, path, bytes + data_at, f->len - data_at);
-    fclose(fp);
-    sdp_free(mem, header);
+    pread_exact(f->fp, path, f->buf, f->len, 0);
+    fclose(f->fp);
+    f->fp = NULL;
     for (int i = 0; i < f->n; i++)
-        f->entries[ranges[i].idx].data = bytes + data_at + ranges[i].begin;
-    sdp_free(mem, ranges);
-    f->path = scratch_strdup(mem, path);
-    verify_checksum(f, path, header_len);
+        f->entries[i].data = (const unsigned char *)f->buf + f->entries[i].offset;
+    verify_checksum(f, path, header_len, mem);
+}
+
+void sdp_st_open(sdp_st_file *f, const char *path, sdp_mem *mem) {
+    const size_t header_len = open_header(f, path, mem);
+    verify_checksum(f, path, header_len, mem);
+}
+
+void sdp_st_pread(const sdp_st_file *f, const sdp_st_entry *e, size_t at, void *dst, size_t len) {
+    SDP_CHECK(at <= e->nbytes && len <= e->nbytes - at,
+              "sdp_st_pread: bytes [%zu, %zu) are outside tensor '%s' of %zu bytes in '%s'", at,
+              at + len, e->name, e->nbytes, f->path);
+    if (f->buf) {
+        memcpy(dst, (const unsigned char *)f->buf + e->offset + at, len);
+        return;
+    }
+    pread_exact(f->fp, f->path, dst, len, e->offset + at);
 }
 
 const sdp_st_entry *sdp_st_find(const sdp_st_file *f, const char *name) {
@@ -556,5 +635,6 @@ void sdp_st_close(sdp_st_file *f, sdp_mem *mem) {
     sdp_free(mem, f->meta_vals);
     sdp_free(mem, f->path);
     sdp_free(mem, f->buf);
+    if (f->fp) fclose(f->fp);
     memset(f, 0, sizeof *f);
 }

@@ -635,12 +635,21 @@ void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, s
     }
 }
 
-void sdp_sync_scatter_full(const sdp_sync *s, const float *full, float *local, bool state_compact) {
+void sdp_sync_for_each_run(const sdp_sync *s, float *local, bool state_compact,
+                           void (*fn)(void *ctx, size_t global, size_t len, float *dst),
+                           void *ctx) {
     for (int i = 0; i < s->map->nruns; i++) {
         if (state_compact && !trained(s, run_at(s, i))) continue;
-        memcpy(local + local_index(s, i, state_compact), full + run_at(s, i)->global,
-               run_at(s, i)->len * sizeof(float));
+        fn(ctx, run_at(s, i)->global, run_at(s, i)->len, local + local_index(s, i, state_compact));
     }
+}
+
+static void copy_from_full(void *full, size_t global, size_t len, float *dst) {
+    memcpy(dst, (const float *)full + global, len * sizeof(float));
+}
+
+void sdp_sync_scatter_full(const sdp_sync *s, const float *full, float *local, bool state_compact) {
+    sdp_sync_for_each_run(s, local, state_compact, copy_from_full, (void *)full);
 }
 
 /* ---- replica check -------------------------------------------------------------------------- */
