@@ -344,22 +344,43 @@ static void alloc_layer_acts(sdp_tf *m, int i) {
  * set of buffers, sized for the widest layer, serves every layer, and the outputs alternate
  * between two buffers (layer i reads layer i-1's while writing its own, and that residual is the
  * only thing that crosses layers). The embeddings take the buffer of the odd layers' outputs:
- * layer 1 overwrites them only after layer 0 has read them. So an inference model's activations
- * do not grow with depth. */
+ * layer 1 overwrites them only after layer 0 has read them. Inside a layer, buffers whose values
+ * are dead share memory (layer_forward's order): ln1, then att (written once ln1 has been
+ * projected), then ln2 (once att has been projected) take one; qkv, then fc (once attention has
+ * read qkv) another; the two norms' statistics one pair. No kernel runs in place that did not
+ * before. So an inference model holds about 11 B*T*C floats of activations for GPT, whatever
+ * its depth, where training keeps about 16 B*T*C per layer. */
 static void alloc_infer_acts(sdp_tf *m) {
-    int H = 0, F = 0;
+    int H = 0;
+    size_t D = 0, F = 0;
     for (int i = 0; i < m->shape.n_layer; i++) {
         if (m->shape.n_head[i] > H) H = m->shape.n_head[i];
-        if (m->shape.d_ff[i] > F) F = m->shape.d_ff[i];
+        if ((size_t)m->shape.d_ff[i] > F) F = (size_t)m->shape.d_ff[i];
     }
-    sdp_tf_layer_acts set;
-    alloc_acts_set(m, &set, H, (size_t)H * m->head_size, (size_t)F);
+    D = (size_t)H * m->head_size;
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    const size_t fc_width = m->cfg.style == SDP_STYLE_LLAMA ? 2 * F : F;
+    /* The buffers, each once: shared_set owns them (the aliases stay NULL in it) */
+    sdp_tf_layer_acts *own = &m->shared_set;
+    memset(own, 0, sizeof *own);
+    own->ln1 = acts(m, N * (D > C ? D : C));
+    own->ln1_mean = acts(m, N);
+    own->ln1_rstd = acts(m, N);
+    own->qkv = acts(m, N * (3 * D > fc_width ? 3 * D : fc_width));
+    own->lse = acts(m, (size_t)m->B * H * m->T);
+    own->mid = acts(m, N * C);
+    own->act = acts(m, N * F);
+    own->out = acts(m, N * C);
+    sdp_tf_layer_acts set = *own;
+    set.att = set.ln2 = own->ln1;
+    set.ln2_mean = own->ln1_mean;
+    set.ln2_rstd = own->ln1_rstd;
+    set.fc = own->qkv;
     for (int i = 0; i < m->shape.n_layer; i++) {
         m->layers[i] = set;
         if (i % 2) m->layers[i].out = m->embed;
     }
     m->shared_acts = true;
-    m->shared_set = set;
 }
 
 /* Backward work buffers are shared by all layers, so they are sized for the widest one. */
