@@ -1019,6 +1019,93 @@ static void test_dry_run(void **state) {
     check_dry_run(&r18, NULL, 2, SDP_MODEL_TRAIN);
 }
 
+/* Activation bytes of a ResNet of this depth, counted without allocating (a dry mem). */
+static size_t resnet_act_bytes(int depth, sdp_model_mode mode) {
+    sdp_model_config mc = {.arch = "resnet",
+                           .depth = depth,
+                           .width = WIDTH,
+                           .in_channels = IN_CH,
+                           .image_size = SIZE,
+                           .classes = CLASSES};
+    sdp_mem dry = {.dry = true};
+    sdp_model m;
+    sdp_model_family_find("resnet")->create(&m, &mc, NULL, BATCH, 1, mode, SDP_GEMM_DNNL, &dry);
+    m.ops->destroy(&m);
+    return dry.peak[SDP_MEM_ACTS];
+}
+
+/* Rank 0 evaluates the assembled full model: built for inference, its activations must not grow
+ * with depth (one block's buffers serve every block), while training keeps every block's. Depths
+ * 14 and 26: 2 and 4 blocks per stage. */
+static void test_infer_acts_do_not_grow_with_depth(void **state) {
+    (void)state;
+    const size_t two = resnet_act_bytes(14, SDP_MODEL_INFER);
+    const size_t four = resnet_act_bytes(26, SDP_MODEL_INFER);
+    print_message("inference activations: %zu bytes with 2 blocks a stage, %zu with 4\n", two,
+                  four);
+    assert_true(two > 0);
+    assert_int_equal(two, four);
+    assert_true(resnet_act_bytes(26, SDP_MODEL_TRAIN) > resnet_act_bytes(14, SDP_MODEL_TRAIN));
+}
+
+/* With shared buffers the forward must compute exactly what a training model's does, in
+ * evaluation and in training mode (the assembled model's running statistics are re-estimated
+ * with training forwards): the same loss, logits and running statistics, bit for bit, for odd
+ * and even numbers of blocks, and with a block that keeps no inner channel. */
+static void check_infer_matches_train(int depth, const sdp_subnet_spec *spec) {
+    sdp_resnet_config c = {depth, WIDTH, IN_CH, SIZE, CLASSES};
+    sdp_mem mem = {0};
+    sdp_resnet *inf =
+        sdp_resnet_create(&c, spec, BATCH, SDP_MODEL_INFER, SDP_GEMM_DNNL, SDP_CONV_DNNL, &mem);
+    sdp_resnet *train =
+        sdp_resnet_create(&c, spec, BATCH, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, SDP_CONV_DNNL, &mem);
+    const sdp_layout *L = sdp_resnet_layout(inf);
+    perturbed_params(L, sdp_resnet_params(inf), 11);
+    memcpy(sdp_resnet_params(train), sdp_resnet_params(inf), L->numel * sizeof(float));
+    float images[BATCH * IN_CH * SIZE * SIZE];
+    int labels[BATCH];
+    for (int pass = 0; pass < 4; pass++) {
+        random_batch(images, labels, 20 + (uint64_t)pass);
+        const bool training = pass % 2;
+        sdp_metrics a, b;
+        sdp_resnet_forward(inf, images, labels, BATCH, training, &a);
+        sdp_resnet_forward(train, images, labels, BATCH, training, &b);
+        assert_true(a.loss == b.loss && a.correct == b.correct && a.count == b.count);
+        sdp_resnet_forward(inf, images, NULL, BATCH, training, &a);
+        sdp_resnet_forward(train, images, NULL, BATCH, training, &b);
+        for (int i = 0; i < BATCH; i++)
+            assert_memory_equal(sdp_resnet_logits(inf, i), sdp_resnet_logits(train, i),
+                                CLASSES * sizeof(float));
+        assert_memory_equal(sdp_resnet_params(inf), sdp_resnet_params(train),
+                            L->numel * sizeof(float));
+    }
+    sdp_resnet_destroy(inf);
+    sdp_resnet_destroy(train);
+    for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(mem.cur[k], 0);
+}
+
+static void test_infer_matches_train(void **state) {
+    (void)state;
+    check_infer_matches_train(8, NULL);  /* 3 blocks: the top output in the even blocks' buffer */
+    check_infer_matches_train(14, NULL); /* 6 blocks: in the odd blocks' (the stem's) buffer */
+    sdp_model_config mc = {.arch = "resnet",
+                           .depth = DEPTH,
+                           .width = WIDTH,
+                           .in_channels = IN_CH,
+                           .image_size = SIZE,
+                           .classes = CLASSES};
+    sdp_layout full;
+    sdp_model_family_find("resnet")->describe_full(&full, &mc);
+    sdp_subnet_spec spec;
+    sdp_subnet_spec_full(&spec, &full);
+    spec.keep[2] = false;
+    spec.kept[4][0] = 0;
+    spec.kept[8][0] = 2;
+    check_infer_matches_train(DEPTH, &spec);
+    sdp_subnet_spec_free(&spec);
+    sdp_layout_free(&full);
+}
+
 int main(void) {
     sdp_set_threads(1); /* tiny convolutions: more threads only spin */
     const struct CMUnitTest tests[] = {
@@ -1035,6 +1122,8 @@ int main(void) {
         cmocka_unit_test(test_sliced_gradients),
         cmocka_unit_test(test_flops),
         cmocka_unit_test(test_dry_run),
+        cmocka_unit_test(test_infer_acts_do_not_grow_with_depth),
+        cmocka_unit_test(test_infer_matches_train),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -194,6 +194,100 @@ static void test_init_is_counter_based(void **state) {
     sdp_tf_shape_free(&s);
 }
 
+/* ---- inference models: activations for one layer at a time ------------------------------- */
+
+static sdp_tf_config layered(sdp_tf_style style, int n_layer) {
+    sdp_tf_config c = {.style = style,
+                       .n_layer = n_layer,
+                       .n_head = 2,
+                       .d_model = 8,
+                       .d_ff = 12,
+                       .seq_len = 6,
+                       .vocab = 11};
+    if (style == SDP_STYLE_VIT)
+        c.in_channels = 2, c.image_size = 4, c.patch = 2, c.classes = 3, c.vocab = 3;
+    sdp_tf_config_finish(&c);
+    return c;
+}
+
+/* Activation bytes of a model, counted without allocating (a dry mem). */
+static size_t act_bytes(sdp_tf_style style, int n_layer, sdp_model_mode mode) {
+    sdp_mem dry = {.dry = true};
+    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &dry);
+    sdp_tf_config c = layered(style, n_layer);
+    sdp_tf m;
+    sdp_tf_create(&m, &c, NULL, 2, 5, mode, be);
+    sdp_tf_destroy(&m);
+    sdp_backend_destroy(be);
+    return dry.peak[SDP_MEM_ACTS];
+}
+
+/* Rank 0 evaluates the assembled full model: built for inference, its activations must not grow
+ * with depth (one layer's buffers serve every layer), while training keeps every layer's. */
+static void test_infer_acts_do_not_grow_with_depth(void **state) {
+    (void)state;
+    const sdp_tf_style styles[] = {SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT};
+    for (int s = 0; s < 3; s++) {
+        const size_t two = act_bytes(styles[s], 2, SDP_MODEL_INFER);
+        const size_t four = act_bytes(styles[s], 4, SDP_MODEL_INFER);
+        print_message("%s inference activations: %zu bytes with 2 layers, %zu with 4\n",
+                      sdp_tf_style_name(styles[s]), two, four);
+        assert_true(two > 0);
+        assert_int_equal(two, four);
+        assert_true(act_bytes(styles[s], 4, SDP_MODEL_TRAIN) >
+                    act_bytes(styles[s], 2, SDP_MODEL_TRAIN));
+    }
+}
+
+/* With shared buffers the forward must compute exactly what a training model's does: the same
+ * loss and logits, bit for bit, with an odd and an even number of layers (the top layer's output
+ * lies in either of the two alternating buffers). */
+static void check_infer_matches_train(sdp_tf_style style, int n_layer) {
+    sdp_mem mem = {0};
+    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
+    sdp_tf_config c = layered(style, n_layer);
+    const bool vit = style == SDP_STYLE_VIT;
+    const int B = 2, T = vit ? c.seq_len : 5, N = B * T;
+    sdp_tf inf, train;
+    sdp_tf_create(&inf, &c, NULL, B, T, SDP_MODEL_INFER, be);
+    sdp_tf_create(&train, &c, NULL, B, T, SDP_MODEL_TRAIN, be);
+    sdp_layout_init_values(&inf.layout, inf.params, 3);
+    sdp_rng r = sdp_rng_make(3, 1);
+    for (size_t i = 0; i < inf.layout.numel; i++) inf.params[i] += 0.3f * sdp_rng_normal(&r);
+    memcpy(train.params, inf.params, inf.layout.numel * sizeof(float));
+    float images[2 * 2 * 4 * 4];
+    int in[2 * 5], tg[2 * 5];
+    tu_fill(images, sizeof images / sizeof *images, &r, 1.0f);
+    make_batch(in, tg, vit ? B : N, c.vocab, &r);
+    for (int pass = 0; pass < 2; pass++) { /* twice: the buffers hold the last batch's values */
+        double li, lt;
+        if (vit) {
+            li = sdp_tf_forward_images(&inf, images, tg, B);
+            lt = sdp_tf_forward_images(&train, images, tg, B);
+        } else {
+            li = sdp_tf_forward(&inf, in, tg, B, T);
+            lt = sdp_tf_forward(&train, in, tg, B, T);
+        }
+        assert_true(li == lt);
+        const int rows = vit ? B : N;
+        assert_memory_equal(inf.probs, train.probs, (size_t)rows * c.vocab_padded * sizeof(float));
+        images[pass] += 0.5f;
+        in[pass] = (in[pass] + 1) % c.vocab;
+    }
+    sdp_tf_destroy(&inf);
+    sdp_tf_destroy(&train);
+    sdp_backend_destroy(be);
+    for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(mem.cur[k], 0);
+}
+
+static void test_infer_matches_train(void **state) {
+    (void)state;
+    const sdp_tf_style styles[] = {SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT};
+    for (int s = 0; s < 3; s++)
+        for (int n_layer = 1; n_layer <= 4; n_layer++)
+            check_infer_matches_train(styles[s], n_layer);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_gpt),
@@ -201,6 +295,8 @@ int main(void) {
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_subnetwork_shape),
         cmocka_unit_test(test_init_is_counter_based),
+        cmocka_unit_test(test_infer_acts_do_not_grow_with_depth),
+        cmocka_unit_test(test_infer_matches_train),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

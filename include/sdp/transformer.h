@@ -86,6 +86,11 @@ typedef struct {
     int *inputs, *targets; /* the last forward's, uploaded */
     float *embed;          /* [N, C] residual stream entering layer 0 */
     sdp_tf_layer_acts *layers;
+    /* SDP_MODEL_INFER: every layer's buffers are views of shared_set's, which owns each buffer
+     * once (see alloc_infer_acts in transformer.c); the outputs alternate between shared_set.out
+     * (even layers) and embed (odd layers) */
+    bool shared_acts;
+    sdp_tf_layer_acts shared_set;
     float *lnf, *lnf_mean, *lnf_rstd;
     float *probs;  /* [N, Vp]: logits, then probabilities, then dlogits */
     float *losses; /* [N] */

@@ -282,6 +282,10 @@ struct sdp_resnet {
     /* backward work buffers, each as large as the largest activation */
     float *g, *s, *t1, *t2, *dpooled;
     size_t max_act;
+    /* SDP_MODEL_INFER: a forward-only pass needs one block's activations at a time, so every
+     * block's buffers are views of these (see share_infer_acts), sized for the largest use */
+    float *pool_conv, *pool_mean, *pool_rstd, *pool_a1, *pool_out[2];
+    size_t max_conv, max_channels, max_a1, max_out;
     int last_B;
     bool has_loss;      /* probs hold the probabilities of a training forward with labels */
     int backward_floor; /* lowest block the backward reaches; -1: down to the stem */
@@ -329,6 +333,11 @@ static conv_bn make_conv_bn(sdp_resnet *r, conv_bn_tensors t, int ic, int in_siz
                  .size = (in_size + stride - 1) / stride};
     r->flops += (double)oc * ic * k * k * u.size * u.size;
     if (oc == 0) return u;
+    if (r->mode == SDP_MODEL_INFER) { /* a view of the pools, set by share_infer_acts */
+        if (act_size(r, oc, u.size) > r->max_conv) r->max_conv = act_size(r, oc, u.size);
+        if ((size_t)oc > r->max_channels) r->max_channels = (size_t)oc;
+        return u;
+    }
     u.conv = acts(r, act_size(r, oc, u.size));
     u.mean = acts(r, (size_t)oc);
     u.rstd = acts(r, (size_t)oc);
@@ -346,14 +355,54 @@ static void make_block(sdp_resnet *r, block *b, const kept_block *k, const block
     const sdp_resnet_block_arch *a = &k->arch;
     b->k = *k;
     b->c1 = make_conv_bn(r, t->c1, a->cin, a->in_size, k->mid, 3, a->stride);
-    b->a1 = k->mid ? acts(r, act_size(r, k->mid, a->out_size)) : NULL;
     b->c2 = make_conv_bn(r, t->c2, k->mid, a->out_size, a->cout, 3, 1);
     if (a->downsample)
         b->sc = make_conv_bn(r, t->sc, a->cin, a->in_size, a->cout, 1, a->stride);
     else
         b->sc.t = (conv_bn_tensors){-1, -1};
-    b->out = acts(r, act_size(r, a->cout, a->out_size));
     note_act(r, a->cin, a->in_size);
+    if (r->mode == SDP_MODEL_INFER) { /* views of the pools, set by share_infer_acts */
+        if (act_size(r, k->mid, a->out_size) > r->max_a1)
+            r->max_a1 = act_size(r, k->mid, a->out_size);
+        if (act_size(r, a->cout, a->out_size) > r->max_out)
+            r->max_out = act_size(r, a->cout, a->out_size);
+        return;
+    }
+    b->a1 = k->mid ? acts(r, act_size(r, k->mid, a->out_size)) : NULL;
+    b->out = acts(r, act_size(r, a->cout, a->out_size));
+}
+
+static void view_conv_bn(sdp_resnet *r, conv_bn *u) {
+    if (u->C == 0) return; /* absent, as make_conv_bn leaves it */
+    u->conv = r->pool_conv;
+    u->mean = r->pool_mean;
+    u->rstd = r->pool_rstd;
+}
+
+/* Within a block the convolutions run one after another, each one's output consumed by its batch
+ * norm (which writes a1, tmp or out) before the next starts, so they share one conv buffer and
+ * one pair of statistics. Outputs alternate between two buffers: block i reads block i-1's (or
+ * the stem's, which takes the odd blocks' buffer) while writing its own. The bytes are those of
+ * the largest block, whatever the depth. */
+static void share_infer_acts(sdp_resnet *r) {
+    const sdp_resnet_config *c = &r->cfg;
+    const size_t stem = act_size(r, c->width, c->image_size);
+    r->pool_conv = acts(r, r->max_conv);
+    r->pool_mean = acts(r, r->max_channels);
+    r->pool_rstd = acts(r, r->max_channels);
+    r->pool_a1 = r->max_a1 ? acts(r, r->max_a1) : NULL;
+    r->pool_out[0] = acts(r, r->max_out > stem ? r->max_out : stem);
+    r->pool_out[1] = acts(r, r->max_out > stem ? r->max_out : stem);
+    view_conv_bn(r, &r->stem);
+    r->stem_out = r->pool_out[1];
+    for (int i = 0; i < r->nblocks; i++) {
+        block *b = &r->blocks[i];
+        view_conv_bn(r, &b->c1);
+        view_conv_bn(r, &b->c2);
+        view_conv_bn(r, &b->sc);
+        b->a1 = b->k.mid ? r->pool_a1 : NULL;
+        b->out = r->pool_out[i % 2];
+    }
 }
 
 /* The largest tensor that may have a sliced gradient: those of inner groups (neuron units). */
@@ -407,8 +456,9 @@ sdp_resnet *sdp_resnet_create_on(const sdp_resnet_config *cfg, const sdp_subnet_
     r->input = acts(r, act_size(r, c->in_channels, S));
     r->labels = be->alloc(be, SDP_MEM_ACTS, (size_t)B * sizeof(int));
     r->stem = make_conv_bn(r, t.stem, c->in_channels, S, c->width, 3, 1);
-    r->stem_out = acts(r, act_size(r, c->width, S));
+    if (mode != SDP_MODEL_INFER) r->stem_out = acts(r, act_size(r, c->width, S));
     for (int i = 0; i < r->nblocks; i++) make_block(r, &r->blocks[i], &kb[i], &t.blocks[i]);
+    if (mode == SDP_MODEL_INFER) share_infer_acts(r);
     r->fc_w = t.fc_w;
     r->fc_b = t.fc_b;
     r->flops += (double)C * K;
@@ -446,19 +496,26 @@ sdp_resnet *sdp_resnet_create(const sdp_resnet_config *cfg, const sdp_subnet_spe
 void sdp_resnet_destroy(sdp_resnet *r) {
     if (!r) return;
     const sdp_backend *be = r->be;
-    for (int i = 0; i < r->nblocks; i++) {
-        block *b = &r->blocks[i];
-        free_conv_bn(r, &b->c1);
-        free_conv_bn(r, &b->c2);
-        free_conv_bn(r, &b->sc);
-        be->free(be, b->a1);
-        be->free(be, b->out);
+    if (r->mode == SDP_MODEL_INFER) { /* the activations are views of the pools */
+        float *pools[] = {r->pool_conv, r->pool_mean,   r->pool_rstd,
+                          r->pool_a1,   r->pool_out[0], r->pool_out[1]};
+        for (size_t i = 0; i < sizeof pools / sizeof *pools; i++) be->free(be, pools[i]);
+    } else {
+        for (int i = 0; i < r->nblocks; i++) {
+            block *b = &r->blocks[i];
+            free_conv_bn(r, &b->c1);
+            free_conv_bn(r, &b->c2);
+            free_conv_bn(r, &b->sc);
+            be->free(be, b->a1);
+            be->free(be, b->out);
+        }
+        free_conv_bn(r, &r->stem);
+        be->free(be, r->stem_out);
     }
-    free_conv_bn(r, &r->stem);
     if (!r->own_grads) r->grads = NULL; /* the caller's (sdp_resnet_use_grads) */
-    float *bufs[] = {r->params,   r->grads, r->gscratch, r->conv_scratch, r->input,
-                     r->stem_out, r->tmp,   r->pooled,   r->probs,        r->losses,
-                     r->g,        r->s,     r->t1,       r->t2,           r->dpooled};
+    float *bufs[] = {r->params, r->grads,  r->gscratch, r->conv_scratch, r->input,
+                     r->tmp,    r->pooled, r->probs,    r->losses,       r->g,
+                     r->s,      r->t1,     r->t2,       r->dpooled};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(be, bufs[i]);
     be->free(be, r->labels);
     for (int i = 0; i < r->nplans; i++) be->conv_plan_free(be, r->plans[i].impl);

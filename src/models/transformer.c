@@ -315,17 +315,16 @@ static float *acts(sdp_tf *m, size_t n) {
     return m->be->alloc(m->be, SDP_MEM_ACTS, n * sizeof(float));
 }
 
-static void alloc_layer_acts(sdp_tf *m, int i) {
+/* One layer's forward activations, for H heads of attention width D and F MLP neurons. */
+static void alloc_acts_set(sdp_tf *m, sdp_tf_layer_acts *a, int H, size_t D, size_t F) {
     const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
-    const size_t D = (size_t)m->shape.n_head[i] * m->head_size, F = (size_t)m->shape.d_ff[i];
     const size_t fc_width = m->cfg.style == SDP_STYLE_LLAMA ? 2 * F : F;
-    sdp_tf_layer_acts *a = &m->layers[i];
     a->ln1 = acts(m, N * C);
     a->ln1_mean = acts(m, N);
     a->ln1_rstd = acts(m, N);
     a->qkv = acts(m, N * 3 * D);
     a->att = acts(m, N * D);
-    a->lse = acts(m, (size_t)m->B * m->shape.n_head[i] * m->T);
+    a->lse = acts(m, (size_t)m->B * H * m->T);
     a->mid = acts(m, N * C);
     a->ln2 = acts(m, N * C);
     a->ln2_mean = acts(m, N);
@@ -333,6 +332,55 @@ static void alloc_layer_acts(sdp_tf *m, int i) {
     a->fc = acts(m, N * fc_width);
     a->act = acts(m, N * F);
     a->out = acts(m, N * C);
+}
+
+/* Training keeps every layer's activations: the backward reads them all. */
+static void alloc_layer_acts(sdp_tf *m, int i) {
+    alloc_acts_set(m, &m->layers[i], m->shape.n_head[i], (size_t)m->shape.n_head[i] * m->head_size,
+                   (size_t)m->shape.d_ff[i]);
+}
+
+/* A forward-only pass needs one layer's activations at a time, and the layer below's output: one
+ * set of buffers, sized for the widest layer, serves every layer, and the outputs alternate
+ * between two buffers (layer i reads layer i-1's while writing its own, and that residual is the
+ * only thing that crosses layers). The embeddings take the buffer of the odd layers' outputs:
+ * layer 1 overwrites them only after layer 0 has read them. Inside a layer, buffers whose values
+ * are dead share memory (layer_forward's order): ln1, then att (written once ln1 has been
+ * projected), then ln2 (once att has been projected) take one; qkv, then fc (once attention has
+ * read qkv) another; the two norms' statistics one pair. No kernel runs in place that did not
+ * before. So an inference model holds about 11 B*T*C floats of activations for GPT, whatever
+ * its depth, where training keeps about 16 B*T*C per layer. */
+static void alloc_infer_acts(sdp_tf *m) {
+    int H = 0;
+    size_t D = 0, F = 0;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        if (m->shape.n_head[i] > H) H = m->shape.n_head[i];
+        if ((size_t)m->shape.d_ff[i] > F) F = (size_t)m->shape.d_ff[i];
+    }
+    D = (size_t)H * m->head_size;
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    const size_t fc_width = m->cfg.style == SDP_STYLE_LLAMA ? 2 * F : F;
+    /* The buffers, each once: shared_set owns them (the aliases stay NULL in it) */
+    sdp_tf_layer_acts *own = &m->shared_set;
+    memset(own, 0, sizeof *own);
+    own->ln1 = acts(m, N * (D > C ? D : C));
+    own->ln1_mean = acts(m, N);
+    own->ln1_rstd = acts(m, N);
+    own->qkv = acts(m, N * (3 * D > fc_width ? 3 * D : fc_width));
+    own->lse = acts(m, (size_t)m->B * H * m->T);
+    own->mid = acts(m, N * C);
+    own->act = acts(m, N * F);
+    own->out = acts(m, N * C);
+    sdp_tf_layer_acts set = *own;
+    set.att = set.ln2 = own->ln1;
+    set.ln2_mean = own->ln1_mean;
+    set.ln2_rstd = own->ln1_rstd;
+    set.fc = own->qkv;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        m->layers[i] = set;
+        if (i % 2) m->layers[i].out = m->embed;
+    }
+    m->shared_acts = true;
 }
 
 /* Backward work buffers are shared by all layers, so they are sized for the widest one. */
@@ -393,7 +441,10 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     m->embed = acts(m, N * C);
     m->layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->layers);
     SDP_CHECK(m->layers, "out of memory");
-    for (int i = 0; i < m->shape.n_layer; i++) alloc_layer_acts(m, i);
+    if (mode == SDP_MODEL_INFER)
+        alloc_infer_acts(m);
+    else
+        for (int i = 0; i < m->shape.n_layer; i++) alloc_layer_acts(m, i);
     m->lnf = acts(m, head_rows * C);
     m->lnf_mean = acts(m, head_rows);
     m->lnf_rstd = acts(m, head_rows);
@@ -411,8 +462,10 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
 void sdp_tf_destroy(sdp_tf *m) {
     const sdp_backend *be = m->be;
     if (!m->own_grads) m->grads = NULL; /* the caller's (sdp_tf_use_grads) */
-    for (int i = 0; i < m->shape.n_layer; i++) {
-        sdp_tf_layer_acts *a = &m->layers[i];
+    /* an inference model's layers share one set (alloc_infer_acts), freed once */
+    const int nsets = m->shared_acts ? 1 : m->shape.n_layer;
+    for (int i = 0; i < nsets; i++) {
+        sdp_tf_layer_acts *a = m->shared_acts ? &m->shared_set : &m->layers[i];
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse, a->mid,
                          a->ln2, a->ln2_mean, a->ln2_rstd, a->fc,  a->act, a->out};
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) be->free(be, bufs[j]);
