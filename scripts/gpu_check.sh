@@ -262,7 +262,15 @@ step() {
     local took=$((SECONDS - t0)) status why
     case "$rc" in
     0) status=PASS ;;
-    77) status=SKIP why=$(grep -i -m1 -E 'skip|no CUDA device' "$LOGS/$name.log" || true) note="skipped itself: ${why:0:140}" ;;
+    77)
+        status=SKIP
+        why=$(grep -i -m1 -E 'skip|no CUDA device' "$LOGS/$name.log" || true)
+        note="skipped itself: ${why:0:140}"
+        # nvidia-smi lists a GPU, so a program that finds none (an old driver, say) has failed.
+        if [ "${SDP_GPU_CHECK_FORCE:-0}" != 1 ] && grep -q -i -E 'no (usable )?CUDA device|driver' "$LOGS/$name.log"; then
+            status=FAIL note="found no device although nvidia-smi lists one: ${why:0:110}"
+        fi
+        ;;
     124 | 137) status=TIMEOUT note="killed after ${limit}s (its limit$cut)" ;;
     *)
         status=FAIL
@@ -461,13 +469,14 @@ build() {
         archs=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ' || true)
         [[ "$archs" =~ ^[0-9]+$ ]] || archs="80;90"
     fi
-    local gen=()
+    local gen=() extra=()
     command -v ninja >/dev/null && [ ! -f "$BUILD/Makefile" ] && gen=(-G Ninja)
-    # CMAKE_POLICY_VERSION_MINIMUM: CMake 4 refuses the 2.8 policy range of Debian's oneDNN and
-    # cJSON config files without it; older CMakes ignore it.
+    # CMake 4 (PyTorch images carry it from pip) refuses any package config file that asks for a
+    # policy version below 3.5 without a range; a system's oneDNN or cJSON may.
+    [[ "$(cmake --version | head -n 1)" =~ version\ ([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 4 ] &&
+        extra=(-DCMAKE_POLICY_VERSION_MINIMUM=3.5)
     cmake -S "$REPO" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DSDP_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES="$archs" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
-        "${dep_args[@]}" &&
+        -DCMAKE_CUDA_ARCHITECTURES="$archs" "${extra[@]}" "${dep_args[@]}" &&
         cmake --build "$BUILD" -j"$(nproc)"
 }
 
@@ -637,7 +646,7 @@ cuda_libs >>"$LOGS/deps.log" 2>&1 || deps_rc=$?
 if [ "$deps_rc" -eq 0 ]; then
     record deps PASS $((SECONDS - t0)) "$DEPS packages; $(grep -E '^(cudnn|nccl):' "$LOGS/deps.log" | awk '{print $NF}' | paste -sd' ')"
 else
-    record deps FAIL $((SECONDS - t0)) "$(grep -m1 -E '^missing|could not|not found|no \.device' "$LOGS/deps.log" | cut -c1-150)"
+    record deps FAIL $((SECONDS - t0)) "$({ grep -m1 -E '^missing|could not|not found|no \.device' "$LOGS/deps.log" || head -n 1 "$LOGS/deps.log"; } | cut -c1-150)"
 fi
 # The CPU tests read Fashion-MNIST from its Debian path only: lend them the carried copy.
 if [ -n "${SDP_FASHION_MNIST:-}" ] && [ ! -e /usr/share/datasets/fashion-mnist ] && [ -w /usr/share ]; then
