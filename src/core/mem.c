@@ -9,11 +9,12 @@
 #include <sys/resource.h>
 
 /* Each block carries a header so that sdp_free knows what to give back to which category. */
-typedef struct {
+typedef struct block_header {
     size_t bytes;
     uint32_t cat;
     uint32_t magic;
-    char pad[48];
+    struct block_header *next; /* in sdp_mem.kept */
+    char pad[40];
 } block_header;
 
 enum { HEADER_MAGIC = 0x5d9a110cu };
@@ -26,12 +27,31 @@ static void account(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     m->nallocs++;
 }
 
+/* The smallest kept block of this category that holds `bytes`, zero-filled again, or NULL. It
+ * stays counted at its own size: a model of another shape takes the blocks of the last one
+ * rather than touching fresh pages, and what the process holds is what the tallies say. */
+static void *take_kept(sdp_mem *m, sdp_memcat cat, size_t bytes) {
+    block_header **best = NULL;
+    for (block_header **at = (block_header **)&m->kept; *at; at = &(*at)->next) {
+        const block_header *h = *at;
+        if (h->cat == cat && h->bytes >= bytes && (!best || h->bytes < (*best)->bytes)) best = at;
+    }
+    if (!best) return NULL;
+    block_header *h = *best;
+    *best = h->next;
+    h->next = NULL;
+    memset(h + 1, 0, h->bytes);
+    return h + 1;
+}
+
 void *sdp_alloc(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     SDP_ASSERT(m && cat < SDP_MEM_NCAT);
     if (m->dry) {
         account(m, cat, bytes);
         return NULL;
     }
+    void *again = take_kept(m, cat, bytes);
+    if (again) return again;
     void *raw = NULL;
     if (posix_memalign(&raw, 64, sizeof(block_header) + (bytes ? bytes : 1)) != 0)
         sdp_fatal("out of memory allocating %zu bytes for %s: use a smaller model or batch", bytes,
@@ -40,6 +60,7 @@ void *sdp_alloc(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     h->bytes = bytes;
     h->cat = cat;
     h->magic = HEADER_MAGIC;
+    h->next = NULL;
     void *p = h + 1;
     memset(p, 0, bytes);
     account(m, cat, bytes);
@@ -56,15 +77,33 @@ size_t sdp_alloc_size(const void *p) {
     return p ? header_of(p)->bytes : 0;
 }
 
-void sdp_free(sdp_mem *m, void *p) {
-    if (!p) return;
-    block_header *h = header_of(p);
+static void release(sdp_mem *m, block_header *h) {
     SDP_ASSERT(m->cur[h->cat] >= h->bytes);
     m->cur[h->cat] -= h->bytes;
     m->total_cur -= h->bytes;
     m->nallocs--;
     h->magic = 0;
     free(h);
+}
+
+void sdp_free(sdp_mem *m, void *p) {
+    if (!p) return;
+    block_header *h = header_of(p);
+    if (m->keep) {
+        h->next = m->kept;
+        m->kept = h;
+        return;
+    }
+    release(m, h);
+}
+
+void sdp_mem_release(sdp_mem *m) {
+    m->keep = false;
+    while (m->kept) {
+        block_header *h = m->kept;
+        m->kept = h->next;
+        release(m, h);
+    }
 }
 
 const char *sdp_memcat_name(sdp_memcat cat) {
