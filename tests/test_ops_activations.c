@@ -110,6 +110,21 @@ static void check_swiglu(int n, int F, size_t samples) {
     free(inp), free(r), free(out), free(dinp0), free(dinp), free(ref), free(c.inp), free(c.r);
 }
 
+/* Inference models run GELU in place (out == inp): the same bits as out of place. */
+static void test_gelu_in_place(void **state) {
+    (void)state;
+    const size_t sizes[] = {7, 70001};
+    for (int k = 0; k < 2; k++) {
+        const size_t n = sizes[k];
+        float *x = random_floats(n, 11 + k, 2.0f), *y = malloc(n * sizeof(float));
+        sdp_gelu_fwd(y, x, n);
+        sdp_gelu_fwd(x, x, n);
+        assert_memory_equal(x, y, n * sizeof(float));
+        free(x);
+        free(y);
+    }
+}
+
 static void test_swiglu(void **state) {
     (void)state;
     check_swiglu(7, 13, SIZE_MAX);
@@ -176,6 +191,7 @@ int main(void) {
     sdp_set_threads(2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_gelu_in_place),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_residual),
     };

@@ -116,6 +116,7 @@ struct sdp_backend {
                         const float *inp, const float *w, const float *rstd, int n, int C);
 
     /* ---- activations and residuals ---- */
+    /* out may be inp */
     void (*gelu_fwd)(const sdp_backend *be, float *out, const float *inp, size_t n);
     void (*gelu_bwd)(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
                      size_t n);

@@ -154,6 +154,20 @@ typedef struct {
                       const sdp_grad_slices *slices);
     /* model FLOPs of one training step (forward + backward) per token or image */
     double (*train_flops_per_example)(const sdp_model *m);
+    /* The forward in stages, so that a model too large to hold whole on one worker can be
+     * evaluated one block at a time (docs/design.md, "Block-streamed evaluation"). Each stage
+     * runs the kernels of the whole forward: the results are bitwise forward's. The residual
+     * stream x between blocks takes at most stream_floats(m) floats of the model's backend memory
+     * at any block boundary of the full model, for a batch of the model's B. training: as in
+     * forward (batch statistics, whose running statistics the stage updates).
+     *   forward_stem:  the batch's inputs to the stream entering the first block;
+     *   forward_block: local block i from x to x (only b->B and b->T are read);
+     *   forward_head:  the stream leaving the last block of the full model to *out. */
+    size_t (*stream_floats)(const sdp_model *m);
+    void (*forward_stem)(sdp_model *m, const sdp_batch *b, bool training, float *x);
+    void (*forward_block)(sdp_model *m, int i, const sdp_batch *b, bool training, float *x);
+    void (*forward_head)(sdp_model *m, const sdp_batch *b, bool training, const float *x,
+                         sdp_metrics *out);
 } sdp_model_ops;
 
 struct sdp_model {

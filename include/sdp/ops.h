@@ -60,7 +60,7 @@ void sdp_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp
 
 /* ---- activations --------------------------------------------------------------------------- */
 
-/* GELU, tanh approximation (as GPT-2). */
+/* GELU, tanh approximation (as GPT-2). out may be inp (inference runs it in place). */
 void sdp_gelu_fwd(float *out, const float *inp, size_t n);
 void sdp_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n);
 /* inp is [n, 2F]: each row holds gate[F] then up[F]. out[n, F] = silu(gate) * up. */

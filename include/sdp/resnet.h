@@ -85,6 +85,17 @@ void sdp_resnet_forward(sdp_resnet *r, const float *images, const int *labels, i
  * is called with each local block index after its backward. */
 void sdp_resnet_backward(sdp_resnet *r, float dloss, void (*layer_done)(void *ctx, int block),
                          void *ctx);
+/* The forward in stages, for a model evaluated one block at a time (block-streamed evaluation,
+ * docs/design.md): each runs the kernels of sdp_resnet_forward, so results are bitwise its. The
+ * stream x (backend memory) between stages holds sdp_resnet_stream_floats: the largest of the
+ * full model's stem and block outputs for the model's B. stem: images to the stem's output;
+ * block: local block i from x to x; head: the full model's last block output to the loss. */
+size_t sdp_resnet_stream_floats(const sdp_resnet *r);
+void sdp_resnet_forward_stem(sdp_resnet *r, const float *images, int B, bool training, float *x);
+void sdp_resnet_forward_block(sdp_resnet *r, int i, int B, bool training, float *x);
+void sdp_resnet_forward_head(sdp_resnet *r, const float *x, const int *labels, int B, bool training,
+                             sdp_metrics *out);
+
 /* Logits of image i of the last forward without labels (backend memory). */
 const float *sdp_resnet_logits(const sdp_resnet *r, int i);
 

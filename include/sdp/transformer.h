@@ -155,6 +155,19 @@ const float *sdp_tf_logits_row(const sdp_tf *m, int row);
  * n_correct. Backward is sdp_tf_backward. */
 double sdp_tf_forward_images(sdp_tf *m, const float *images, const int *labels, int B);
 
+/* The forward in three stages, for a model evaluated one layer at a time (block-streamed
+ * evaluation, docs/design.md): each stage runs the kernels of the whole forward, so the results
+ * are bitwise the same. The residual stream x between stages is [B*T, d_model] of backend
+ * memory (vit: T is the model's, patches + 1).
+ *   stem:  inputs (tokens, or vit images) to the stream entering the first layer, in m->embed;
+ *   layer: local layer i from x to x;
+ *   head:  the summed loss from the stream leaving the last layer (as sdp_tf_forward). */
+void sdp_tf_stem_tokens(sdp_tf *m, const int *inputs, int B, int T);
+void sdp_tf_stem_images(sdp_tf *m, const float *images, int B);
+void sdp_tf_layer_forward(sdp_tf *m, int i, float *x, int B, int T);
+double sdp_tf_head_tokens(sdp_tf *m, const float *x, const int *targets, int B, int T);
+double sdp_tf_head_images(sdp_tf *m, const float *x, const int *labels, int B);
+
 /* Model FLOPs of one training step (forward + backward) per token (vit: per image), for MFU:
  * 6 * (matmul parameters) + 6 * attention score and value products. */
 double sdp_tf_train_flops_per_token(const sdp_tf *m, int T);

@@ -610,19 +610,28 @@ static const float *top_activation(const sdp_resnet *r) {
     return r->nblocks ? r->blocks[r->nblocks - 1].out : r->stem_out;
 }
 
-void sdp_resnet_forward(sdp_resnet *r, const float *images, const int *labels, int B, bool training,
-                        sdp_metrics *out) {
-    const sdp_resnet_config *c = &r->cfg;
+static void check_batch(const sdp_resnet *r, int B) {
     SDP_CHECK(B >= 1 && B <= r->B,
               "resnet: a batch of %d images does not fit the model, built for at most %d", B, r->B);
+}
+
+/* The images through the stem convolution into r->stem_out. */
+static void stem_fwd(sdp_resnet *r, const float *images, int B, bool training) {
+    const sdp_resnet_config *c = &r->cfg;
     const sdp_backend *be = r->be;
-    const int S = c->image_size, K = c->classes, C = last_channels(r);
+    const int S = c->image_size;
+    check_batch(r, B);
     be->upload(be, r->input, images, (size_t)B * c->in_channels * S * S * sizeof(float));
     conv_bn_fwd(r, &r->stem, r->input, r->stem_out, B, training);
     be->relu_fwd(be, r->stem_out, r->stem_out, (size_t)B * c->width * S * S);
-    for (int i = 0; i < r->nblocks; i++)
-        block_fwd(r, &r->blocks[i], i ? r->blocks[i - 1].out : r->stem_out, B, training);
-    be->global_avgpool_fwd(be, r->pooled, top_activation(r), B, C, last_size(r), last_size(r));
+}
+
+/* Pooling, the classifier and the loss over the last block's output top. */
+static void head_fwd(sdp_resnet *r, const float *top, const int *labels, int B, bool training,
+                     sdp_metrics *out) {
+    const sdp_backend *be = r->be;
+    const int K = r->cfg.classes, C = last_channels(r);
+    be->global_avgpool_fwd(be, r->pooled, top, B, C, last_size(r), last_size(r));
     be->linear_fwd(be, r->probs, r->pooled, P(r, r->fc_w), P(r, r->fc_b), B, C, K);
     r->last_B = B;
     r->has_loss = false;
@@ -642,6 +651,48 @@ void sdp_resnet_forward(sdp_resnet *r, const float *images, const int *labels, i
      * ties that rounding creates, which the first maximum wins. */
     out->correct = be->count_correct(be, r->probs, r->labels, B, K, K);
     r->has_loss = training;
+}
+
+void sdp_resnet_forward(sdp_resnet *r, const float *images, const int *labels, int B, bool training,
+                        sdp_metrics *out) {
+    stem_fwd(r, images, B, training);
+    for (int i = 0; i < r->nblocks; i++)
+        block_fwd(r, &r->blocks[i], i ? r->blocks[i - 1].out : r->stem_out, B, training);
+    head_fwd(r, top_activation(r), labels, B, training, out);
+}
+
+/* ---- the forward in stages (block-streamed evaluation) ------------------------------------- */
+
+size_t sdp_resnet_stream_floats(const sdp_resnet *r) {
+    const sdp_resnet_config *c = &r->cfg;
+    size_t n = act_size(r, c->width, c->image_size);
+    for (int b = 0; b < sdp_resnet_nblocks(c); b++) {
+        const sdp_resnet_block_arch a = sdp_resnet_block(c, b);
+        const size_t out = act_size(r, a.cout, a.out_size);
+        if (out > n) n = out;
+    }
+    return n;
+}
+
+void sdp_resnet_forward_stem(sdp_resnet *r, const float *images, int B, bool training, float *x) {
+    stem_fwd(r, images, B, training);
+    r->be->copy_rows(r->be, x, 0, r->stem_out, 0, 1,
+                     (size_t)B * r->cfg.width * r->cfg.image_size * r->cfg.image_size);
+}
+
+void sdp_resnet_forward_block(sdp_resnet *r, int i, int B, bool training, float *x) {
+    SDP_ASSERT(i >= 0 && i < r->nblocks);
+    check_batch(r, B);
+    block *b = &r->blocks[i];
+    block_fwd(r, b, x, B, training);
+    const sdp_resnet_block_arch *a = &b->k.arch;
+    r->be->copy_rows(r->be, x, 0, b->out, 0, 1, (size_t)B * a->cout * a->out_size * a->out_size);
+}
+
+void sdp_resnet_forward_head(sdp_resnet *r, const float *x, const int *labels, int B, bool training,
+                             sdp_metrics *out) {
+    check_batch(r, B);
+    head_fwd(r, x, labels, B, training, out);
 }
 
 const float *sdp_resnet_logits(const sdp_resnet *r, int i) {

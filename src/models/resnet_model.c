@@ -38,7 +38,28 @@ static double train_flops_per_example(const sdp_model *m) {
     return sdp_resnet_train_flops_per_image(net(m));
 }
 
-static const sdp_model_ops OPS = {destroy, forward, backward, use_grads, train_flops_per_example};
+static size_t stream_floats(const sdp_model *m) {
+    return sdp_resnet_stream_floats(net(m));
+}
+
+static void forward_stem(sdp_model *m, const sdp_batch *b, bool training, float *x) {
+    SDP_CHECK(b->images, "resnet: the batch has no images: feed an image dataset "
+                         "(Fashion-MNIST or CIFAR)");
+    sdp_resnet_forward_stem(net(m), b->images, b->B, training, x);
+}
+
+static void forward_block(sdp_model *m, int i, const sdp_batch *b, bool training, float *x) {
+    sdp_resnet_forward_block(net(m), i, b->B, training, x);
+}
+
+static void forward_head(sdp_model *m, const sdp_batch *b, bool training, const float *x,
+                         sdp_metrics *out) {
+    sdp_resnet_forward_head(net(m), x, b->labels, b->B, training, out);
+}
+
+static const sdp_model_ops OPS = {
+    destroy,       forward,      backward,      use_grads,   train_flops_per_example,
+    stream_floats, forward_stem, forward_block, forward_head};
 
 static sdp_resnet_config resnet_config(const sdp_model_config *c) {
     return (sdp_resnet_config){c->depth, c->width, c->in_channels, c->image_size, c->classes};

@@ -347,9 +347,10 @@ static void alloc_layer_acts(sdp_tf *m, int i) {
  * layer 1 overwrites them only after layer 0 has read them. Inside a layer, buffers whose values
  * are dead share memory (layer_forward's order): ln1, then att (written once ln1 has been
  * projected), then ln2 (once att has been projected) take one; qkv, then fc (once attention has
- * read qkv) another; the two norms' statistics one pair. No kernel runs in place that did not
- * before. So an inference model holds about 11 B*T*C floats of activations for GPT, whatever
- * its depth, where training keeps about 16 B*T*C per layer. */
+ * read qkv) another, where GELU then runs in place (act is fc; SwiGLU's output is narrower than
+ * its input, so LLaMA keeps act apart); the two norms' statistics one pair. So an inference
+ * model holds about 7 B*T*C floats of activations for GPT, whatever its depth, where training
+ * keeps about 16 B*T*C per layer. */
 static void alloc_infer_acts(sdp_tf *m) {
     int H = 0;
     size_t D = 0, F = 0;
@@ -369,13 +370,15 @@ static void alloc_infer_acts(sdp_tf *m) {
     own->qkv = acts(m, N * (3 * D > fc_width ? 3 * D : fc_width));
     own->lse = acts(m, (size_t)m->B * H * m->T);
     own->mid = acts(m, N * C);
-    own->act = acts(m, N * F);
+    const bool swiglu = m->cfg.style == SDP_STYLE_LLAMA;
+    if (swiglu) own->act = acts(m, N * F);
     own->out = acts(m, N * C);
     sdp_tf_layer_acts set = *own;
     set.att = set.ln2 = own->ln1;
     set.ln2_mean = own->ln1_mean;
     set.ln2_rstd = own->ln1_rstd;
     set.fc = own->qkv;
+    if (!swiglu) set.act = own->qkv;
     for (int i = 0; i < m->shape.n_layer; i++) {
         m->layers[i] = set;
         if (i % 2) m->layers[i].out = m->embed;
@@ -631,10 +634,10 @@ const float *tf_layers_forward(sdp_tf *m, const float *x, int B, int T) {
     return x;
 }
 
-double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T) {
+void sdp_tf_stem_tokens(sdp_tf *m, const int *inputs, int B, int T) {
     SDP_CHECK(m->cfg.style != SDP_STYLE_VIT, "vit reads images, not tokens");
     SDP_ASSERT(B <= m->B && T <= m->T && B * T <= m->B * m->T);
-    const int N = B * T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded, C = m->cfg.d_model;
+    const int N = B * T, V = m->cfg.vocab, C = m->cfg.d_model;
     for (int i = 0; i < N; i++)
         SDP_CHECK(inputs[i] >= 0 && inputs[i] < V,
                   "token id %d is outside the model's vocabulary of %d: the data does not match "
@@ -645,7 +648,20 @@ double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, i
     m->last_B = B;
     m->last_T = T;
     be->embed_fwd(be, m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
-    const float *x = tf_layers_forward(m, m->embed, B, T);
+}
+
+void sdp_tf_layer_forward(sdp_tf *m, int i, float *x, int B, int T) {
+    SDP_ASSERT(i >= 0 && i < m->shape.n_layer && B <= m->B && T <= m->T);
+    layer_forward(m, i, x, B, T);
+    const size_t NC = (size_t)B * T * m->cfg.d_model;
+    m->be->copy_rows(m->be, x, 0, m->layers[i].out, 0, 1, NC);
+}
+
+double sdp_tf_head_tokens(sdp_tf *m, const float *x, const int *targets, int B, int T) {
+    const int N = B * T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded, C = m->cfg.d_model;
+    const sdp_backend *be = m->be;
+    m->last_B = B;
+    m->last_T = T;
     norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->off.lnf_w, m->off.lnf_b, N);
     be->linear_fwd(be, m->probs, m->lnf, P(m, m->off.lm_head), NULL, N, C, Vp);
     m->has_targets = targets != NULL;
@@ -658,6 +674,11 @@ double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, i
     be->upload(be, m->targets, targets, (size_t)N * sizeof(int));
     m->n_targets = counted;
     return be->softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, N, V, Vp);
+}
+
+double sdp_tf_forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T) {
+    sdp_tf_stem_tokens(m, inputs, B, T);
+    return sdp_tf_head_tokens(m, tf_layers_forward(m, m->embed, B, T), targets, B, T);
 }
 
 const float *sdp_tf_logits_row(const sdp_tf *m, int row) {

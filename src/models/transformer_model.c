@@ -58,7 +58,59 @@ static double train_flops_per_example(const sdp_model *m) {
     return sdp_tf_train_flops_per_token(tf(m), tf(m)->T);
 }
 
-static const sdp_model_ops OPS = {destroy, forward, backward, use_grads, train_flops_per_example};
+static bool is_vit(const sdp_tf *t) {
+    return t->cfg.style == SDP_STYLE_VIT;
+}
+
+/* Rows of the residual stream per example: a ViT's are its patches and class token. */
+static int stream_rows(const sdp_tf *t, const sdp_batch *b) {
+    return is_vit(t) ? t->T : b->T;
+}
+
+static size_t stream_floats(const sdp_model *m) {
+    const sdp_tf *t = tf(m);
+    return (size_t)t->B * t->T * t->cfg.d_model;
+}
+
+static void forward_stem(sdp_model *m, const sdp_batch *b, bool training, float *x) {
+    (void)training;
+    sdp_tf *t = tf(m);
+    if (is_vit(t)) {
+        SDP_CHECK(b->images, "vit: the batch has no images: feed an image dataset "
+                             "(Fashion-MNIST or CIFAR)");
+        sdp_tf_stem_images(t, b->images, b->B);
+    } else {
+        SDP_CHECK(b->tokens, "%s: the batch has no tokens: feed text or token shards",
+                  sdp_tf_style_name(t->cfg.style));
+        sdp_tf_stem_tokens(t, b->tokens, b->B, b->T);
+    }
+    const size_t n = (size_t)b->B * stream_rows(t, b) * t->cfg.d_model;
+    t->be->copy_rows(t->be, x, 0, t->embed, 0, 1, n);
+}
+
+static void forward_block(sdp_model *m, int i, const sdp_batch *b, bool training, float *x) {
+    (void)training;
+    sdp_tf *t = tf(m);
+    sdp_tf_layer_forward(t, i, x, b->B, stream_rows(t, b));
+}
+
+static void forward_head(sdp_model *m, const sdp_batch *b, bool training, const float *x,
+                         sdp_metrics *out) {
+    (void)training;
+    sdp_tf *t = tf(m);
+    if (is_vit(t)) {
+        out->loss = sdp_tf_head_images(t, x, b->labels, b->B);
+        out->correct = t->n_correct;
+    } else {
+        out->loss = sdp_tf_head_tokens(t, x, b->targets, b->B, b->T);
+        out->correct = 0;
+    }
+    out->count = t->n_targets;
+}
+
+static const sdp_model_ops OPS = {
+    destroy,       forward,      backward,      use_grads,   train_flops_per_example,
+    stream_floats, forward_stem, forward_block, forward_head};
 
 static sdp_tf_config tf_config(const sdp_model_config *c) {
     sdp_tf_config t = {0};

@@ -51,27 +51,39 @@ static double classify(sdp_tf *m, const int *labels, int B) {
     return be->softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, B, K, K);
 }
 
-double sdp_tf_forward_images(sdp_tf *m, const float *images, const int *labels, int B) {
+void sdp_tf_stem_images(sdp_tf *m, const float *images, int B) {
     SDP_CHECK(m->cfg.style == SDP_STYLE_VIT, "only vit reads images");
     SDP_ASSERT(B >= 1 && B <= m->B && images);
     const sdp_backend *be = m->be;
     const sdp_tf_config *c = &m->cfg;
-    const int T = m->T, C = c->d_model, S = c->image_size;
+    const int T = m->T, C = c->d_model;
     be->upload(be, m->images, images, (size_t)B * image_floats(m) * sizeof(float));
     m->last_B = B;
     m->last_T = T;
-    be->patch_gather(be, m->patch_rows, m->images, B, c->in_channels, S, S, c->patch);
+    be->patch_gather(be, m->patch_rows, m->images, B, c->in_channels, c->image_size, c->image_size,
+                     c->patch);
     be->linear_fwd(be, m->patches, m->patch_rows, tf_param(m, m->off.wte),
                    tf_param(m, m->off.patch_b), B * patches_per_image(m), patch_cols(m), C);
     be->vit_embed_fwd(be, m->embed, m->patches, tf_param(m, m->off.cls), tf_param(m, m->off.wpe), B,
                       T, C);
-    const float *top = tf_layers_forward(m, m->embed, B, T);
+}
+
+double sdp_tf_head_images(sdp_tf *m, const float *top, const int *labels, int B) {
+    const sdp_backend *be = m->be;
+    const sdp_tf_config *c = &m->cfg;
+    const int T = m->T, C = c->d_model;
+    m->last_B = B;
     be->copy_rows(be, m->pooled, (size_t)C, top, (size_t)T * C, (size_t)B, (size_t)C);
     tf_norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled, m->off.lnf_w, m->off.lnf_b, B);
     be->linear_fwd(be, m->probs, m->lnf, tf_param(m, m->off.lm_head), tf_param(m, m->off.head_b), B,
                    C, c->classes);
     m->has_targets = labels != NULL;
     return labels ? classify(m, labels, B) : 0.0;
+}
+
+double sdp_tf_forward_images(sdp_tf *m, const float *images, const int *labels, int B) {
+    sdp_tf_stem_images(m, images, B);
+    return sdp_tf_head_images(m, tf_layers_forward(m, m->embed, B, m->T), labels, B);
 }
 
 /* Gradients of the class token, the positions and the patch projection from d_res. */
