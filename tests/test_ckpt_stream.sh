@@ -7,6 +7,8 @@
 #     tensors at consecutive offsets in order) rebuilds each file byte for byte.
 #  3. memory.json's eval_ckpt of every rank stays under the stated bound, far below the model.
 #  4. A run resumes from tiny-window files on another N and plan.
+#  5. Under forward masking with k < N, evaluating the assembled model (block by block) adds to no
+#     rank more than a fraction of the model.
 source "$(dirname "$0")/lib.sh"
 MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
 make_text "$WORK/text.txt" 200000
@@ -102,5 +104,23 @@ if SDP_CKPT_WINDOW=$TINY timeout 120 "${MPI[@]}" -n 2 "$SDP_BIN" train --resume 
    grep -q '"step":5' "$WORK/resumed/metrics.jsonl"; then
   pass "a 4-rank backward checkpoint resumes on 2 ranks under forward masking"
 else fail "resume on another N and plan"; tail -3 "$WORK/resumed.log"; fi
+
+# ---- 5: block-streamed evaluation holds no whole model ------------------------------------------
+# 8 layers of width 128: the parameters (6 MiB) dwarf a block (0.8 MiB), the shared tensors and
+# the activations of B = 4, T = 32, so a rank holding the assembled model would exceed half of it.
+train fwd_eval 4 "$W" --layers 8 --width 128 --val-every 3 --val-batches 2 --sdp-mask forward \
+  --sdp-unit block --sdp-owners 2
+if python3 - "$WORK/fwd_eval" <<'PY'
+import json, os, sys
+run = sys.argv[1]
+model = os.path.getsize(os.path.join(run, "model.safetensors"))
+w = json.load(open(os.path.join(run, "memory.json")))["workers"]
+vals = [l for l in open(os.path.join(run, "metrics.jsonl")) if '"val_loss"' in l]
+print("eval_ckpt per rank", [x["eval_ckpt"] for x in w], "model bytes", model)
+assert vals, "the run logged no validation"
+sys.exit(0 if all(x["eval_ckpt"] < model / 2 for x in w) else 1)
+PY
+then pass "forward masking, k = 2 of 4: evaluation and checkpoints add under half the model to every rank"
+else fail "forward masking: some rank's eval_ckpt reaches half the model"; fi
 
 finish

@@ -1,9 +1,11 @@
 # Validation during training and `sdp eval` afterwards measure the same thing:
 #  - every mode validates on data parallelism's batches: forward masking with k = N (bitwise DDP's
-#    model) logs DDP's validation losses, and forward masking with k < N (rank 0 evaluating the
-#    assembled model alone) logs what `sdp eval` reports on the saved model over the same batches;
+#    model) logs DDP's validation losses, and forward masking with k < N (the assembled model
+#    evaluated block by block, no worker holding it whole) logs what `sdp eval` reports on the
+#    saved model over the same batches;
 #  - `sdp eval --run` reads image runs (ResNet, ViT) and reports the accuracy and loss their last
-#    validation logged;
+#    validation logged, also where forward masking with k < N evaluated the assembled model block
+#    by block (and, for the ResNet, re-estimated and saved its batch-norm statistics that way);
 #  - `sdp eval --run DIR --data FILE` evaluates FILE, text or llm.c shards: on a file holding
 #    exactly the run's validation split it reports what the run's own validation split gives.
 source "$(dirname "$0")/lib.sh"
@@ -67,9 +69,18 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   IMG=(--batch 8 --steps 4 --warmup 1 --log-every 2 --val-every 4 --seed 7)
   RESNET=(--model resnet --depth 8 --channels 4 --optimizer sgd --lr 0.05)
   VIT=(--model vit --layers 2 --heads 2 --width 16 --d-ff 32 --patch 7 --lr 1e-2)
-  for model in resnet vit; do
-    if [ $model = resnet ]; then M=("${RESNET[@]}"); else M=("${VIT[@]}"); fi
-    train_on 2 "$WORK/$model" "${M[@]}" "${IMG[@]}" || continue
+  RESNET_FWD=(--model resnet --depth 14 --channels 4 --optimizer sgd --lr 0.05 --sdp-mask forward
+              --sdp-unit block --sdp-owners 2 --bn-recal-batches 3)
+  VIT_FWD=(--model vit --layers 2 --heads 4 --width 16 --d-ff 32 --patch 7 --lr 1e-2 --sdp-mask forward
+           --sdp-unit neuron --sdp-owners 2)
+  for model in resnet vit resnet_fwd vit_fwd; do
+    case $model in
+      resnet) M=("${RESNET[@]}") n=2 ;;
+      vit) M=("${VIT[@]}") n=2 ;;
+      resnet_fwd) M=("${RESNET_FWD[@]}") n=4 ;;
+      vit_fwd) M=("${VIT_FWD[@]}") n=4 ;;
+    esac
+    train_on $n "$WORK/$model" "${M[@]}" "${IMG[@]}" || continue
     out=$("$SDP_BIN" eval --run "$WORK/$model" --threads 1 2>&1)
     loss=$(grep -o 'test loss [0-9.]*' <<<"$out" | cut -d' ' -f3)
     acc=$(grep -o 'accuracy [0-9.]*' <<<"$out" | cut -d' ' -f2)

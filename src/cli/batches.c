@@ -137,49 +137,47 @@ size_t batches_val_examples(const batch_source *s) {
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
-/* Adds the model's loss over the test images of worker `rank` of `world` (all: 0 of 1). */
-static void evaluate_images(batch_source *s, sdp_model *m, int rank, int world,
-                            sdp_metrics *total) {
-    sdp_batch b = {.B = s->B, .T = 1, .images = s->pixels, .labels = s->labels};
-    sdp_image_eval E;
-    sdp_image_eval_init(&E, &s->test_img, s->B, rank, world, &s->norm);
-    const uint64_t steps = sdp_image_eval_steps(&E);
-    for (uint64_t i = 0; i < steps; i++) {
-        if (sdp_image_eval_next(&E, s->pixels, s->labels) == 0) continue;
-        sdp_metrics mt;
-        m->ops->forward(m, &b, false, &mt);
-        total->loss += mt.loss, total->count += mt.count, total->correct += mt.correct;
-    }
-}
-
-/* Adds the model's loss over the first `steps` validation batches of worker `rank`. */
-static void evaluate_tokens(batch_source *s, sdp_model *m, int rank, uint64_t steps,
-                            sdp_metrics *total) {
-    sdp_batch b = {.B = s->B, .T = s->T, .tokens = s->tokens, .targets = s->targets};
-    /* The loader deals step j's batch to rank by j * world + rank, so any rank's share can be
-     * read here: rank 0 evaluating alone reads every worker's. */
-    s->val_tl.rank = rank;
-    sdp_loader_seek(&s->val_tl, (sdp_loader_pos){0, 0});
-    for (uint64_t i = 0; i < steps; i++) {
-        sdp_loader_next(&s->val_tl, s->tokens, s->targets);
-        sdp_metrics mt;
-        m->ops->forward(m, &b, false, &mt);
-        total->loss += mt.loss, total->count += mt.count, total->correct += mt.correct;
-    }
-    s->val_tl.rank = s->rank;
-}
-
-sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, bool every_share,
-                             MPI_Comm comm) {
-    sdp_metrics total = {0, 0, 0};
-    if (!s->has_val) return (sdp_metrics){NAN, 0, NAN};
+uint64_t batches_val_count(const batch_source *s, int max_batches) {
+    if (!s->has_val) return 0;
     if (s->images) {
-        evaluate_images(s, m, every_share ? 0 : s->rank, every_share ? 1 : s->world, &total);
-    } else {
-        uint64_t steps = sdp_loader_steps_per_epoch(&s->val_tl);
-        if ((uint64_t)max_batches < steps) steps = (uint64_t)max_batches;
-        const int first = every_share ? 0 : s->rank, last = every_share ? s->world - 1 : s->rank;
-        for (int r = first; r <= last; r++) evaluate_tokens(s, m, r, steps, &total);
+        sdp_image_eval E;
+        sdp_image_eval_init(&E, &s->test_img, s->B, s->rank, s->world, &s->norm);
+        return sdp_image_eval_steps(&E);
+    }
+    const uint64_t steps = sdp_loader_steps_per_epoch(&s->val_tl);
+    return (uint64_t)max_batches < steps ? (uint64_t)max_batches : steps;
+}
+
+int batches_val_batch(batch_source *s, uint64_t v, sdp_batch *b) {
+    memset(b, 0, sizeof *b);
+    b->B = s->B;
+    b->T = s->T;
+    if (!s->images) {
+        sdp_loader_seek(&s->val_tl, (sdp_loader_pos){0, v});
+        sdp_loader_next(&s->val_tl, s->tokens, s->targets);
+        b->tokens = s->tokens;
+        b->targets = s->targets;
+        return s->B;
+    }
+    sdp_image_eval E;
+    sdp_image_eval_init(&E, &s->test_img, s->B, s->rank, s->world, &s->norm);
+    const size_t first = (size_t)v * (size_t)s->B;
+    E.done = first < E.count ? first : E.count;
+    b->images = s->pixels;
+    b->labels = s->labels;
+    return sdp_image_eval_next(&E, s->pixels, s->labels);
+}
+
+sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm) {
+    if (!s->has_val) return (sdp_metrics){NAN, 0, NAN};
+    sdp_metrics total = {0, 0, 0};
+    const uint64_t n = batches_val_count(s, max_batches);
+    for (uint64_t v = 0; v < n; v++) {
+        sdp_batch b;
+        if (batches_val_batch(s, v, &b) == 0) continue; /* a share shorter than the others */
+        sdp_metrics mt;
+        m->ops->forward(m, &b, false, &mt);
+        total.loss += mt.loss, total.count += mt.count, total.correct += mt.correct;
     }
     double v[3] = {total.loss, total.count, total.correct};
     MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, comm);

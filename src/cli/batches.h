@@ -50,12 +50,15 @@ void batches_image_shape(const batch_source *s, int *channels, int *size, int *c
 size_t batches_train_examples(const batch_source *s);
 size_t batches_val_examples(const batch_source *s);
 
-/* Loss, count and correct predictions over this worker's share of the validation data (for
- * tokens its first max_batches batches, for images its part of the test split), or with
- * every_share over every worker's (rank 0 evaluating the assembled model alone under forward
- * masking), summed over the workers of comm. The shares of all workers together are the
- * batches data parallelism evaluates. */
-sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, bool every_share,
-                             MPI_Comm comm);
+/* This worker's share of the validation data, the share data parallelism's worker of the same
+ * rank evaluates: how many batches (for tokens at most max_batches; the same on every rank), and
+ * batch v of them, loaded into the source's batch buffers. Returns the examples it holds: an
+ * image share shorter than the others ends with padding (labels -1, which losses ignore). */
+uint64_t batches_val_count(const batch_source *s, int max_batches);
+int batches_val_batch(batch_source *s, uint64_t v, sdp_batch *b);
+
+/* Loss, count and correct predictions of model m over this worker's share of the validation data,
+ * summed over the workers of comm. */
+sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm);
 
 #endif

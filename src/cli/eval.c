@@ -43,7 +43,7 @@ int cmd_eval(int argc, char **argv) {
         batches_open(&data, &o, run_images(&o), w.rank, w.size, &mem);
     }
     SDP_CHECK(data.has_val, "the run has no validation split: pass --data FILE");
-    sdp_metrics v = batches_evaluate(&data, &m, e.batches, false, MPI_COMM_WORLD);
+    sdp_metrics v = batches_evaluate(&data, &m, e.batches, MPI_COMM_WORLD);
     const double loss = v.loss / v.count;
     if (w.rank == 0) {
         if (data.images)

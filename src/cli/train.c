@@ -269,27 +269,20 @@ static step_result train_step(trainer *t) {
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
-/* Evaluation always runs the full model, on the batches data parallelism evaluates. Where every
- * worker holds the whole current model (backward masking, data parallelism, or every unit owned
- * by every worker), each evaluates its share; under forward masking rank 0 assembles the full
- * model and evaluates every worker's share alone. */
+/* Evaluation always runs the full model, on the batches data parallelism evaluates: each worker
+ * its own share. Where every worker holds the whole current model (backward masking, data
+ * parallelism, or every unit owned by every worker), each evaluates it; under forward masking the
+ * assembled model is evaluated block by block (eval_stream.c). */
 static sdp_metrics validate(trainer *t) {
-    sdp_metrics v = {NAN, 0, NAN};
-    if (!t->data.has_val) return v;
+    if (!t->data.has_val) return (sdp_metrics){NAN, 0, NAN};
     /* A simulated worker has only its own (sub)network: that is what it evaluates, on its share. */
     if (simulating(t))
-        return batches_evaluate(&t->data, &t->model, t->o.val_batches, false, MPI_COMM_SELF);
+        return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_SELF);
     device_average_buffers(t); /* running statistics agree */
     const bool whole =
         t->plan.cfg.mask != SDP_MASK_FORWARD || t->plan.cfg.owners == t->plan.cfg.world;
-    if (whole)
-        return batches_evaluate(&t->data, &t->model, t->o.val_batches, false, MPI_COMM_WORLD);
-    full_params_on_rank0(t);
-    if (is_rank0(t))
-        v = batches_evaluate(&t->data, &t->full_model, t->o.val_batches, true, MPI_COMM_SELF);
-    double b[3] = {v.loss, v.count, v.correct};
-    MPI_Bcast(b, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    return (sdp_metrics){b[0], b[1], b[2]};
+    if (whole) return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_WORLD);
+    return eval_streamed(t);
 }
 
 /* ---- entry point ---------------------------------------------------------------------------- */

@@ -21,51 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Running statistics gathered from subnetworks describe the subnetworks, not the assembled
- * model, whose blocks all add to the residual stream at once: re-estimate them on training
- * batches, from scratch, before the assembled model is evaluated or saved. With k = N every
- * worker trained the whole model, so its statistics already describe it (and the run stays
- * bitwise data parallelism's). */
-static void recalibrate_running_stats(trainer *t) {
-    const sdp_layout *L = t->full_model.layout;
-    bool any = false;
-    for (int i = 0; i < L->nparams; i++) {
-        const sdp_param *p = &L->params[i];
-        if (!p->buffer) continue;
-        any = true;
-        for (size_t j = 0; j < p->numel; j++)
-            t->full_model.params[p->offset + j] = sdp_param_init_value(p, 0, j);
-    }
-    for (int i = 0; any && i < t->o.bn_recal_batches; i++) {
-        sdp_batch b;
-        sdp_metrics mt;
-        batches_calibration(&t->data, i, &b);
-        t->full_model.ops->forward(&t->full_model, &b, true, &mt);
-    }
-}
-
-const float *full_params_on_rank0(trainer *t) {
-    /* every worker is full (on a device: read through a host copy, as under forward masking) */
-    if (t->plan.cfg.mask != SDP_MASK_FORWARD && !t->be) return t->model.params;
-    if (is_rank0(t) && !t->has_full_model) {
-        run_family(&t->cfg)->create(&t->full_model, &t->cfg, NULL, t->data.B, t->data.T,
-                                    SDP_MODEL_INFER, t->gemm, &t->io_mem);
-        t->has_full_model = true;
-    }
-    const size_t nlocal = t->model.layout->numel;
-    float *local = host_copy(t, t->model.params, nlocal);
-    sdp_sync_gather_full(&t->sync, local, false, t->full.numel,
-                         is_rank0(t) ? t->full_model.params : NULL, &t->io_mem);
-    host_copy_done(t, local, t->model.params, nlocal, false);
-    /* Only subnetworks' statistics need re-estimating: under backward masking every worker ran
-     * the whole model forward (and on the CPU that model is returned above, unrecalibrated). */
-    const bool subnetworks = t->plan.cfg.mask == SDP_MASK_FORWARD;
-    const bool whole_model_trained = t->plan.cfg.owners == t->plan.cfg.world;
-    if (is_rank0(t) && t->data.images && subnetworks && !whole_model_trained)
-        recalibrate_running_stats(t);
-    return is_rank0(t) ? t->full_model.params : NULL;
-}
-
 /* Optimizer state buffers as the checkpoint names them (PyTorch's state keys). */
 static int state_names(const trainer *t, const char **names) {
     if (t->opt.cfg.kind == SDP_OPT_ADAMW) {
@@ -102,23 +57,17 @@ static size_t ckpt_window(void) {
 }
 
 /* Under forward masking with image models and k < N, the saved running statistics are those
- * re-estimated on the assembled model (full_params_on_rank0 recalibrates them on rank 0's
- * t->full_model), not any worker's: they are copied from there into each window. Everything else
- * is gathered window by window. (full_params_on_rank0 still assembles the whole model on rank 0
- * for this one case, as evaluation does.) */
-static bool saves_recalibrated_stats(const trainer *t) {
-    return t->data.images && t->plan.cfg.mask == SDP_MASK_FORWARD &&
-           t->plan.cfg.owners != t->plan.cfg.world;
-}
-
-static void copy_recalibrated_stats(const trainer *t, size_t lo, size_t hi, float *win) {
+ * re-estimated on the assembled model (eval_recalibrate), not any worker's: they are copied into
+ * each window. Everything else is gathered window by window. */
+static void copy_recalibrated_stats(trainer *t, size_t lo, size_t hi, float *win) {
     const sdp_layout *L = &t->full;
     for (int i = 0; i < L->nparams; i++) {
         const sdp_param *p = &L->params[i];
         const size_t a = p->offset > lo ? p->offset : lo;
         const size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (p->buffer && b > a)
-            memcpy(win + (a - lo), t->full_model.params + a, (b - a) * sizeof(float));
+            memcpy(win + (a - lo), eval_recalibrated(t, p->name) + (a - p->offset),
+                   (b - a) * sizeof(float));
     }
 }
 
@@ -154,13 +103,13 @@ static void stream_params(trainer *t, sdp_st_writer *w) {
     }
     const size_t nlocal = t->model.layout->numel;
     float *local = host_copy(t, t->model.params, nlocal);
-    stream_gathered(t, w, local, false, saves_recalibrated_stats(t));
+    stream_gathered(t, w, local, false, eval_recalibrates(t));
     host_copy_done(t, local, t->model.params, nlocal, false);
 }
 
 void save_checkpoint(trainer *t) {
     device_average_buffers(t); /* statistics agree */
-    if (saves_recalibrated_stats(t)) full_params_on_rank0(t);
+    eval_recalibrate(t);
     const char *names[2];
     int ns = state_names(t, names);
     char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16], shape[64],

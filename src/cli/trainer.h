@@ -39,9 +39,10 @@ typedef struct {
     sdp_optim opt;
     sdp_opt_segment *segs;
     int nsegs;
-    /* rank 0's copy of the full model, for evaluation and checkpoints under forward masking */
-    sdp_model full_model;
-    bool has_full_model;
+    /* Forward masking, image models, k < N: the assembled model's running statistics, re-estimated
+     * at step recal_step (eval_stream.c), for evaluation and the checkpoint. NULL until then. */
+    float *recal;
+    long recal_step;
     long step;
     double examples_seen, flops_done;          /* tokens or images, over all workers */
     uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
@@ -91,8 +92,16 @@ void device_sample_peak(trainer *t);
 size_t ckpt_window_floats(const trainer *t);
 void save_checkpoint(trainer *t);
 void load_checkpoint(trainer *t);
-/* The current full model on rank 0 (assembled from the publishers when needed). */
-const float *full_params_on_rank0(trainer *t);
+
+/* eval_stream.c: the assembled model under forward masking, evaluated block by block (no worker
+ * holds it whole). All collective. */
+sdp_metrics eval_streamed(trainer *t);
+/* Whether the assembled model's running statistics must be re-estimated (image models under
+ * forward masking with k < N), doing so for the current step if not done yet; and the values of
+ * the full layout's buffer tensor `name`. */
+bool eval_recalibrates(const trainer *t);
+void eval_recalibrate(trainer *t);
+const float *eval_recalibrated(trainer *t, const char *name);
 
 /* train_report.c */
 void open_metrics(trainer *t);

@@ -1,0 +1,296 @@
+/* Evaluation of the assembled model under forward masking, block by block, so that no worker
+ * ever holds the assembled model (docs/design.md, "Block-streamed evaluation").
+ *
+ * Every worker evaluates its own share of the validation batches, as a data-parallel worker of
+ * the same rank would, a chunk of batches at a time. For each block of the full model in order,
+ * it builds a model of the shared tensors and that block alone, fills the shared tensors from its
+ * own parameters (every worker holds them whole), takes the block's current values from their
+ * publishers (gathered on rank 0, window by window, and broadcast), and moves the chunk's
+ * residual streams through it. The stages are the model's own kernels, so each batch's loss is
+ * bitwise what the assembled model gives (tests/test_model_staged.c).
+ *
+ * Image models re-estimate their batch-norm running statistics on the assembled model first, the
+ * same way over the calibration batches, and keep them (a few floats per channel) for the
+ * checkpoint of the same step. */
+#include "trainer.h"
+
+#include "sdp/check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    trainer *t;
+    float *local;  /* this worker's parameters on the host (host_copy) */
+    float *stream; /* chunk residual streams of `floats` each */
+    size_t floats;
+    int chunk;
+    sdp_model m; /* the current block's model */
+    int local_block;
+} streamer;
+
+/* ---- the running statistics of the assembled model ------------------------------------------ */
+
+/* Elements of the full layout's buffer tensors (running statistics), which t->recal holds. */
+static size_t buffer_floats(const sdp_layout *full) {
+    size_t n = 0;
+    for (int i = 0; i < full->nparams; i++)
+        if (full->params[i].buffer) n += full->params[i].numel;
+    return n;
+}
+
+/* Where tensor `name` of the full layout lives in t->recal, or NULL when it is not a buffer. */
+static float *recal_values(trainer *t, const char *name) {
+    const sdp_layout *full = &t->full;
+    size_t at = 0;
+    for (int i = 0; i < full->nparams; i++) {
+        const sdp_param *p = &full->params[i];
+        if (!p->buffer) continue;
+        if (!strcmp(p->name, name)) return t->recal + at;
+        at += p->numel;
+    }
+    return NULL;
+}
+
+/* Copies the block model's running statistics from t->recal (or back into it). */
+static void exchange_recal(streamer *s, bool into_model) {
+    const sdp_layout *L = s->m.layout;
+    for (int i = 0; i < L->nparams; i++) {
+        const sdp_param *p = &L->params[i];
+        if (!p->buffer) continue;
+        float *r = recal_values(s->t, p->name), *x = s->m.params + p->offset;
+        SDP_ASSERT(r);
+        memcpy(into_model ? x : r, into_model ? r : x, p->numel * sizeof(float));
+    }
+}
+
+/* ---- one block's model ------------------------------------------------------------------- */
+
+/* Keeps block g whole, and the blocks no subnetwork drops (a ResNet's downsampling ones). */
+static sdp_subnet_spec one_block_spec(const sdp_layout *full, int g) {
+    const int n = full->nblocks;
+    sdp_subnet_spec spec = {n, calloc((size_t)n, sizeof(bool)),
+                            calloc((size_t)n, sizeof *spec.kept), calloc((size_t)n, sizeof(float))};
+    SDP_CHECK(spec.keep && spec.kept && spec.scale, "out of memory");
+    for (int b = 0; b < n; b++) {
+        spec.keep[b] = b == g || !full->blocks[b].droppable;
+        spec.scale[b] = 1.0f;
+        for (int j = 0; j < full->blocks[b].ngroups; j++)
+            spec.kept[b][j] = full->blocks[b].groups[j].width;
+    }
+    return spec;
+}
+
+static void free_spec(sdp_subnet_spec *spec) {
+    free(spec->keep);
+    free(spec->kept);
+    free(spec->scale);
+}
+
+/* [lo, hi) of block g's tensors in the full layout's flat buffer, and where its first tensor lies
+ * in the block model's: the same tensors in the same order, checked here. */
+static void block_range(const streamer *s, int g, size_t *lo, size_t *hi, size_t *at) {
+    const sdp_layout *full = &s->t->full, *L = s->m.layout;
+    *lo = SIZE_MAX, *hi = 0, *at = SIZE_MAX;
+    for (int i = 0; i < full->nparams; i++) {
+        const sdp_param *p = &full->params[i];
+        if (p->block != g) continue;
+        const sdp_param *q = sdp_layout_find(L, p->name);
+        SDP_ASSERT(q && q->numel == p->numel);
+        if (*lo == SIZE_MAX) *lo = p->offset, *at = q->offset;
+        SDP_ASSERT(p->offset == *hi || *hi == 0);
+        SDP_ASSERT(q->offset - *at == p->offset - *lo);
+        *hi = p->offset + p->numel;
+    }
+    SDP_ASSERT(*lo != SIZE_MAX);
+}
+
+/* Block g's current values, from their publishers to every worker (collective). */
+static void fill_block(streamer *s, int g) {
+    trainer *t = s->t;
+    size_t lo, hi, at;
+    block_range(s, g, &lo, &hi, &at);
+    const size_t window = ckpt_window_floats(t);
+    for (size_t a = lo; a < hi; a += window) {
+        const size_t b = hi - a < window ? hi : a + window;
+        float *dst = s->m.params + at + (a - lo);
+        sdp_sync_gather_range(&t->sync, s->local, false, a, b, is_rank0(t) ? dst : NULL,
+                              &t->io_mem);
+        MPI_Bcast(dst, (int)(b - a), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    }
+}
+
+/* Every other tensor of the block model from this worker's own parameters: under forward masking
+ * each worker holds the shared tensors and the blocks no subnetwork drops whole. */
+static void fill_shared(streamer *s, int g) {
+    const sdp_layout *L = s->m.layout, *own = s->t->model.layout;
+    for (int i = 0; i < L->nparams; i++) {
+        const sdp_param *p = &L->params[i];
+        if (p->block >= 0 && L->blocks[p->block].global_index == g) continue;
+        const sdp_param *q = sdp_layout_find(own, p->name);
+        SDP_ASSERT(q && q->numel == p->numel);
+        memcpy(s->m.params + p->offset, s->local + q->offset, p->numel * sizeof(float));
+    }
+}
+
+static int find_local_block(const sdp_layout *L, int g) {
+    for (int i = 0; i < L->nblocks; i++)
+        if (L->blocks[i].global_index == g) return i;
+    SDP_ASSERT(0 && "the block model lacks its block");
+    return -1;
+}
+
+static void create_block_model(streamer *s, int g) {
+    trainer *t = s->t;
+    sdp_subnet_spec spec = one_block_spec(&t->full, g);
+    run_family(&t->cfg)->create(&s->m, &t->cfg, &spec, t->data.B, t->data.T, SDP_MODEL_INFER,
+                                t->gemm, &t->io_mem);
+    free_spec(&spec);
+    s->local_block = find_local_block(s->m.layout, g);
+}
+
+/* Block g's model with the current values (collective). */
+static void build(streamer *s, int g) {
+    create_block_model(s, g);
+    fill_shared(s, g);
+    fill_block(s, g);
+    if (s->t->recal) exchange_recal(s, true);
+}
+
+static void drop(streamer *s) {
+    s->m.ops->destroy(&s->m);
+}
+
+/* ---- the pass ---------------------------------------------------------------------------- */
+
+/* The residual streams of a chunk of batches are about as large as the largest block: it bounds
+ * what evaluation adds to a worker, and the blocks are re-sent once per chunk. */
+static int chunk_batches(const sdp_layout *full, size_t floats) {
+    size_t largest = 0;
+    for (int b = 0; b < full->nblocks; b++) {
+        size_t n = 0;
+        for (int i = 0; i < full->nparams; i++)
+            if (full->params[i].block == b) n += full->params[i].numel;
+        if (n > largest) largest = n;
+    }
+    const size_t c = largest / floats;
+    return c < 1 ? 1 : c > 1024 ? 1024 : (int)c;
+}
+
+/* For a pass over n batches. */
+static void open_streamer(streamer *s, trainer *t, uint64_t n) {
+    memset(s, 0, sizeof *s);
+    s->t = t;
+    /* Block models are built and destroyed once per block and chunk, mostly at the same sizes:
+     * fresh pages each time would cost more than the evaluation itself. */
+    t->io_mem.keep = true;
+    s->local = host_copy(t, t->model.params, t->model.layout->numel);
+    create_block_model(s, 0); /* the stream's size is the model's to say */
+    s->floats = s->m.ops->stream_floats(&s->m);
+    drop(s);
+    s->chunk = chunk_batches(&t->full, s->floats);
+    if ((uint64_t)s->chunk > n) s->chunk = n > 0 ? (int)n : 1;
+    s->stream = sdp_alloc(&t->io_mem, SDP_MEM_ACTS, (size_t)s->chunk * s->floats * sizeof(float));
+}
+
+static void close_streamer(streamer *s) {
+    trainer *t = s->t;
+    sdp_free(&t->io_mem, s->stream);
+    host_copy_done(t, s->local, t->model.params, t->model.layout->numel, false);
+    sdp_mem_release(&t->io_mem);
+}
+
+/* Batch v of a pass (calibration or validation) into *b. */
+typedef void (*batch_fn)(trainer *t, uint64_t v, sdp_batch *b);
+
+/* Moves batches [first, first + n) through every block, the stem before the first and, with
+ * `out`, the head after the last (summing each batch's metrics into *out). */
+static void run_chunk(streamer *s, uint64_t first, int n, batch_fn get, bool training,
+                      sdp_metrics *out) {
+    trainer *t = s->t;
+    const int nblocks = t->full.nblocks;
+    for (int g = 0; g < nblocks; g++) {
+        build(s, g);
+        for (int k = 0; k < n; k++) {
+            float *x = s->stream + (size_t)k * s->floats;
+            sdp_batch b = {.B = t->data.B, .T = t->data.T};
+            if (g == 0) {
+                get(t, first + (uint64_t)k, &b);
+                s->m.ops->forward_stem(&s->m, &b, training, x);
+            }
+            s->m.ops->forward_block(&s->m, s->local_block, &b, training, x);
+            if (g == nblocks - 1 && out) {
+                get(t, first + (uint64_t)k, &b);
+                sdp_metrics mt;
+                s->m.ops->forward_head(&s->m, &b, training, x, &mt);
+                if (mt.count > 0)
+                    out->loss += mt.loss, out->count += mt.count, out->correct += mt.correct;
+            }
+        }
+        if (training) exchange_recal(s, false); /* the statistics this block updated */
+        drop(s);
+    }
+}
+
+static void calibration_batch(trainer *t, uint64_t v, sdp_batch *b) {
+    batches_calibration(&t->data, (int)v, b);
+}
+
+static void validation_batch(trainer *t, uint64_t v, sdp_batch *b) {
+    batches_val_batch(&t->data, v, b);
+}
+
+/* ---- entry points ------------------------------------------------------------------------ */
+
+bool eval_recalibrates(const trainer *t) {
+    return t->data.images && t->plan.cfg.mask == SDP_MASK_FORWARD &&
+           t->plan.cfg.owners != t->plan.cfg.world && buffer_floats(&t->full) > 0;
+}
+
+/* Running statistics gathered from subnetworks describe the subnetworks, not the assembled model,
+ * whose blocks all add to the residual stream at once: they are re-estimated from scratch on
+ * training batches, as the assembled model's forward in training mode would, block by block. */
+void eval_recalibrate(trainer *t) {
+    if (!eval_recalibrates(t) || (t->recal && t->recal_step == t->step)) return;
+    const sdp_layout *full = &t->full;
+    if (!t->recal)
+        t->recal = sdp_alloc(&t->io_mem, SDP_MEM_BUFFERS, buffer_floats(full) * sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < full->nparams; i++) {
+        const sdp_param *p = &full->params[i];
+        if (!p->buffer) continue;
+        for (size_t j = 0; j < p->numel; j++) t->recal[at + j] = sdp_param_init_value(p, 0, j);
+        at += p->numel;
+    }
+    const uint64_t n = (uint64_t)t->o.bn_recal_batches;
+    streamer s;
+    open_streamer(&s, t, n);
+    for (uint64_t v = 0; v < n; v += (uint64_t)s.chunk) {
+        const int k = n - v < (uint64_t)s.chunk ? (int)(n - v) : s.chunk;
+        run_chunk(&s, v, k, calibration_batch, true, NULL);
+    }
+    close_streamer(&s);
+    t->recal_step = t->step;
+}
+
+sdp_metrics eval_streamed(trainer *t) {
+    eval_recalibrate(t);
+    const uint64_t n = batches_val_count(&t->data, t->o.val_batches);
+    streamer s;
+    open_streamer(&s, t, n);
+    sdp_metrics total = {0, 0, 0};
+    for (uint64_t v = 0; v < n; v += (uint64_t)s.chunk) {
+        const int k = n - v < (uint64_t)s.chunk ? (int)(n - v) : s.chunk;
+        run_chunk(&s, v, k, validation_batch, false, &total);
+    }
+    close_streamer(&s);
+    double v[3] = {total.loss, total.count, total.correct};
+    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return (sdp_metrics){v[0], v[1], v[2]};
+}
+
+const float *eval_recalibrated(trainer *t, const char *name) {
+    SDP_ASSERT(t->recal && t->recal_step == t->step);
+    return recal_values(t, name);
+}
