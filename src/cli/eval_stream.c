@@ -25,6 +25,8 @@ typedef struct {
     float *local;  /* this worker's parameters on the host (host_copy) */
     float *stream; /* chunk residual streams of `floats` each */
     size_t floats;
+    int rows;          /* examples per call of a stage: the block models' batch */
+    size_t row_floats; /* of the stream, per example */
     int chunk;
     sdp_model m; /* the current block's model */
     int local_block;
@@ -144,8 +146,8 @@ static int find_local_block(const sdp_layout *L, int g) {
 static void create_block_model(streamer *s, int g) {
     trainer *t = s->t;
     sdp_subnet_spec spec = one_block_spec(&t->full, g);
-    run_family(&t->cfg)->create(&s->m, &t->cfg, &spec, t->data.B, t->data.T, SDP_MODEL_INFER,
-                                t->gemm, &t->io_mem);
+    run_family(&t->cfg)->create(&s->m, &t->cfg, &spec, s->rows, t->data.T, SDP_MODEL_INFER, t->gemm,
+                                &t->io_mem);
     free_spec(&spec);
     s->local_block = find_local_block(s->m.layout, g);
 }
@@ -178,16 +180,27 @@ static int chunk_batches(const sdp_layout *full, size_t floats) {
     return c < 1 ? 1 : c > 1024 ? 1024 : (int)c;
 }
 
-/* For a pass over n batches. */
-static void open_streamer(streamer *s, trainer *t, uint64_t n) {
+/* Examples per stage call when evaluating: a divisor of B near B/8, so that the block model's
+ * activations are an eighth of a batch's. Each example's loss does not depend on the others in
+ * its batch (batch norm evaluates on running statistics), so any split gives the same losses. */
+static int eval_rows(int B) {
+    int rows = (B + 7) / 8;
+    while (B % rows) rows--;
+    return rows;
+}
+
+/* For a pass over n batches; in training mode (batch statistics) whole batches at a time. */
+static void open_streamer(streamer *s, trainer *t, uint64_t n, bool training) {
     memset(s, 0, sizeof *s);
     s->t = t;
+    s->rows = training ? t->data.B : eval_rows(t->data.B);
     /* Block models are built and destroyed once per block and chunk, mostly at the same sizes:
      * fresh pages each time would cost more than the evaluation itself. */
     t->io_mem.keep = true;
     s->local = host_copy(t, t->model.params, t->model.layout->numel);
     create_block_model(s, 0); /* the stream's size is the model's to say */
-    s->floats = s->m.ops->stream_floats(&s->m);
+    s->row_floats = s->m.ops->stream_floats(&s->m) / (size_t)s->rows;
+    s->floats = s->row_floats * (size_t)t->data.B;
     drop(s);
     s->chunk = chunk_batches(&t->full, s->floats);
     if ((uint64_t)s->chunk > n) s->chunk = n > 0 ? (int)n : 1;
@@ -204,6 +217,35 @@ static void close_streamer(streamer *s) {
 /* Batch v of a pass (calibration or validation) into *b. */
 typedef void (*batch_fn)(trainer *t, uint64_t v, sdp_batch *b);
 
+/* Examples [r, r + n) of batch b (whose data pointers may be NULL: a block reads none). */
+static sdp_batch batch_rows(const trainer *t, const sdp_batch *b, int r, int n) {
+    sdp_batch sub = *b;
+    sub.B = n;
+    const size_t T = (size_t)b->T,
+                 image = (size_t)t->cfg.in_channels * t->cfg.image_size * (size_t)t->cfg.image_size;
+    if (b->tokens) sub.tokens = b->tokens + (size_t)r * T;
+    if (b->targets) sub.targets = b->targets + (size_t)r * T;
+    if (b->images) sub.images = b->images + (size_t)r * image;
+    if (b->labels) sub.labels = b->labels + r;
+    return sub;
+}
+
+/* One batch's stages in block model s->m, s->rows examples at a time: the stem first when asked,
+ * the block, and the head last when out is given (adding its metrics). */
+static void run_batch(streamer *s, const sdp_batch *b, float *x, bool stem, bool training,
+                      sdp_metrics *out) {
+    for (int r = 0; r < b->B; r += s->rows) {
+        const sdp_batch sub = batch_rows(s->t, b, r, s->rows);
+        float *xr = x + (size_t)r * s->row_floats;
+        if (stem) s->m.ops->forward_stem(&s->m, &sub, training, xr);
+        s->m.ops->forward_block(&s->m, s->local_block, &sub, training, xr);
+        if (!out) continue;
+        sdp_metrics mt;
+        s->m.ops->forward_head(&s->m, &sub, training, xr, &mt);
+        if (mt.count > 0) out->loss += mt.loss, out->count += mt.count, out->correct += mt.correct;
+    }
+}
+
 /* Moves batches [first, first + n) through every block, the stem before the first and, with
  * `out`, the head after the last (summing each batch's metrics into *out). */
 static void run_chunk(streamer *s, uint64_t first, int n, batch_fn get, bool training,
@@ -212,21 +254,11 @@ static void run_chunk(streamer *s, uint64_t first, int n, batch_fn get, bool tra
     const int nblocks = t->full.nblocks;
     for (int g = 0; g < nblocks; g++) {
         build(s, g);
+        const bool stem = g == 0, head = g == nblocks - 1 && out;
         for (int k = 0; k < n; k++) {
-            float *x = s->stream + (size_t)k * s->floats;
             sdp_batch b = {.B = t->data.B, .T = t->data.T};
-            if (g == 0) {
-                get(t, first + (uint64_t)k, &b);
-                s->m.ops->forward_stem(&s->m, &b, training, x);
-            }
-            s->m.ops->forward_block(&s->m, s->local_block, &b, training, x);
-            if (g == nblocks - 1 && out) {
-                get(t, first + (uint64_t)k, &b);
-                sdp_metrics mt;
-                s->m.ops->forward_head(&s->m, &b, training, x, &mt);
-                if (mt.count > 0)
-                    out->loss += mt.loss, out->count += mt.count, out->correct += mt.correct;
-            }
+            if (stem || head) get(t, first + (uint64_t)k, &b);
+            run_batch(s, &b, s->stream + (size_t)k * s->floats, stem, training, head ? out : NULL);
         }
         if (training) exchange_recal(s, false); /* the statistics this block updated */
         drop(s);
@@ -265,7 +297,7 @@ void eval_recalibrate(trainer *t) {
     }
     const uint64_t n = (uint64_t)t->o.bn_recal_batches;
     streamer s;
-    open_streamer(&s, t, n);
+    open_streamer(&s, t, n, true);
     for (uint64_t v = 0; v < n; v += (uint64_t)s.chunk) {
         const int k = n - v < (uint64_t)s.chunk ? (int)(n - v) : s.chunk;
         run_chunk(&s, v, k, calibration_batch, true, NULL);
@@ -278,7 +310,7 @@ sdp_metrics eval_streamed(trainer *t) {
     eval_recalibrate(t);
     const uint64_t n = batches_val_count(&t->data, t->o.val_batches);
     streamer s;
-    open_streamer(&s, t, n);
+    open_streamer(&s, t, n, false);
     sdp_metrics total = {0, 0, 0};
     for (uint64_t v = 0; v < n; v += (uint64_t)s.chunk) {
         const int k = n - v < (uint64_t)s.chunk ? (int)(n - v) : s.chunk;
