@@ -240,6 +240,8 @@ int cmd_plan(int argc, char **argv) {
         printf("  largest worker vs DDP: params+grads+optimizer %.1f%% smaller, total %.1f%% "
                "smaller\n",
                100 * (1 - worst_state / ddp_state), 100 * (1 - worst_total / ddp_total));
+        printf("  not counted: evaluation and checkpoint buffers (bounded by a block and a "
+               "4 MiB window: docs/design.md)\n");
         if (on_cuda(&o))
             printf("  scratch on cuda: the model's attention scores and %.0f MiB of cuBLAS and "
                    "kernel workspaces%s\n",
