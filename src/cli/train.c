@@ -5,6 +5,7 @@
 #include "run_dir.h"
 
 #include "sdp/check.h"
+#include "sdp/interrupt.h"
 
 #include <errno.h>
 #include <math.h>
@@ -184,6 +185,7 @@ static void setup(trainer *t, int argc, char **argv) {
     if (t->o.resume[0]) apply_resume_config(t, argc, argv);
     validate_options(&t->o);
     sdp_world_init(&t->world, &argc, &argv, t->o.threads);
+    sdp_interrupt_install(); /* a signal from now on stops the run after a step */
     check_simulation_world(t);
     device_open(t);
     check_same_config(t);
@@ -285,9 +287,41 @@ static sdp_metrics validate(trainer *t) {
     return eval_streamed(t);
 }
 
+/* ---- stopping on a signal ------------------------------------------------------------------- */
+
+/* The signal any worker received (0: none), the same on every rank: ranks see a signal at
+ * different moments, or some not at all, and must all stop after the same step. */
+static int agreed_interrupt(const trainer *t) {
+    int sig = sdp_interrupt_signal();
+    if (!communicates(t)) return sig;
+    int any = 0;
+    MPI_Allreduce(&sig, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return any;
+}
+
+/* One line saying where the run stopped and how to go on. */
+static void report_interrupt(const trainer *t, int sig) {
+    if (!is_rank0(t)) return;
+    const char *name = sdp_interrupt_name(sig);
+    if (simulating(t)) {
+        fprintf(stderr,
+                "sdp: stopped by %s after step %ld of %d (--sim-world writes no "
+                "checkpoint)\n",
+                name, t->step, t->o.steps);
+        return;
+    }
+    char launch[64] = "";
+    if (t->world.size > 1) snprintf(launch, sizeof launch, "mpirun -np %d ", t->world.size);
+    fprintf(stderr,
+            "sdp: stopped by %s after step %ld of %d; checkpoint saved in %s; resume with: "
+            "%ssdp train --resume %s\n",
+            name, t->step, t->o.steps, t->o.out, launch, t->o.out);
+}
+
 /* ---- entry point ---------------------------------------------------------------------------- */
 
 int cmd_train(int argc, char **argv) {
+    sdp_interrupt_defer(); /* before any thread starts: see interrupt.h */
     trainer t;
     memset(&t, 0, sizeof t);
     opts_parse(TRAIN_OPTS, &t.o, argc, argv,
@@ -308,12 +342,15 @@ int cmd_train(int argc, char **argv) {
     sdp_metrics final_val = {NAN, 0, NAN};
     int window_steps = 0;
     const long first = t.step;
+    int interrupted = 0;
     while (t.step < t.o.steps) {
         step_result r = train_step(&t);
         window_loss += r.loss;
         window_steps++;
         const bool last = t.step == t.o.steps;
-        const bool stop = t.o.stop_after > 0 && t.step - first >= t.o.stop_after;
+        interrupted = agreed_interrupt(&t);
+        const bool stop =
+            (t.o.stop_after > 0 && t.step - first >= t.o.stop_after) || interrupted != 0;
         if (t.step % t.o.log_every == 0 || last || stop) {
             double now = now_s();
             log_progress(&t, window_loss / window_steps, r.lr, r.grad_norm, now - window_t,
@@ -330,6 +367,12 @@ int cmd_train(int argc, char **argv) {
         const bool ckpt_due = (t.o.ckpt_every > 0 && t.step % t.o.ckpt_every == 0) || last || stop;
         if (ckpt_due && !simulating(&t)) save_checkpoint(&t);
         if (stop) break;
+    }
+    if (interrupted) {
+        report_interrupt(&t, interrupted);
+        if (t.metrics) fclose(t.metrics);
+        sdp_world_finalize();
+        return 128 + interrupted;
     }
     print_summary(&t, final_val, now_s() - t0);
     if (t.metrics) fclose(t.metrics);

@@ -2,6 +2,7 @@
 
 #include "sdp/check.h"
 #include "sdp/ckpt.h"
+#include "sdp/interrupt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@ static _Noreturn void fail_and_clean(sdp_atomic_file *a, const char *what, int e
     if (a->f) fclose(a->f);
     a->f = NULL;
     unlink(a->tmp_path);
+    sdp_interrupt_temp_file(NULL);
     sdp_fatal("cannot write '%s': %s failed (%s); check that the directory exists, is writable "
               "and has free space",
               a->path, what, strerror(err));
@@ -29,6 +31,7 @@ void sdp_atomic_open(sdp_atomic_file *a, const char *path) {
     a->tmp_path = malloc(n);
     SDP_CHECK(a->tmp_path, "out of memory naming a temp file for '%s'", path);
     snprintf(a->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    sdp_interrupt_temp_file(a->tmp_path); /* a second SIGINT or SIGTERM removes it */
     a->f = fopen(a->tmp_path, "wb");
     if (!a->f) fail_and_clean(a, "creating its temp file", errno);
 }
@@ -90,6 +93,7 @@ void sdp_atomic_commit(sdp_atomic_file *a) {
     if (fclose(f) != 0) fail_and_clean(a, "closing", errno);
     if (rename(a->tmp_path, a->path) != 0)
         fail_and_clean(a, "renaming its temp file over it", errno);
+    sdp_interrupt_temp_file(NULL);
     fsync_dir(a->path);
     free(a->tmp_path);
     a->tmp_path = NULL;
