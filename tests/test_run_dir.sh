@@ -1,7 +1,7 @@
 # A run directory belongs to one run: a second run on it while the first runs refuses at once,
 # naming the holder; a new run into a directory that holds an earlier run refuses unless
 # --overwrite (which replaces the run's files, so metrics.jsonl holds the new run alone); and
-# --overwrite with --resume is refused.
+# --overwrite with --resume is refused. A run that fails before its first step leaves nothing.
 source "$(dirname "$0")/lib.sh"
 make_text "$WORK/text.txt" 40000
 T=(train --data "$WORK/text.txt" --layers 1 --heads 2 --width 16 --seq-len 16 --batch 2
@@ -37,4 +37,34 @@ expect_error "a second run on a directory in use" "is in use by sdp train, pid $
 ms=$((($(date +%s%N) - t0) / 1000000))
 [ "$ms" -lt 5000 ] && pass "refused in $ms ms" || fail "the refusal took $ms ms"
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+
+# A run that fails before its first step leaves nothing: no new directory (on 1 and 4 ranks, also
+# where only some ranks fail), and a run directory given to --resume unchanged.
+printf 'short' >"$WORK/tiny.txt"
+for n in 1 4; do
+  new="$WORK/never_$n"
+  timeout 60 "$MPIEXEC" -n $n --oversubscribe "$SDP_BIN" "${T[@]}" --steps 3 --data "$WORK/tiny.txt" \
+    --out "$new" >"$WORK/never.log" 2>&1
+  [ ! -e "$new" ] && pass "$n ranks, data too small: no run directory created" ||
+    fail "$n ranks, data too small: $new was created"
+  new="$WORK/never_model_$n"
+  timeout 60 "$MPIEXEC" -n $n --oversubscribe "$SDP_BIN" "${T[@]}" --steps 3 --width 17 \
+    --out "$new" >"$WORK/never.log" 2>&1
+  [ ! -e "$new" ] && pass "$n ranks, impossible model: no run directory created" ||
+    fail "$n ranks, impossible model: $new was created"
+done
+# Ranks that disagree (the command line differs on rank 3) fail after every rank loaded its data.
+new="$WORK/never_split"
+timeout 60 "$MPIEXEC" --oversubscribe -n 3 "$SDP_BIN" "${T[@]}" --steps 3 --out "$new" : \
+  -n 1 "$SDP_BIN" "${T[@]}" --steps 4 --out "$new" >"$WORK/never.log" 2>&1
+[ ! -e "$new" ] && pass "ranks with different options: no run directory created" ||
+  fail "ranks with different options: $new was created ($(grep -m1 error "$WORK/never.log"))"
+cp "$run/model.safetensors" "$WORK/model.bak"
+printf 'broken' >"$run/model.safetensors"
+before=$(digest "$run")
+timeout 60 "$SDP_BIN" train --resume "$run" --steps 6 >"$WORK/resume_bad.log" 2>&1 &&
+  fail "resume from a broken checkpoint succeeded"
+[ "$(digest "$run")" = "$before" ] && pass "a failed --resume left its run directory unchanged" ||
+  fail "a failed --resume changed its run directory"
+cp "$WORK/model.bak" "$run/model.safetensors"
 finish

@@ -113,6 +113,9 @@ static void check_same_config(const trainer *t) {
 /* ---- set-up ------------------------------------------------------------------------------- */
 
 static void choose_run_dir(trainer *t) {
+    /* Every rank has loaded its data and built its worker: one that failed has ended the job
+     * (MPI_Abort) before rank 0 passes here, so a run that cannot start creates no directory. */
+    MPI_Barrier(MPI_COMM_WORLD);
     if (t->o.resume[0]) {
         strcpy(t->o.out, t->o.resume);
         return;
