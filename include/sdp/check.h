@@ -8,6 +8,12 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#ifdef SDP_FUZZ
+#include <setjmp.h>
+/* Fuzzing builds only: when set, sdp_fatal prints nothing and jumps here instead of exiting. */
+extern jmp_buf *sdp_fuzz_on_error;
+#endif
+
 _Noreturn void sdp_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Use for user-facing conditions: the message must say what is wrong and what to do. */

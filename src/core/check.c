@@ -9,6 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef SDP_FUZZ
+jmp_buf *sdp_fuzz_on_error;
+#endif
+
 /* Rank of this process, or -1 when MPI is not running (a plain single-process run). */
 static int mpi_rank_if_running(int *world) {
     int inited = 0, finalized = 0;
@@ -30,6 +34,12 @@ void sdp_fatal(const char *fmt, ...) {
     vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
     sdp_escape(msg, sizeof msg, raw);
+#ifdef SDP_FUZZ
+    /* Fuzzing builds only (fuzz/harness.h): a clean error is the right answer to bad bytes, not a
+     * crash, so the harness takes it back instead of the process ending. The message is built
+     * above, so its formatting is fuzzed too. */
+    if (sdp_fuzz_on_error) longjmp(*sdp_fuzz_on_error, 1);
+#endif
     /* Errors every rank detects alike (a bad option) would print N times: other ranks give rank
      * 0 a moment to print and abort the job first. */
     if (world > 1 && rank > 0) usleep(300000);

@@ -1,0 +1,13 @@
+# libFuzzer targets for every reader of outside bytes (fuzz/*.c), built with -DSDP_FUZZ=ON by
+# clang (scripts/fuzz.sh). Every source is instrumented for coverage, ASan and UBSan, and built
+# with SDP_FUZZ so that sdp_fatal returns to the harness instead of exiting.
+file(GLOB SDP_FUZZ_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/fuzz/fuzz_*.c)
+add_custom_target(fuzz_targets)
+foreach(src ${SDP_FUZZ_SOURCES})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src} ${CMAKE_SOURCE_DIR}/src/cli/options.c
+                 ${CMAKE_SOURCE_DIR}/src/cli/train_opts.c)
+  target_link_libraries(${name} PRIVATE sdpcore)
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  add_dependencies(fuzz_targets ${name})
+endforeach()
