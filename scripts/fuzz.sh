@@ -17,10 +17,12 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${SDP_FUZZ_SECONDS:-15}
 TARGETS=${SDP_FUZZ_TARGETS:-"safetensors shards text cifar idx config"}
 command -v clang >/dev/null || { echo "fuzz: clang not found: apt-get install clang libclang-rt-14-dev" >&2; exit 1; }
-CC=clang cmake -S . -B build-fuzz -DSDP_FUZZ=ON -DSDP_CUDA=OFF >build-fuzz.log 2>&1 ||
-  { tail -20 build-fuzz.log; echo "fuzz: configuring build-fuzz failed (log: build-fuzz.log)" >&2; exit 1; }
-cmake --build build-fuzz -j"$(nproc)" --target fuzz_targets >>build-fuzz.log 2>&1 ||
-  { grep -m5 error build-fuzz.log; echo "fuzz: building the targets failed (log: build-fuzz.log)" >&2; exit 1; }
+mkdir -p build-fuzz
+LOG=build-fuzz/build.log
+CC=clang cmake -S . -B build-fuzz -DSDP_FUZZ=ON -DSDP_CUDA=OFF >$LOG 2>&1 ||
+  { tail -20 $LOG; echo "fuzz: configuring build-fuzz failed (log: $LOG)" >&2; exit 1; }
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_targets >>$LOG 2>&1 ||
+  { grep -m5 error $LOG; echo "fuzz: building the targets failed (log: $LOG)" >&2; exit 1; }
 bash scripts/fuzz_corpus.sh build-fuzz/seeds >/dev/null
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 failed=0
