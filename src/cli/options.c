@@ -145,6 +145,27 @@ char *opts_to_json(const opt_spec *specs, const void *opts) {
     return txt;
 }
 
+/* A JSON value as the text a command line would give for option s, or NULL when its type is
+ * wrong. Numbers keep every digit, so the flag's own checks (integer, minimum) judge them. */
+static const char *json_as_flag_text(const opt_spec *s, const cJSON *v, char *buf, size_t n) {
+    switch (s->type) {
+    case OPT_INT:
+    case OPT_FLOAT:
+        if (!cJSON_IsNumber(v)) return NULL;
+        snprintf(buf, n, "%.17g", v->valuedouble);
+        return buf;
+    case OPT_STR:
+        return cJSON_IsString(v) ? v->valuestring : NULL;
+    case OPT_FLAG:
+        return cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? "true" : "false") : NULL;
+    }
+    return NULL;
+}
+
+static const char *type_name(const opt_spec *s) {
+    return s->type == OPT_STR ? "a string" : s->type == OPT_FLAG ? "true or false" : "a number";
+}
+
 void opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source) {
     cJSON *o = cJSON_Parse(json);
     SDP_CHECK(o && cJSON_IsObject(o), "%s is not a valid JSON object: restore it or start afresh",
@@ -152,25 +173,18 @@ void opts_from_json(const opt_spec *specs, void *opts, const char *json, const c
     for (const opt_spec *s = specs; s->name; s++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, s->name);
         if (!v) continue;
-        void *f = field(opts, s);
-        switch (s->type) {
-        case OPT_INT:
-            SDP_CHECK(cJSON_IsNumber(v), "%s: '%s' should be a number", source, s->name);
-            *(int *)f = v->valueint;
-            break;
-        case OPT_FLOAT:
-            SDP_CHECK(cJSON_IsNumber(v), "%s: '%s' should be a number", source, s->name);
-            *(double *)f = v->valuedouble;
-            break;
-        case OPT_STR:
-            SDP_CHECK(cJSON_IsString(v) && strlen(v->valuestring) < OPT_STR_MAX,
-                      "%s: '%s' should be a string", source, s->name);
-            strcpy((char *)f, v->valuestring);
-            break;
-        case OPT_FLAG:
-            SDP_CHECK(cJSON_IsBool(v), "%s: '%s' should be true or false", source, s->name);
-            *(bool *)f = cJSON_IsTrue(v);
-            break;
+        char buf[64], err[256];
+        const char *text = json_as_flag_text(s, v, buf, sizeof buf);
+        if (!text) {
+            cJSON_Delete(o);
+            sdp_fatal("%s: \"%s\" should be %s: the file is damaged; restore it or start a new run",
+                      source, s->name, type_name(s));
+        }
+        if (!opts_set(s, opts, text, err, sizeof err)) {
+            cJSON_Delete(o);
+            sdp_fatal("%s: \"%s\" is out of range (%s): the file is damaged; restore it or start "
+                      "a new run",
+                      source, s->name, err);
         }
     }
     cJSON_Delete(o);

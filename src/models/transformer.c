@@ -37,6 +37,20 @@ static void finish_vit(sdp_tf_config *c) {
     c->vocab = c->vocab_padded = c->classes;
 }
 
+/* Sizes whose products would overflow the int and size_t arithmetic of the layout and kernels
+ * (a damaged config.json, or a typo) are refused before anything is computed from them. */
+static void check_size(const sdp_tf_config *c) {
+    SDP_CHECK(c->d_model <= 65536 && c->n_layer <= 65536 && c->d_ff <= (1 << 20) &&
+                  c->seq_len <= (1 << 20) && c->vocab <= (1 << 24),
+              "model too large to describe: %d layers (at most 65536), width %d (65536), d_ff %d "
+              "(2^20), sequence %d (2^20), vocabulary %d (2^24)",
+              c->n_layer, c->d_model, c->d_ff, c->seq_len, c->vocab);
+    const double C = c->d_model, F = c->d_ff ? c->d_ff : 4.0 * C;
+    const double params = c->n_layer * (4 * C * C + 3 * C * F) + (c->vocab + c->seq_len) * C;
+    SDP_CHECK(params < 0x1p40, "model of %.3g parameters is too large for sdp (at most 2^40)",
+              params);
+}
+
 void sdp_tf_config_finish(sdp_tf_config *c) {
     if (c->style == SDP_STYLE_VIT) finish_vit(c);
     SDP_CHECK(c->n_layer >= 1, "--layers must be at least 1 (got %d)", c->n_layer);
@@ -53,6 +67,7 @@ void sdp_tf_config_finish(sdp_tf_config *c) {
     SDP_CHECK(c->seq_len >= 1, "--seq-len must be at least 1 (got %d)", c->seq_len);
     SDP_CHECK(c->vocab >= 2, "vocabulary size must be at least 2 (got %d)", c->vocab);
     SDP_CHECK(c->d_ff >= 0, "--d-ff must be positive (got %d)", c->d_ff);
+    check_size(c);
     if (c->d_ff == 0) {
         if (c->style != SDP_STYLE_LLAMA)
             c->d_ff = 4 * c->d_model;
@@ -422,6 +437,13 @@ void sdp_tf_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
         sdp_tf_shape_full(&m->shape, &m->cfg);
     m->head_size = m->cfg.d_model / m->cfg.n_head;
     m->be = be;
+    SDP_CHECK(
+        (double)B * T *
+                (m->cfg.d_model > m->cfg.vocab_padded ? m->cfg.d_model : m->cfg.vocab_padded) <
+            0x1p31,
+        "a batch of %d x %d is too large for this model's activations: lower --batch or "
+        "--seq-len",
+        B, T);
     m->B = B;
     m->T = T;
     m->off.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->off.layers);

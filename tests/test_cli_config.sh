@@ -1,0 +1,57 @@
+# A run directory's config.json is checked as the command line is: each value's type and range,
+# with one line naming the file, on the commands that read it (eval, train --resume) and on every
+# rank, leaving the directory as it was. Sizes that would overflow the model's arithmetic are
+# refused before anything is built.
+source "$(dirname "$0")/lib.sh"
+make_text "$WORK/text.txt" 40000
+run="$WORK/run"
+timeout 60 "$SDP_BIN" train --data "$WORK/text.txt" --layers 1 --heads 2 --width 16 --seq-len 16 \
+  --batch 2 --steps 2 --val-every 0 --threads 1 --out "$run" >"$WORK/train.log" 2>&1 ||
+  fail "the tiny run failed: $(tail -1 "$WORK/train.log")"
+digest() { (cd "$1" && find . -type f ! -name .lock -exec md5sum {} + | sort); }
+
+# damaged NAME PYTHON_EDIT: a copy of the run whose config.json the python statement edits (c is
+# the parsed object; a string replaces the whole file); prints the copy's path.
+damaged() {
+  local dir="$WORK/$1"
+  rm -rf "$dir"; cp -r "$run" "$dir"
+  python3 - "$dir/config.json" "$2" <<'PY'
+import json, sys
+path, edit = sys.argv[1], sys.argv[2]
+c = json.load(open(path))
+exec(edit)
+open(path, "w").write(json.dumps(c) if isinstance(c, dict) else c)
+PY
+  echo "$dir"
+}
+
+check() { # NAME EDIT NEEDLE
+  local dir; dir=$(damaged "$1" "$2")
+  local before; before=$(digest "$dir")
+  expect_error "eval, $1" "$3" "$SDP_BIN" eval --run "$dir"
+  expect_error "train --resume, $1" "$3" "$SDP_BIN" train --resume "$dir" --steps 4
+  [ "$(digest "$dir")" = "$before" ] && pass "$1: the run directory is unchanged" ||
+    fail "$1: the run directory changed"
+}
+check string_for_number 'c["layers"] = "two"' 'config.json: "layers" should be a number'
+check zero_layers 'c["layers"] = 0' 'config.json: "layers" is out of range'
+check huge_width 'c["width"] = 1e12' 'config.json: "width" is out of range'
+check fraction 'c["batch"] = 2.5' 'config.json: "batch" is out of range'
+check negative_lr 'c["lr"] = -1' 'config.json: "lr" is out of range'
+check flag_string 'c["flip"] = "yes"' 'config.json: "flip" should be true or false'
+check not_object 'c = "[1, 2]"' 'config.json is not a valid JSON object'
+check overflow 'c["width"] = 2000000000; c["heads"] = 1' 'model too large to describe'
+check params 'c["layers"] = 60000; c["width"] = 60000; c["heads"] = 1' 'too large for sdp'
+
+# Every rank stops at once (OpenMPI adds its own lines about the abort).
+dir=$(damaged ranks 'c["layers"] = -3')
+t0=$(date +%s%N)
+timeout 60 "$MPIEXEC" -n 4 --oversubscribe "$SDP_BIN" train --resume "$dir" --steps 4 \
+  >"$WORK/ranks.out" 2>"$WORK/ranks.err"
+rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+if [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ $ms -lt 10000 ] &&
+   grep -q 'config.json: "layers" is out of range' "$WORK/ranks.err"; then
+  pass "4 ranks, train --resume: status $rc in $ms ms, naming the file"
+else fail "4 ranks, train --resume: status $rc in $ms ms"; head -3 "$WORK/ranks.err"; fi
+finish
