@@ -43,6 +43,28 @@ check not_object 'c = "[1, 2]"' 'config.json is not a valid JSON object'
 check overflow 'c["width"] = 2000000000; c["heads"] = 1' 'model too large to describe'
 check params 'c["layers"] = 60000; c["width"] = 60000; c["heads"] = 1' 'too large for sdp'
 
+# An image run evaluated on a dataset of another shape (its config.json pointed at CIFAR-10).
+if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+  img="$WORK/img"
+  timeout 60 "$SDP_BIN" train --model resnet --depth 8 --channels 4 --batch 4 --steps 1 \
+    --val-every 0 --optimizer sgd --threads 1 --out "$img" >"$WORK/img.log" 2>&1 ||
+    fail "the tiny image run failed: $(tail -1 "$WORK/img.log")"
+  cifar="$WORK/cifar"; mkdir -p "$cifar"
+  python3 -c "
+import sys
+rec = bytes([1]) + bytes(range(256)) * 12
+for n in ['data_batch_%d.bin' % i for i in range(1, 6)] + ['test_batch.bin']:
+    open(sys.argv[1] + '/' + n, 'wb').write(rec * 8)" "$cifar"
+  dir="$WORK/img_cifar"; rm -rf "$dir"; cp -r "$img" "$dir"
+  python3 - "$dir/config.json" "$cifar" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["dataset"] = "cifar10"; c["data"] = sys.argv[2]
+open(sys.argv[1], "w").write(json.dumps(c))
+PY
+  expect_error "eval of a Fashion-MNIST model on CIFAR-10 images" "trained on 1x28x28 images" \
+    "$SDP_BIN" eval --run "$dir"
+fi
+
 # Every rank stops at once (OpenMPI adds its own lines about the abort).
 dir=$(damaged ranks 'c["layers"] = -3')
 t0=$(date +%s%N)

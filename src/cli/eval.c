@@ -24,6 +24,19 @@ static const opt_spec EVAL_OPTS[] = {
     {NULL, 0, 0, NULL, NULL, 0},
 };
 
+/* The images must be those the model was trained on: another dataset (a config.json edited, or
+ * files replaced) would be read into buffers of another size. */
+static void check_image_shape(const batch_source *data, run_data_shape trained, const char *run) {
+    if (!data->images) return;
+    int c, s, k;
+    batches_image_shape(data, &c, &s, &k);
+    SDP_CHECK(c == trained.channels && s == trained.image_size && k == trained.classes,
+              "%s/model.safetensors was trained on %dx%dx%d images of %d classes, but its dataset "
+              "gives %dx%dx%d images of %d classes: evaluate it on the data it was trained on",
+              run, trained.channels, trained.image_size, trained.image_size, trained.classes, c, s,
+              s, k);
+}
+
 int cmd_eval(int argc, char **argv) {
     eval_opts e;
     opts_parse(EVAL_OPTS, &e, argc, argv, "usage: sdp eval --run DIR [--data FILE]");
@@ -33,7 +46,7 @@ int cmd_eval(int argc, char **argv) {
     sdp_mem mem = {0};
     train_opts o;
     sdp_model m;
-    load_run_model(&m, &o, e.run, 0, 0, &mem);
+    const run_data_shape trained = load_run_model(&m, &o, e.run, 0, 0, &mem);
     if (e.data[0]) strcpy(o.data, e.data);
     batch_source data;
     if (e.data[0] && !run_images(&o)) { /* another file: all of it is evaluated */
@@ -43,6 +56,7 @@ int cmd_eval(int argc, char **argv) {
         batches_open(&data, &o, run_images(&o), w.rank, w.size, &mem);
     }
     SDP_CHECK(data.has_val, "the run has no validation split: pass --data FILE");
+    check_image_shape(&data, trained, e.run);
     sdp_metrics v = batches_evaluate(&data, &m, e.batches, MPI_COMM_WORLD);
     const double loss = v.loss / v.count;
     if (w.rank == 0) {

@@ -15,7 +15,8 @@ static int load_run_vocab(const sdp_st_file *f, bool images) {
     return (int)sdp_st_meta_number(f, "sdp.vocab", images ? 0 : 2, images ? INT_MAX : most, true);
 }
 
-void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, sdp_mem *mem) {
+run_data_shape load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T,
+                              sdp_mem *mem) {
     run_load_config(o, dir);
     char path[1024];
     run_path(path, sizeof path, dir, "model.safetensors");
@@ -36,4 +37,5 @@ void load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T, 
     sdp_ckpt_buffer pb = {m->params, "", false};
     sdp_ckpt_load(&f, path, m->layout, &pb, 1, mem);
     sdp_st_close(&f, mem);
+    return shape;
 }
