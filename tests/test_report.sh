@@ -150,6 +150,14 @@ expect_error "unknown flag" "unknown or incomplete option '--bogus'" \
 expect_error "no run directory" "one or more run directories" "$SDP_BIN" report --group
 expect_error "gnuplot missing" "gnuplot not found: install gnuplot-nox" \
   env PATH=/nonexistent "$SDP_BIN" report --plots "$WORK/p2" "$WORK/fwd1"
+# Damaged metrics lines (found by fuzz/fuzz_run_dir.c): a step that is missing or past any count
+# was once converted to an integer regardless, showing a garbage step count; such lines are skipped.
+cp -r "$WORK/fwd1" "$WORK/damaged"
+printf '%s\n' '{"loss":1.5}' '{"step":1e300,"loss":1.5}' '{"step":-2,"loss":1.5}' \
+  >>"$WORK/damaged/metrics.jsonl"
+if "$SDP_BIN" report "$WORK/damaged" | grep -qE '^\| damaged \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \| 10 \|'; then
+  pass "report skips metrics lines whose step is missing or out of range"
+else fail "report of damaged metrics lines"; "$SDP_BIN" report "$WORK/damaged"; fi
 "$SDP_BIN" report --help | grep -q -- "--plots DIR" && "$SDP_BIN" report --help | grep -q -- "--group" &&
   pass "report --help documents --group and --plots" || fail "report --help lacks --group or --plots"
 finish

@@ -6,6 +6,7 @@
 #include "sdp/mem.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,8 +45,14 @@ static bool file_exists(const char *dir, const char *name) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* A step as sdp train counts them; anything else in "step" (missing, fractional, negative, or
+ * past an int, where converting it would be undefined) marks a damaged line. */
+static bool is_step(double step) {
+    return step >= 0 && step <= INT_MAX && step == floor(step);
+}
+
 /* Training lines carry "loss", validation lines "val_loss"; the last of each gives the final
- * figures, all of them the curves. */
+ * figures, all of them the curves. A damaged line is skipped, like one that is not JSON. */
 static void read_metrics(report_run *r) {
     char path[1024], line[4096];
     run_path(path, sizeof path, r->dir, "metrics.jsonl");
@@ -56,6 +63,10 @@ static void read_metrics(report_run *r) {
         cJSON *o = cJSON_Parse(line);
         if (!o) continue;
         const double step = number(o, "step"), flops = number(o, "flops");
+        if (!is_step(step)) {
+            cJSON_Delete(o);
+            continue;
+        }
         if (!isnan(number(o, "loss"))) {
             r->train_loss = number(o, "loss");
             r->steps = (long)step;
