@@ -6,7 +6,8 @@ add_custom_target(fuzz_targets)
 foreach(src ${SDP_FUZZ_SOURCES})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src} ${CMAKE_SOURCE_DIR}/src/cli/options.c
-                 ${CMAKE_SOURCE_DIR}/src/cli/train_opts.c)
+                 ${CMAKE_SOURCE_DIR}/src/cli/train_opts.c
+                 ${CMAKE_SOURCE_DIR}/src/cli/run.c ${CMAKE_SOURCE_DIR}/src/cli/report_run.c)
   target_link_libraries(${name} PRIVATE sdpcore)
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
   add_dependencies(fuzz_targets ${name})

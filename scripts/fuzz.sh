@@ -7,6 +7,7 @@
 #
 #   bash scripts/fuzz.sh                          # CI: a short run of every target
 #   SDP_FUZZ_SECONDS=3600 bash scripts/fuzz.sh    # a long run
+#   SDP_FUZZ_RUNS=10000000 SDP_FUZZ_SECONDS=86400 bash scripts/fuzz.sh  # 10M executions each
 #   SDP_FUZZ_TARGETS="idx text" bash scripts/fuzz.sh
 #
 # Readers fail with sdp_fatal on bad bytes, which the harness takes back (fuzz/harness.h); the
@@ -15,7 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${SDP_FUZZ_SECONDS:-15}
-TARGETS=${SDP_FUZZ_TARGETS:-"safetensors shards text cifar idx config"}
+RUNS_GOAL=${SDP_FUZZ_RUNS:-0} # stop a target at this many executions (0: only the time limit)
+TARGETS=${SDP_FUZZ_TARGETS:-"safetensors shards text cifar idx config run_dir"}
 command -v clang >/dev/null || { echo "fuzz: clang not found: apt-get install clang libclang-rt-14-dev" >&2; exit 1; }
 mkdir -p build-fuzz
 LOG=build-fuzz/build.log
@@ -32,8 +34,9 @@ for t in $TARGETS; do
   chunk=20000
   [ "$t" = idx ] && chunk=2000
   runs=0 end=$((SECONDS + SECONDS_EACH)) t0=$SECONDS status=ok
-  while [ $SECONDS -lt $end ]; do
+  while [ $SECONDS -lt $end ] && { [ "$RUNS_GOAL" = 0 ] || [ $runs -lt "$RUNS_GOAL" ]; }; do
     left=$((end - SECONDS))
+    [ "$RUNS_GOAL" = 0 ] || [ $((RUNS_GOAL - runs)) -ge $chunk ] || chunk=$((RUNS_GOAL - runs))
     log=build-fuzz/$t.log
     if ! "build-fuzz/fuzz_$t" -runs=$chunk -max_total_time=$left -timeout=5 -rss_limit_mb=2048 \
          -malloc_limit_mb=1024 -max_len=100000 -print_final_stats=1 \

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-build-fuzz/seeds}
 TEXT=${SDP_TEST_TEXT:-../shared/data/tinyshakespeare.txt}
 FMNIST=/usr/share/datasets/fashion-mnist
-mkdir -p "$OUT"/{safetensors,shards,text,cifar,idx,config}
+mkdir -p "$OUT"/{safetensors,shards,text,cifar,idx,config,run_dir}
 
 # Text: the start of a real text, and a short one.
 if [ -f "$TEXT" ]; then head -c 2000 "$TEXT" >"$OUT/text/real.txt"; fi
@@ -25,9 +25,16 @@ if [ -x build/sdp ] && [ -f "$TEXT" ]; then
     [ -f "$work/run/$f.safetensors" ] && cp "$work/run/$f.safetensors" "$OUT/safetensors/$f"
   done
   [ -f "$work/run/config.json" ] && cp "$work/run/config.json" "$OUT/config/config.json"
+  # sdp report's view of the run: config.json, metrics.jsonl, memory.json, NUL between them.
+  if [ -f "$work/run/memory.json" ]; then
+    { cat "$work/run/config.json"; printf '\0'; cat "$work/run/metrics.jsonl"; printf '\0'
+      cat "$work/run/memory.json"; } >"$OUT/run_dir/run"
+  fi
   rm -rf "$work"
 fi
 echo '{"model": "gpt", "layers": 2, "width": 32, "sdp-mask": "forward"}' >"$OUT/config/small.json"
+{ cat "$OUT/config/small.json"; printf '\0{"step": 1, "loss": 5.5, "flops": 1e9}\n'
+  printf '{"step": 1, "val_loss": 5.4}\n'; } >"$OUT/run_dir/small"
 
 python3 - "$OUT" "$FMNIST" <<'PY'
 import gzip, json, os, struct, sys
