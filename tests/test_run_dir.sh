@@ -1,7 +1,7 @@
 # A run directory belongs to one run: a second run on it while the first runs refuses at once,
 # naming the holder; a new run into a directory that holds an earlier run refuses unless
 # --overwrite (which replaces the run's files, so metrics.jsonl holds the new run alone); and
-# --overwrite with --resume is refused. A run that fails before its first step leaves nothing.
+# --overwrite with --resume is refused; --resume takes the lock like a new run. A run that fails before its first step leaves nothing.
 source "$(dirname "$0")/lib.sh"
 make_text "$WORK/text.txt" 40000
 T=(train --data "$WORK/text.txt" --layers 1 --heads 2 --width 16 --seq-len 16 --batch 2
@@ -37,6 +37,17 @@ expect_error "a second run on a directory in use" "is in use by sdp train, pid $
 ms=$((($(date +%s%N) - t0) / 1000000))
 [ "$ms" -lt 5000 ] && pass "refused in $ms ms" || fail "the refusal took $ms ms"
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+
+# --resume takes the lock too: while another process holds it, resuming refuses and writes nothing.
+before=$(digest "$run")
+flock "$run/.lock" sleep 30 &
+locker=$!
+for _ in $(seq 50); do flock -n "$run/.lock" true || break; sleep 0.1; done
+expect_error "--resume of a directory in use" "is in use by" \
+  "$SDP_BIN" train --resume "$run" --steps 4
+[ "$(digest "$run")" = "$before" ] && pass "the refused --resume changed nothing" ||
+  fail "the refused --resume changed the directory"
+kill "$locker" 2>/dev/null; wait "$locker" 2>/dev/null
 
 # A run that fails before its first step leaves nothing: no new directory (on 1 and 4 ranks, also
 # where only some ranks fail), and a run directory given to --resume unchanged.

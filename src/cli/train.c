@@ -117,10 +117,8 @@ static void choose_run_dir(trainer *t) {
      * (MPI_Abort) before rank 0 passes here, so a run that cannot start creates no directory. */
     MPI_Barrier(MPI_COMM_WORLD);
     if (t->o.resume[0]) {
-        strcpy(t->o.out, t->o.resume);
-        return;
-    }
-    if (!t->o.out[0]) {
+        strcpy(t->o.out, t->o.resume); /* and it is locked like any other run's */
+    } else if (!t->o.out[0]) {
         /* All ranks must agree on the name, so rank 0's clock decides. */
         long long s = (long long)time(NULL);
         MPI_Bcast(&s, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
