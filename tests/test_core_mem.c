@@ -1,8 +1,10 @@
-/* The allocator's accounting: bytes per category, peaks, and blocks kept for reuse (sdp_mem.keep),
- * which stay counted until released and come back zero-filled. */
+/* The allocator's accounting: bytes per category and peaks; and arenas, whose size a counting
+ * run of the same allocations gives exactly, and whose blocks come back zero-filled. */
 #include "testutil.h"
 
 #include "sdp/mem.h"
+
+#include <string.h>
 
 static void test_counts(void **state) {
     (void)state;
@@ -20,48 +22,50 @@ static void test_counts(void **state) {
     assert_int_equal(m.total_peak, 1024);
 }
 
-static void test_keep(void **state) {
+/* The allocations a model of some shape makes: sizes that are not multiples of 64 included. */
+static void allocate_some(sdp_mem *m, void **p) {
+    p[0] = sdp_alloc(m, SDP_MEM_PARAMS, 1000);
+    p[1] = sdp_alloc(m, SDP_MEM_ACTS, 1);
+    p[2] = sdp_alloc(m, SDP_MEM_SCRATCH, 0);
+    p[3] = sdp_alloc(m, SDP_MEM_ACTS, 4096);
+}
+
+static void test_arena(void **state) {
     (void)state;
-    sdp_mem m = {0};
-    m.keep = true;
-    float *a = sdp_alloc(&m, SDP_MEM_ACTS, 64 * sizeof(float));
-    for (int i = 0; i < 64; i++) a[i] = 1.0f + (float)i;
-    sdp_free(&m, a);
-    /* still held, so still counted */
-    assert_int_equal(m.cur[SDP_MEM_ACTS], 64 * sizeof(float));
-    /* another category, or a larger size, does not take it */
-    void *other = sdp_alloc(&m, SDP_MEM_SCRATCH, 64 * sizeof(float));
-    void *bigger = sdp_alloc(&m, SDP_MEM_ACTS, 65 * sizeof(float));
-    assert_ptr_not_equal(other, a);
-    assert_ptr_not_equal(bigger, a);
-    /* a smaller one does, zero-filled, still counted at the block's own size */
-    float *again = sdp_alloc(&m, SDP_MEM_ACTS, 60 * sizeof(float));
-    assert_ptr_equal(again, a);
-    for (int i = 0; i < 64; i++) assert_true(again[i] == 0.0f);
-    assert_int_equal(m.cur[SDP_MEM_ACTS], 129 * sizeof(float));
-    /* the smallest block that fits is taken */
-    sdp_free(&m, bigger);
-    sdp_free(&m, again);
-    assert_ptr_equal(sdp_alloc(&m, SDP_MEM_ACTS, 10), a);
-    again = a;
-    bigger = sdp_alloc(&m, SDP_MEM_ACTS, 10);
-    assert_ptr_not_equal(bigger, a);
-    assert_int_equal(m.cur[SDP_MEM_ACTS], 129 * sizeof(float));
-    sdp_free(&m, again);
-    sdp_free(&m, other);
-    sdp_free(&m, bigger);
-    assert_int_equal(m.total_cur, 193 * sizeof(float));
-    sdp_mem_release(&m);
-    assert_false(m.keep);
-    assert_null(m.kept);
-    assert_int_equal(m.total_cur, 0);
-    assert_int_equal(m.nallocs, 0);
+    sdp_mem dry = {.dry = true};
+    void *p[4];
+    allocate_some(&dry, p);
+    const size_t need = dry.carved;
+    assert_int_equal(need, sdp_mem_block_bytes(1000) + sdp_mem_block_bytes(1) +
+                               sdp_mem_block_bytes(0) + sdp_mem_block_bytes(4096));
+    sdp_mem heap = {0};
+    char *region = sdp_alloc(&heap, SDP_MEM_ACTS, need);
+    memset(region, 0xab, need); /* what a previous model left */
+    sdp_mem arena;
+    sdp_mem_use_arena(&arena, region, need);
+    for (int round = 0; round < 2; round++) {
+        allocate_some(&arena, p);
+        assert_int_equal(arena.carved, need); /* exactly the region: no more, no less */
+        for (int i = 0; i < 4; i++) {
+            assert_true((char *)p[i] >= region && (char *)p[i] < region + need);
+            assert_true(((uintptr_t)p[i] % 64) == 0);
+        }
+        for (int i = 0; i < 1000; i++) assert_int_equal(((unsigned char *)p[0])[i], 0);
+        for (int i = 0; i < 4096; i++) assert_int_equal(((unsigned char *)p[3])[i], 0);
+        assert_int_equal(arena.cur[SDP_MEM_ACTS], 4097);
+        memset(p[3], 0xcd, 4096);
+        for (int i = 0; i < 4; i++) sdp_free(&arena, p[i]);
+        assert_int_equal(arena.total_cur, 0);
+        sdp_mem_arena_reset(&arena);
+    }
+    assert_int_equal(heap.total_cur, need); /* the heap counts the region once */
+    sdp_free(&heap, region);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_keep),
+        cmocka_unit_test(test_arena),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

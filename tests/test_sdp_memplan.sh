@@ -1,6 +1,7 @@
 # `sdp plan` predicts, without allocating, exactly the bytes each worker of `sdp train`
-# allocates for params, grads, optimizer state, activations, scratch and buffers, and the bytes
-# it sends per step: compared rank by rank on real MPI runs of several configurations.
+# allocates for params, grads, optimizer state, activations, scratch and buffers, its evaluation
+# and checkpoint buffers at their peak, and the bytes it sends per step: compared rank by rank,
+# rank 0 included, on real MPI runs of several configurations (each evaluates and checkpoints).
 source "$(dirname "$0")/lib.sh"
 make_text "$WORK/text.txt" 40000
 MODEL=(--layers 4 --heads 4 --width 32 --seq-len 16 --batch 2)
@@ -11,12 +12,13 @@ check() {
   timeout 120 "$MPIEXEC" -n "$n" --oversubscribe "$SDP_BIN" train "${DATA[@]}" \
     "${MODEL[@]}" --steps 2 --val-every 0 --threads 1 --out "$WORK/run" --overwrite "$@" >"$WORK/log" 2>&1 \
     || { fail "$name: training failed"; cat "$WORK/log"; return; }
-  "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --json "$@" >"$WORK/plan.json" 2>&1 \
+  "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --threads 1 --json "$@" >"$WORK/plan.json" 2>&1 \
     || { fail "$name: plan failed"; cat "$WORK/plan.json"; return; }
   if python3 - "$WORK/plan.json" "$WORK/run/memory.json" <<'PY'
 import json, sys
 plan, measured = (json.load(open(p)) for p in sys.argv[1:3])
-keys = ["params", "grads", "optimizer", "activations", "scratch", "buffers", "sent_per_step"]
+keys = ["params", "grads", "optimizer", "activations", "scratch", "buffers", "eval_ckpt",
+        "sent_per_step"]
 bad = [(p["rank"], k, p[k], m[k]) for p, m in zip(plan["workers"], measured["workers"])
        for k in keys if p[k] != m[k]]
 assert len(plan["workers"]) == len(measured["workers"])
@@ -32,6 +34,11 @@ check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2
 check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
 check 4 --sdp-mask forward --sdp-unit block --sdp-assign random --model llama
 check 4 --sdp-mask backward --sdp-unit block --sdp-owners 1 --optimizer sgd
+# Checkpoints and blocks sent in windows smaller than the model, as for any large model.
+export SDP_CKPT_WINDOW=5000
+check 4 --sdp-mask forward --sdp-unit block
+check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2
+unset SDP_CKPT_WINDOW
 
 # The image models on Fashion-MNIST. The ResNet: batch-norm buffers, 4-D convolution weights
 # split by channel.

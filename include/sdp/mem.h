@@ -23,19 +23,26 @@ typedef struct {
     size_t total_cur, total_peak;
     size_t nallocs;
     bool dry; /* count only: sdp_alloc returns NULL (used to predict memory without using it) */
-    /* While set, sdp_free keeps blocks (still counted: the process still holds them) for an
-     * sdp_alloc of the same category and at most their size to take again (the smallest that
-     * fits), until sdp_mem_release. A loop that builds and destroys models then touches fresh
-     * pages only for sizes it has not met yet. */
-    bool keep;
-    void *kept; /* the blocks kept, a list */
+    /* An arena (sdp_mem_use_arena): sdp_alloc carves each block from one region in turn and
+     * sdp_free gives no bytes back until sdp_mem_arena_reset. A loop that builds and destroys
+     * models of several shapes then reuses the same pages, and its bytes are the region's size. */
+    char *arena;
+    size_t arena_cap;
+    /* Bytes carved since the last reset, block headers and alignment included: in counting mode,
+     * the arena that the same allocations would need (sdp_mem_block_bytes each). */
+    size_t carved;
 } sdp_mem;
 
 /* 64-byte aligned, zero-filled. Fails with a clear message when the system is out of memory. */
 void *sdp_alloc(sdp_mem *m, sdp_memcat cat, size_t bytes);
 void sdp_free(sdp_mem *m, void *p);
-/* Frees the blocks kept since `keep` was set, and clears it. */
-void sdp_mem_release(sdp_mem *m);
+/* Makes m allocate from [region, region + bytes) (64-byte aligned, at least sdp_mem_block_bytes
+ * per allocation), counting from zero. */
+void sdp_mem_use_arena(sdp_mem *m, void *region, size_t bytes);
+/* Empties the arena: every block carved from it must have been freed. */
+void sdp_mem_arena_reset(sdp_mem *m);
+/* What one allocation of `bytes` takes from an arena. */
+size_t sdp_mem_block_bytes(size_t bytes);
 size_t sdp_alloc_size(const void *p);
 
 const char *sdp_memcat_name(sdp_memcat cat);

@@ -122,6 +122,11 @@ void sdp_sync_publish(sdp_sync *s, float *params);
 void sdp_sync_gather_range(sdp_sync *s, const float *local, bool state_compact, size_t lo,
                            size_t hi, float *out, sdp_mem *io);
 /* The whole model of numel elements, range by range, into full on rank 0. */
+/* What rank `rank` sends to assemble [lo, hi) in sdp_sync_gather_range: returns its pieces and
+ * sets *nvals to its values. From the plan and the rank's map alone, for predicting the gather's
+ * buffers without a job. */
+int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, int rank,
+                          bool state_compact, size_t lo, size_t hi, size_t *nvals);
 void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, size_t numel,
                           float *full, sdp_mem *io);
 /* The inverse: every rank takes its elements from a full buffer that is valid on all ranks. */

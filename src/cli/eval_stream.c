@@ -12,6 +12,7 @@
  * Image models re-estimate their batch-norm running statistics on the assembled model first, the
  * same way over the calibration batches, and keep them (a few floats per channel) for the
  * checkpoint of the same step. */
+#include "io_memplan.h"
 #include "trainer.h"
 
 #include "sdp/check.h"
@@ -28,14 +29,16 @@ typedef struct {
     int rows;          /* examples per call of a stage: the block models' batch */
     size_t row_floats; /* of the stream, per example */
     int chunk;
-    sdp_model m; /* the current block's model */
+    void *region;  /* the block models' arena, from io_mem */
+    sdp_mem arena; /* over region: each block's model in turn */
+    sdp_model m;   /* the current block's model */
     int local_block;
 } streamer;
 
 /* ---- the running statistics of the assembled model ------------------------------------------ */
 
 /* Elements of the full layout's buffer tensors (running statistics), which t->recal holds. */
-static size_t buffer_floats(const sdp_layout *full) {
+size_t eval_recal_floats(const sdp_layout *full) {
     size_t n = 0;
     for (int i = 0; i < full->nparams; i++)
         if (full->params[i].buffer) n += full->params[i].numel;
@@ -113,7 +116,7 @@ static void fill_block(streamer *s, int g) {
     trainer *t = s->t;
     size_t lo, hi, at;
     block_range(s, g, &lo, &hi, &at);
-    const size_t window = ckpt_window_floats(t);
+    const size_t window = ckpt_window_floats(t->full.numel);
     for (size_t a = lo; a < hi; a += window) {
         const size_t b = hi - a < window ? hi : a + window;
         float *dst = s->m.params + at + (a - lo);
@@ -147,7 +150,7 @@ static void create_block_model(streamer *s, int g) {
     trainer *t = s->t;
     sdp_subnet_spec spec = one_block_spec(&t->full, g);
     run_family(&t->cfg)->create(&s->m, &t->cfg, &spec, s->rows, t->data.T, SDP_MODEL_INFER, t->gemm,
-                                &t->io_mem);
+                                &s->arena);
     free_spec(&spec);
     s->local_block = find_local_block(s->m.layout, g);
 }
@@ -162,6 +165,7 @@ static void build(streamer *s, int g) {
 
 static void drop(streamer *s) {
     s->m.ops->destroy(&s->m);
+    sdp_mem_arena_reset(&s->arena);
 }
 
 /* ---- the pass ---------------------------------------------------------------------------- */
@@ -189,29 +193,49 @@ static int eval_rows(int B) {
     return rows;
 }
 
-/* For a pass over n batches; in training mode (batch statistics) whole batches at a time. */
+eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B, int T,
+                                 uint64_t batches, bool training, sdp_gemm_provider gemm) {
+    eval_pass_size z = {.rows = training ? B : eval_rows(B)};
+    for (int g = 0; g < full->nblocks; g++) {
+        sdp_mem dry = {.dry = true};
+        sdp_subnet_spec spec = one_block_spec(full, g);
+        sdp_model m;
+        run_family(cfg)->create(&m, cfg, &spec, z.rows, T, SDP_MODEL_INFER, gemm, &dry);
+        if (g == 0) z.row_floats = m.ops->stream_floats(&m) / (size_t)z.rows;
+        m.ops->destroy(&m);
+        free_spec(&spec);
+        if (dry.carved > z.arena_bytes) z.arena_bytes = dry.carved;
+    }
+    const size_t floats = z.row_floats * (size_t)B;
+    z.chunk = chunk_batches(full, floats);
+    if ((uint64_t)z.chunk > batches) z.chunk = batches > 0 ? (int)batches : 1;
+    z.stream_bytes = (size_t)z.chunk * floats * sizeof(float);
+    return z;
+}
+
+/* For a pass over n batches; in training mode (batch statistics) whole batches at a time. Every
+ * block's model is built in turn in one arena, sized for the largest: the pages are touched once
+ * a pass, not once a block, and what a pass holds is known before it starts (io_memplan.c). */
 static void open_streamer(streamer *s, trainer *t, uint64_t n, bool training) {
     memset(s, 0, sizeof *s);
     s->t = t;
-    s->rows = training ? t->data.B : eval_rows(t->data.B);
-    /* Block models are built and destroyed once per block and chunk, mostly at the same sizes:
-     * fresh pages each time would cost more than the evaluation itself. */
-    t->io_mem.keep = true;
+    const eval_pass_size z =
+        eval_pass_size_of(&t->cfg, &t->full, t->data.B, t->data.T, n, training, t->gemm);
+    s->rows = z.rows;
+    s->row_floats = z.row_floats;
+    s->floats = z.row_floats * (size_t)t->data.B;
+    s->chunk = z.chunk;
     s->local = host_copy(t, t->model.params, t->model.layout->numel);
-    create_block_model(s, 0); /* the stream's size is the model's to say */
-    s->row_floats = s->m.ops->stream_floats(&s->m) / (size_t)s->rows;
-    s->floats = s->row_floats * (size_t)t->data.B;
-    drop(s);
-    s->chunk = chunk_batches(&t->full, s->floats);
-    if ((uint64_t)s->chunk > n) s->chunk = n > 0 ? (int)n : 1;
-    s->stream = sdp_alloc(&t->io_mem, SDP_MEM_ACTS, (size_t)s->chunk * s->floats * sizeof(float));
+    s->region = sdp_alloc(&t->io_mem, SDP_MEM_ACTS, z.arena_bytes);
+    sdp_mem_use_arena(&s->arena, s->region, z.arena_bytes);
+    s->stream = sdp_alloc(&t->io_mem, SDP_MEM_ACTS, z.stream_bytes);
 }
 
 static void close_streamer(streamer *s) {
     trainer *t = s->t;
     sdp_free(&t->io_mem, s->stream);
+    sdp_free(&t->io_mem, s->region);
     host_copy_done(t, s->local, t->model.params, t->model.layout->numel, false);
-    sdp_mem_release(&t->io_mem);
 }
 
 /* Batch v of a pass (calibration or validation) into *b. */
@@ -277,7 +301,7 @@ static void validation_batch(trainer *t, uint64_t v, sdp_batch *b) {
 
 bool eval_recalibrates(const trainer *t) {
     return t->data.images && t->plan.cfg.mask == SDP_MASK_FORWARD &&
-           t->plan.cfg.owners != t->plan.cfg.world && buffer_floats(&t->full) > 0;
+           t->plan.cfg.owners != t->plan.cfg.world && eval_recal_floats(&t->full) > 0;
 }
 
 /* Running statistics gathered from subnetworks describe the subnetworks, not the assembled model,
@@ -287,7 +311,7 @@ void eval_recalibrate(trainer *t) {
     if (!eval_recalibrates(t) || (t->recal && t->recal_step == t->step)) return;
     const sdp_layout *full = &t->full;
     if (!t->recal)
-        t->recal = sdp_alloc(&t->io_mem, SDP_MEM_BUFFERS, buffer_floats(full) * sizeof(float));
+        t->recal = sdp_alloc(&t->io_mem, SDP_MEM_BUFFERS, eval_recal_floats(full) * sizeof(float));
     size_t at = 0;
     for (int i = 0; i < full->nparams; i++) {
         const sdp_param *p = &full->params[i];

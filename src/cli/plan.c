@@ -2,17 +2,20 @@
  * allocating, next to data parallelism. Uses the trainer's own allocation code in counting mode,
  * so the prediction equals what `sdp train` allocates. */
 #include "commands.h"
+#include "io_memplan.h"
 #include "run.h"
 
 #include "sdp/backend.h"
 #include "sdp/check.h"
 #include "sdp/cuda_scratch.h"
 #include "sdp/memplan.h"
+#include "sdp/ops.h"
 #include "sdp/optim.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     train_opts t; /* first, so TRAIN_OPTS offsets apply */
@@ -21,11 +24,33 @@ typedef struct {
     bool json;
 } plan_opts;
 
-static const char *SHARED_OPTS[] = {
-    "model",        "layers",     "heads",      "width",    "d-ff",         "seq-len",
-    "vocab",        "batch",      "optimizer",  "sdp-mask", "sdp-unit",     "sdp-owners",
-    "sdp-coverage", "sdp-assign", "sdp-chunks", "sdp-seed", "branch-scale", "seed",
-    "depth",        "channels",   "patch",      "dataset",  "device",       NULL};
+static const char *SHARED_OPTS[] = {"model",
+                                    "layers",
+                                    "heads",
+                                    "width",
+                                    "d-ff",
+                                    "seq-len",
+                                    "vocab",
+                                    "batch",
+                                    "optimizer",
+                                    "sdp-mask",
+                                    "sdp-unit",
+                                    "sdp-owners",
+                                    "sdp-coverage",
+                                    "sdp-assign",
+                                    "sdp-chunks",
+                                    "sdp-seed",
+                                    "branch-scale",
+                                    "seed",
+                                    "depth",
+                                    "channels",
+                                    "patch",
+                                    "dataset",
+                                    "device",
+                                    "val-batches",
+                                    "bn-recal-batches",
+                                    "threads",
+                                    NULL};
 
 static opt_spec *plan_specs(void) {
     static const opt_spec extra[] = {
@@ -48,7 +73,7 @@ static opt_spec *plan_specs(void) {
 }
 
 typedef struct {
-    double params, grads, optim, acts, scratch, buffers, sent;
+    double params, grads, optim, acts, scratch, buffers, eval_ckpt, sent;
 } worker_bytes;
 
 static bool on_cuda(const plan_opts *o) {
@@ -80,6 +105,32 @@ static sdp_backend *counting_backend(const plan_opts *o, sdp_mem *dry) {
     return be;
 }
 
+static sdp_opt_cfg opt_cfg_of(const plan_opts *o) {
+    return sdp_opt_defaults(strcmp(o->t.optimizer, "sgd") == 0 ? SDP_OPT_SGD : SDP_OPT_ADAMW);
+}
+
+/* Every rank's evaluation and checkpoint bytes (out[world]), for a validation set of at least
+ * --val-batches batches per worker (text) or the dataset's test split (images). */
+static void predict_eval_ckpt(const sdp_plan *p, const sdp_layout *full,
+                              const sdp_model_config *cfg, const plan_opts *o, double *out) {
+    const bool images = run_images(&o->t);
+    const sdp_opt_cfg oc = opt_cfg_of(o);
+    const io_memplan_run run = {
+        .cfg = cfg,
+        .full = full,
+        .plan = p,
+        .B = o->t.batch,
+        .T = images ? 1 : o->t.seq_len,
+        .val_batches = images ? UINT64_MAX : (uint64_t)o->t.val_batches,
+        .recal_batches = (uint64_t)o->t.bn_recal_batches,
+        .state_buffers = (int)(sdp_optim_state_bytes_per_param(&oc) / sizeof(float)),
+        .images = images,
+        .on_device = on_cuda(o),
+        .gemm = SDP_GEMM_DNNL,
+    };
+    io_memplan_predict(&run, out);
+}
+
 static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
                             const plan_opts *o, int rank) {
     sdp_mem dry = {.dry = true};
@@ -97,9 +148,8 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
     sdp_memplan_worker(p, full, rank, &w);
     const bool bf16 = strcmp(o->dtype, "bf16") == 0;
     const double wbytes = bf16 ? 2 : 4;
-    sdp_opt_cfg oc =
-        sdp_opt_defaults(strcmp(o->t.optimizer, "sgd") == 0 ? SDP_OPT_SGD : SDP_OPT_ADAMW);
-    worker_bytes b;
+    const sdp_opt_cfg oc = opt_cfg_of(o);
+    worker_bytes b = {0};
     b.params = (double)local * wbytes;
     b.grads = (double)w.grad_elems * wbytes;
     b.optim = (double)w.owned * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
@@ -114,24 +164,24 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
 }
 
 static double total_of(const worker_bytes *b) {
-    return b->params + b->grads + b->optim + b->acts + b->scratch + b->buffers;
+    return b->params + b->grads + b->optim + b->acts + b->scratch + b->buffers + b->eval_ckpt;
 }
 
 static void print_row(const char *name, const worker_bytes *b) {
-    char s[8][32];
-    const double v[8] = {b->params,  b->grads,   b->optim,    b->acts,
-                         b->scratch, b->buffers, total_of(b), b->sent};
-    for (int i = 0; i < 8; i++) sdp_fmt_bytes(s[i], sizeof s[i], v[i]);
-    printf("  %-8s %10s %10s %10s %12s %10s %10s %10s %12s\n", name, s[0], s[1], s[2], s[3], s[4],
-           s[5], s[6], s[7]);
+    char s[9][32];
+    const double v[9] = {b->params,  b->grads,     b->optim,    b->acts, b->scratch,
+                         b->buffers, b->eval_ckpt, total_of(b), b->sent};
+    for (int i = 0; i < 9; i++) sdp_fmt_bytes(s[i], sizeof s[i], v[i]);
+    printf("  %-8s %10s %10s %10s %12s %10s %10s %10s %10s %12s\n", name, s[0], s[1], s[2], s[3],
+           s[4], s[5], s[6], s[7], s[8]);
 }
 
 static void print_json_row(const worker_bytes *b, int rank, bool last) {
     printf("    {\"rank\": %d, \"params\": %.0f, \"grads\": %.0f, \"optimizer\": %.0f, "
-           "\"activations\": %.0f, \"scratch\": %.0f, \"buffers\": %.0f, \"sent_per_step\": "
-           "%.0f}%s\n",
-           rank, b->params, b->grads, b->optim, b->acts, b->scratch, b->buffers, b->sent,
-           last ? "" : ",");
+           "\"activations\": %.0f, \"scratch\": %.0f, \"buffers\": %.0f, \"eval_ckpt\": %.0f, "
+           "\"total\": %.0f, \"sent_per_step\": %.0f}%s\n",
+           rank, b->params, b->grads, b->optim, b->acts, b->scratch, b->buffers, b->eval_ckpt,
+           total_of(b), b->sent, last ? "" : ",");
 }
 
 /* The data a plan assumes: --vocab (default 256) for token models, the dataset's images for
@@ -175,6 +225,13 @@ int cmd_plan(int argc, char **argv) {
               "unknown --dtype '%s': use fp32 or bf16", o.dtype);
     SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",
               o.t.device);
+    /* CPU kernels keep scratch per thread: count it for the threads each worker will run, which
+     * sdp train chooses the same way (all N workers on this machine). */
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int threads = o.t.threads > 0       ? o.t.threads
+                        : cores / o.world > 1 ? (int)(cores / o.world)
+                                              : 1;
+    sdp_set_threads(threads);
     sdp_model_config cfg = run_model_config(&o.t, data_shape_of(&o.t));
     sdp_layout full;
     run_full_layout(&full, &cfg);
@@ -186,7 +243,12 @@ int cmd_plan(int argc, char **argv) {
     dc.owners = o.world;
     dc.chunks = 0;
     sdp_plan_build(&ddp_plan, &dc, &full);
-    const worker_bytes ddp = predict(&ddp_plan, &full, &cfg, &o, 0);
+    worker_bytes ddp = predict(&ddp_plan, &full, &cfg, &o, 0);
+    double *io = calloc((size_t)o.world, sizeof(double));
+    SDP_CHECK(io, "out of memory");
+    predict_eval_ckpt(&ddp_plan, &full, &cfg, &o, io);
+    ddp.eval_ckpt = io[0]; /* rank 0, which writes the checkpoint, is DDP's largest */
+    predict_eval_ckpt(&plan, &full, &cfg, &o, io);
 
     worker_bytes worst = {0};
     double worst_state = 0, worst_total = 0;
@@ -207,14 +269,17 @@ int cmd_plan(int argc, char **argv) {
             printf(", branch scale %s", sdp_branch_scale_name(pc.scale));
         const char *dtype = strcmp(o.dtype, "bf16") ? "fp32" : "bf16 (projected)";
         if (run_images(&o.t))
-            printf(" | batch %d images | %s, %s\n", o.t.batch, o.t.device, dtype);
+            printf(" | batch %d images", o.t.batch);
         else
-            printf(" | batch %d x %d | %s, %s\n", o.t.batch, o.t.seq_len, o.t.device, dtype);
-        printf("  %-8s %10s %10s %10s %12s %10s %10s %10s %12s\n", "worker", "params", "grads",
-               "optimizer", "activations", "scratch", "buffers", "total", "sent/step");
+            printf(" | batch %d x %d", o.t.batch, o.t.seq_len);
+        printf(" | %s, %s, %d thread%s per worker\n", o.t.device, dtype, threads,
+               threads == 1 ? "" : "s");
+        printf("  %-8s %10s %10s %10s %12s %10s %10s %10s %10s %12s\n", "worker", "params", "grads",
+               "optimizer", "activations", "scratch", "buffers", "eval+ckpt", "total", "sent/step");
     }
     for (int r = 0; r < o.world; r++) {
         worker_bytes b = predict(&plan, &full, &cfg, &o, r);
+        b.eval_ckpt = io[r];
         double state = b.params + b.grads + b.optim;
         double total = total_of(&b);
         if (state > worst_state) worst_state = state;
@@ -240,8 +305,8 @@ int cmd_plan(int argc, char **argv) {
         printf("  largest worker vs DDP: params+grads+optimizer %.1f%% smaller, total %.1f%% "
                "smaller\n",
                100 * (1 - worst_state / ddp_state), 100 * (1 - worst_total / ddp_total));
-        printf("  not counted: evaluation and checkpoint buffers (bounded by a block and a "
-               "4 MiB window: docs/design.md)\n");
+        printf("  eval+ckpt: evaluation and checkpoint buffers at their peak (docs/design.md); "
+               "not counted: the dataset\n");
         if (on_cuda(&o))
             printf("  scratch on cuda: the model's attention scores and %.0f MiB of cuBLAS and "
                    "kernel workspaces%s\n",
@@ -250,6 +315,7 @@ int cmd_plan(int argc, char **argv) {
                        ? "; cuDNN may grow the workspace at run time for its convolutions"
                        : "");
     }
+    free(io);
     sdp_plan_free(&plan);
     sdp_plan_free(&ddp_plan);
     sdp_layout_free(&full);

@@ -7,6 +7,7 @@
  * window by window (the file's data section is the full layout's flat buffers in order, so
  * window after window of the flat buffer is the file's data in order), and on resume every worker
  * reads only its own runs from the file. See docs/design.md, "Evaluation and checkpoints". */
+#include "io_memplan.h"
 #include "trainer.h"
 
 #include "sdp/check.h"
@@ -71,8 +72,8 @@ static void copy_recalibrated_stats(trainer *t, size_t lo, size_t hi, float *win
     }
 }
 
-size_t ckpt_window_floats(const trainer *t) {
-    const size_t numel = t->full.numel, want = ckpt_window();
+size_t ckpt_window_floats(size_t numel) {
+    const size_t want = ckpt_window();
     return numel < want ? (numel > 0 ? numel : 1) : want; /* no more than the model needs */
 }
 
@@ -80,7 +81,7 @@ size_t ckpt_window_floats(const trainer *t) {
  * window from every worker's `local` buffer (collective). */
 static void stream_gathered(trainer *t, sdp_st_writer *w, const float *local, bool state_compact,
                             bool recalibrated_stats) {
-    const size_t numel = t->full.numel, window = ckpt_window_floats(t);
+    const size_t numel = t->full.numel, window = ckpt_window_floats(numel);
     float *win =
         is_rank0(t) ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, window * sizeof(float)) : NULL;
     for (size_t lo = 0; lo < numel; lo += window) {

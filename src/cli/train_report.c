@@ -1,6 +1,7 @@
 /* What `sdp train` shows and writes: the run directory's config.json, plan.json and
  * metrics.jsonl, the start-up banner and ownership table, progress lines, and the final summary
  * of memory per worker next to data parallelism's, and of bytes communicated. */
+#include "io_memplan.h"
 #include "trainer.h"
 
 #include "sdp/check.h"
@@ -154,12 +155,35 @@ void log_validation(trainer *t, sdp_metrics val, double elapsed) {
  * state, so they count in the worker's total, but training never touches them. */
 enum { COL_EVAL_CKPT = SDP_MEM_NCAT, COL_RSS, COL_TOTAL, NCOLS };
 
-/* Bytes rank 0 of a data-parallel run of sdp holds to checkpoint: the optimizer state streams
- * through a window, its own packed share of it and everything gathered for it, three windows
- * (the model itself is written from the worker's own copy). */
+/* What rank 0 of a data-parallel run of sdp holds to evaluate and checkpoint (it evaluates its
+ * own model, and gathers only the optimizer state), as `sdp plan` predicts it. */
 static double ddp_eval_ckpt_bytes(const trainer *t) {
-    const bool has_state = sdp_optim_state_bytes_per_param(&t->opt.cfg) > 0;
-    return has_state ? 3.0 * sizeof(float) * (double)ckpt_window_floats(t) : 0;
+    sdp_plan_cfg dc = t->plan.cfg;
+    dc.mask = SDP_MASK_NONE;
+    dc.owners = dc.world;
+    dc.chunks = 0;
+    sdp_plan ddp;
+    sdp_plan_build(&ddp, &dc, &t->full);
+    const io_memplan_run run = {
+        .cfg = &t->cfg,
+        .full = &t->full,
+        .plan = &ddp,
+        .B = t->data.B,
+        .T = t->data.T,
+        .val_batches = batches_val_count(&t->data, t->o.val_batches),
+        .recal_batches = (uint64_t)t->o.bn_recal_batches,
+        .state_buffers = (int)(sdp_optim_state_bytes_per_param(&t->opt.cfg) / sizeof(float)),
+        .images = t->data.images,
+        .on_device = t->be != NULL,
+        .gemm = t->gemm,
+    };
+    double *out = calloc((size_t)dc.world, sizeof(double));
+    SDP_CHECK(out, "out of memory");
+    io_memplan_predict(&run, out);
+    const double bytes = out[0];
+    free(out);
+    sdp_plan_free(&ddp);
+    return bytes;
 }
 
 /* What the largest data-parallel worker (rank 0) holds for the same model and batch: the same

@@ -88,8 +88,6 @@ const sdp_mem *device_mem(const trainer *t);
 void device_sample_peak(trainer *t);
 
 /* train_ckpt.c */
-/* Floats per window of a streamed checkpoint: rank 0's checkpoint buffers are about 3 of them. */
-size_t ckpt_window_floats(const trainer *t);
 void save_checkpoint(trainer *t);
 void load_checkpoint(trainer *t);
 

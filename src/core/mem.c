@@ -9,12 +9,11 @@
 #include <sys/resource.h>
 
 /* Each block carries a header so that sdp_free knows what to give back to which category. */
-typedef struct block_header {
+typedef struct {
     size_t bytes;
     uint32_t cat;
     uint32_t magic;
-    struct block_header *next; /* in sdp_mem.kept */
-    char pad[40];
+    char pad[48];
 } block_header;
 
 enum { HEADER_MAGIC = 0x5d9a110cu };
@@ -27,40 +26,34 @@ static void account(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     m->nallocs++;
 }
 
-/* The smallest kept block of this category that holds `bytes`, zero-filled again, or NULL. It
- * stays counted at its own size: a model of another shape takes the blocks of the last one
- * rather than touching fresh pages, and what the process holds is what the tallies say. */
-static void *take_kept(sdp_mem *m, sdp_memcat cat, size_t bytes) {
-    block_header **best = NULL;
-    for (block_header **at = (block_header **)&m->kept; *at; at = &(*at)->next) {
-        const block_header *h = *at;
-        if (h->cat == cat && h->bytes >= bytes && (!best || h->bytes < (*best)->bytes)) best = at;
-    }
-    if (!best) return NULL;
-    block_header *h = *best;
-    *best = h->next;
-    h->next = NULL;
-    memset(h + 1, 0, h->bytes);
-    return h + 1;
+size_t sdp_mem_block_bytes(size_t bytes) {
+    return sizeof(block_header) + (bytes + 63) / 64 * 64;
+}
+
+/* The next block of the arena, or NULL without one. */
+static block_header *carve(sdp_mem *m, size_t bytes) {
+    const size_t at = m->carved;
+    m->carved += sdp_mem_block_bytes(bytes);
+    if (!m->arena) return NULL;
+    SDP_ASSERT(m->carved <= m->arena_cap && "the arena was sized for other allocations");
+    return (block_header *)(m->arena + at);
 }
 
 void *sdp_alloc(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     SDP_ASSERT(m && cat < SDP_MEM_NCAT);
+    block_header *h = carve(m, bytes);
     if (m->dry) {
         account(m, cat, bytes);
         return NULL;
     }
-    void *again = take_kept(m, cat, bytes);
-    if (again) return again;
-    void *raw = NULL;
-    if (posix_memalign(&raw, 64, sizeof(block_header) + (bytes ? bytes : 1)) != 0)
+    void *raw = h;
+    if (!h && posix_memalign(&raw, 64, sizeof(block_header) + (bytes ? bytes : 1)) != 0)
         sdp_fatal("out of memory allocating %zu bytes for %s: use a smaller model or batch", bytes,
                   sdp_memcat_name(cat));
-    block_header *h = raw;
+    h = raw;
     h->bytes = bytes;
     h->cat = cat;
     h->magic = HEADER_MAGIC;
-    h->next = NULL;
     void *p = h + 1;
     memset(p, 0, bytes);
     account(m, cat, bytes);
@@ -77,33 +70,27 @@ size_t sdp_alloc_size(const void *p) {
     return p ? header_of(p)->bytes : 0;
 }
 
-static void release(sdp_mem *m, block_header *h) {
+void sdp_free(sdp_mem *m, void *p) {
+    if (!p) return;
+    block_header *h = header_of(p);
     SDP_ASSERT(m->cur[h->cat] >= h->bytes);
     m->cur[h->cat] -= h->bytes;
     m->total_cur -= h->bytes;
     m->nallocs--;
     h->magic = 0;
-    free(h);
+    if (!m->arena) free(h);
 }
 
-void sdp_free(sdp_mem *m, void *p) {
-    if (!p) return;
-    block_header *h = header_of(p);
-    if (m->keep) {
-        h->next = m->kept;
-        m->kept = h;
-        return;
-    }
-    release(m, h);
+void sdp_mem_use_arena(sdp_mem *m, void *region, size_t bytes) {
+    SDP_ASSERT(((uintptr_t)region & 63) == 0);
+    memset(m, 0, sizeof *m);
+    m->arena = region;
+    m->arena_cap = bytes;
 }
 
-void sdp_mem_release(sdp_mem *m) {
-    m->keep = false;
-    while (m->kept) {
-        block_header *h = m->kept;
-        m->kept = h->next;
-        release(m, h);
-    }
+void sdp_mem_arena_reset(sdp_mem *m) {
+    SDP_ASSERT(m->total_cur == 0 && "a block of the arena is still in use");
+    m->carved = 0;
 }
 
 const char *sdp_memcat_name(sdp_memcat cat) {

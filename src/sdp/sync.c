@@ -530,44 +530,61 @@ static size_t local_index(const sdp_sync *s, int i, bool state_compact) {
     return state_compact ? s->grad_index[i] : run_at(s, i)->local;
 }
 
-/* Whether this worker is the one that provides run i when the full model is assembled. */
-static bool provides(const sdp_sync *s, int i, bool state_compact) {
-    const sdp_run *r = run_at(s, i);
+/* Whether `rank` is the worker that provides run r when the full model is assembled. */
+static bool provides_run(const sdp_plan *p, const sdp_run *r, int rank, bool state_compact) {
     if (state_compact && r->buffer) return false; /* no optimizer state */
-    if (r->unit < 0) return s->rank == 0;
-    return s->plan->groups[s->plan->units[r->unit].owner_group].publisher == s->rank;
+    if (r->unit < 0) return rank == 0;
+    return p->groups[p->units[r->unit].owner_group].publisher == rank;
 }
 
-/* The part of run i inside the global range [lo, hi): its first global element and its length
+static bool provides(const sdp_sync *s, int i, bool state_compact) {
+    return provides_run(s->plan, run_at(s, i), s->rank, state_compact);
+}
+
+/* The part of run r inside the global range [lo, hi): its first global element and its length
  * (0 when it lies outside). */
-static size_t run_in_range(const sdp_sync *s, int i, size_t lo, size_t hi, size_t *first) {
-    const sdp_run *r = run_at(s, i);
+static size_t part_in_range(const sdp_run *r, size_t lo, size_t hi, size_t *first) {
     const size_t a = r->global > lo ? r->global : lo;
     const size_t b = r->global + r->len < hi ? r->global + r->len : hi;
     *first = a;
     return b > a ? b - a : 0;
 }
 
-/* Packs what this rank provides of [lo, hi) as (offset in the range, length) pairs and values.
- * Returns the number of pairs; *nvals gets the number of values. With pairs NULL it only counts. */
-static int pack_range(const sdp_sync *s, const float *local, bool state_compact, size_t lo,
-                      size_t hi, uint64_t *pairs, float *vals, size_t *nvals) {
+static size_t run_in_range(const sdp_sync *s, int i, size_t lo, size_t hi, size_t *first) {
+    return part_in_range(run_at(s, i), lo, hi, first);
+}
+
+int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, int rank,
+                          bool state_compact, size_t lo, size_t hi, size_t *nvals) {
+    int np = 0;
+    size_t nv = 0, first;
+    for (int i = 0; i < map->nruns; i++) {
+        const sdp_run *r = &map->runs[i];
+        const size_t len =
+            provides_run(p, r, rank, state_compact) ? part_in_range(r, lo, hi, &first) : 0;
+        np += len > 0;
+        nv += len;
+    }
+    *nvals = nv;
+    return np;
+}
+
+/* Packs what this rank provides of [lo, hi) as (offset in the range, length) pairs and values,
+ * as many as sdp_sync_gather_count counts. */
+static void pack_range(const sdp_sync *s, const float *local, bool state_compact, size_t lo,
+                       size_t hi, uint64_t *pairs, float *vals) {
     int np = 0;
     size_t nv = 0;
     for (int i = 0; i < s->map->nruns; i++) {
         size_t first, len = provides(s, i, state_compact) ? run_in_range(s, i, lo, hi, &first) : 0;
         if (len == 0) continue;
-        if (pairs) {
-            const size_t from = local_index(s, i, state_compact) + (first - run_at(s, i)->global);
-            pairs[2 * np] = first - lo;
-            pairs[2 * np + 1] = len;
-            memcpy(vals + nv, local + from, len * sizeof(float));
-        }
+        const size_t from = local_index(s, i, state_compact) + (first - run_at(s, i)->global);
+        pairs[2 * np] = first - lo;
+        pairs[2 * np + 1] = len;
+        memcpy(vals + nv, local + from, len * sizeof(float));
         np++;
         nv += len;
     }
-    *nvals = nv;
-    return np;
 }
 
 /* Displacements of a gather from per-rank counts; returns the total. */
@@ -590,10 +607,10 @@ void sdp_sync_gather_range(sdp_sync *s, const float *local, bool state_compact, 
                            size_t hi, float *out, sdp_mem *io) {
     SDP_ASSERT(lo <= hi && hi - lo <= SDP_SYNC_GATHER_MAX);
     size_t nv;
-    const int np = pack_range(s, local, state_compact, lo, hi, NULL, NULL, &nv);
+    const int np = sdp_sync_gather_count(s->plan, s->map, s->rank, state_compact, lo, hi, &nv);
     uint64_t *pairs = sdp_alloc(io, SDP_MEM_BUFFERS, sizeof(uint64_t) * 2 * ((size_t)np + 1));
     float *vals = sdp_alloc(io, SDP_MEM_BUFFERS, sizeof(float) * (nv + 1));
-    pack_range(s, local, state_compact, lo, hi, pairs, vals, &nv);
+    pack_range(s, local, state_compact, lo, hi, pairs, vals);
     const int mine[2] = {2 * np, (int)nv};
     const int W = s->world;
     /* Rank 0's counts: (pairs, values) per rank as gathered, then pair counts, value counts and

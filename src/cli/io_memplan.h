@@ -1,0 +1,47 @@
+/* What sdp train holds for evaluation and checkpoints (its io_mem), sized from the model's shape
+ * and the plan alone. The trainer sizes its buffers with these functions, and `sdp plan` predicts
+ * each rank's peak with them, so the prediction is the allocation (tests/test_sdp_memplan.sh). */
+#ifndef SDP_CLI_IO_MEMPLAN_H
+#define SDP_CLI_IO_MEMPLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdp/model.h"
+#include "sdp/plan.h"
+
+/* Floats per window of a streamed checkpoint or of a block sent for evaluation (train_ckpt.c):
+ * SDP_CKPT_WINDOW or 1M, and no more than a model of numel elements needs. */
+size_t ckpt_window_floats(size_t numel);
+
+/* One pass of block-streamed evaluation (eval_stream.c) over `batches` batches of B: examples
+ * per stage call, batches per chunk, the stream's floats per example, and the bytes of the block
+ * models' arena (the largest block's model) and of the chunk's streams. */
+typedef struct {
+    int rows, chunk;
+    size_t row_floats, arena_bytes, stream_bytes;
+} eval_pass_size;
+eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B, int T,
+                                 uint64_t batches, bool training, sdp_gemm_provider gemm);
+/* Floats of the full layout's running statistics, which re-estimation keeps for checkpoints. */
+size_t eval_recal_floats(const sdp_layout *full);
+
+/* A run as io_memplan_predict sees it. */
+typedef struct {
+    const sdp_model_config *cfg; /* the full model's, on the host */
+    const sdp_layout *full;
+    const sdp_plan *plan;
+    int B, T;
+    uint64_t val_batches;   /* validation batches each worker evaluates */
+    uint64_t recal_batches; /* --bn-recal-batches */
+    int state_buffers;      /* optimizer state per parameter, in floats */
+    bool images;            /* image models re-estimate running statistics */
+    bool on_device;         /* host copies of device buffers are made to gather */
+    sdp_gemm_provider gemm;
+} io_memplan_run;
+
+/* The peak bytes of every rank's io_mem (out[world]) over a run that evaluates and checkpoints. */
+void io_memplan_predict(const io_memplan_run *run, double *out);
+
+#endif
