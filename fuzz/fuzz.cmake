@@ -10,10 +10,9 @@ file(GLOB SDP_FUZZ_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/fuzz/fuzz_*.c)
 add_custom_target(fuzz_targets)
 foreach(src ${SDP_FUZZ_SOURCES})
   get_filename_component(name ${src} NAME_WE)
-  add_executable(${name} ${src} ${CMAKE_SOURCE_DIR}/fuzz/ledger.c ${CMAKE_SOURCE_DIR}/src/cli/options.c
-                 ${CMAKE_SOURCE_DIR}/src/cli/train_opts.c
-                 ${CMAKE_SOURCE_DIR}/src/cli/run.c ${CMAKE_SOURCE_DIR}/src/cli/report_run.c)
-  target_link_libraries(${name} PRIVATE sdpcore)
+  add_executable(${name} ${src} ${CMAKE_SOURCE_DIR}/fuzz/ledger.c
+                 ${CMAKE_SOURCE_DIR}/src/cli/report_run.c)
+  target_link_libraries(${name} PRIVATE sdptrain sdp_nocuda)
   target_link_options(${name} PRIVATE -fsanitize=fuzzer ${SDP_FUZZ_WRAP_OPTIONS})
   add_dependencies(fuzz_targets ${name})
 endforeach()

@@ -2,8 +2,8 @@
  * `sdp train --resume` read it: every option's type, then the checks a run's options pass. */
 #include "harness.h"
 
-#include "cli/options.h"
-#include "cli/train_opts.h"
+#include "train/options.h"
+#include "train/train_opts.h"
 
 #include <string.h>
 

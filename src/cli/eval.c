@@ -1,6 +1,6 @@
 /* sdp eval: the validation loss of a trained run, on its own data or another. */
 #include "commands.h"
-#include "batches.h"
+#include "train/batches.h"
 #include "load_run.h"
 
 #include "sdp/check.h"

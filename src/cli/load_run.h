@@ -2,7 +2,7 @@
 #ifndef SDP_CLI_LOAD_RUN_H
 #define SDP_CLI_LOAD_RUN_H
 
-#include "run.h"
+#include "train/run.h"
 
 /* Reads the run's configuration into o, builds its model for batches of B x T (0 = the run's
  * own batch and sequence length; 1 for images) and loads model.safetensors into it. Returns the

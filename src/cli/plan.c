@@ -2,8 +2,8 @@
  * allocating, next to data parallelism. Uses the trainer's own allocation code in counting mode,
  * so the prediction equals what `sdp train` allocates. */
 #include "commands.h"
-#include "io_memplan.h"
-#include "run.h"
+#include "train/io_memplan.h"
+#include "train/run.h"
 
 #include "sdp/backend.h"
 #include "sdp/check.h"

@@ -1,7 +1,7 @@
 #include "report_plot.h"
 
-#include "run.h"
-#include "run_dir.h"
+#include "train/run.h"
+#include "train/run_dir.h"
 
 #include "sdp/check.h"
 

@@ -1,6 +1,6 @@
 #include "report_run.h"
 
-#include "run.h"
+#include "train/run.h"
 
 #include "sdp/check.h"
 #include "sdp/mem.h"

@@ -3,7 +3,7 @@
 #ifndef SDP_CLI_REPORT_RUN_H
 #define SDP_CLI_REPORT_RUN_H
 
-#include "train_opts.h"
+#include "train/train_opts.h"
 
 /* A logged curve: one point per metrics line, in step order. acc is NAN where not logged. */
 typedef struct {

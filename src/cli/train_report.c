@@ -1,8 +1,8 @@
 /* What `sdp train` shows and writes: the run directory's config.json, plan.json and
  * metrics.jsonl, the start-up banner and ownership table, progress lines, and the final summary
  * of memory per worker next to data parallelism's, and of bytes communicated. */
-#include "io_memplan.h"
-#include "trainer.h"
+#include "train/io_memplan.h"
+#include "train/trainer.h"
 
 #include "sdp/check.h"
 #include "sdp/ckpt.h"

@@ -48,7 +48,32 @@ typedef struct {
     uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
     FILE *metrics;
     int run_lock; /* rank 0: the run directory's lock (run_dir_claim), held to the end */
+    /* Where training batches come from: NULL, the data's loader; else this function (tests feed
+     * batches of their own). */
+    void (*next_batch)(void *ctx, sdp_batch *b);
+    void *next_batch_ctx;
 } trainer;
+
+typedef struct {
+    double loss, grad_norm;
+    float lr;
+} trainer_step_result;
+
+/* trainer.c: the worker's life. t->o holds the run's options and t->world the job (after
+ * sdp_world_init). All collective. */
+/* The device, the data and the worker's subnetwork: its shape from the plan, its map onto the
+ * full model, the owner-group communicators, gradients and optimizer state for what it owns. */
+void trainer_build(trainer *t);
+/* One optimizer step: --grad-accum micro-batches, the gradient sync overlapped with the last
+ * backward pass, the global norm and clipping, the optimizer, and publishing under backward
+ * masking. */
+trainer_step_result trainer_step(trainer *t);
+/* The full model's loss on the validation batches data parallelism evaluates. */
+sdp_metrics trainer_validate(trainer *t);
+/* The signal any rank has received since the run began (0: none), the same on every rank. */
+int trainer_agreed_interrupt(const trainer *t);
+/* Frees everything trainer_build made. */
+void trainer_free(trainer *t);
 
 static inline bool is_rank0(const trainer *t) {
     return t->world.rank == 0;
@@ -68,7 +93,9 @@ static inline int job_rank(const trainer *t) {
 
 /* train_device.c: the trainable state on the host or on the device of t->be */
 void device_open(trainer *t);
+void device_close(trainer *t);
 float *device_alloc(trainer *t, sdp_memcat cat, size_t n); /* zero-filled floats */
+void device_free(trainer *t, float *x);
 void device_zero(trainer *t, float *x, size_t n);
 /* x itself on the CPU; else a host copy (io_mem) that host_copy_done frees, uploading it back
  * first when changed. */
@@ -76,6 +103,7 @@ float *host_copy(trainer *t, const float *x, size_t n);
 void host_copy_done(trainer *t, float *h, float *x, size_t n, bool changed);
 void device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n);
 void device_optim_step(trainer *t, float lr);
+void device_optim_free(trainer *t);
 /* Sum of squares and scaling of an array in the worker's memory. */
 double device_sumsq(trainer *t, const float *x, size_t n);
 void device_scale(trainer *t, float *x, size_t n, float s);

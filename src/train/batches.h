@@ -38,6 +38,8 @@ void batches_open(batch_source *s, const train_opts *o, bool images, int rank, i
 void batches_open_file(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem);
 /* The next training batch of this worker. */
 void batches_next(batch_source *s, sdp_batch *b);
+/* Frees what batches_open (or batches_open_file) took from mem. */
+void batches_close(batch_source *s, sdp_mem *mem);
 /* Batch i of the recalibration stream: training images without augmentation, the same sequence
  * every time it restarts at i = 0, independent of training's position. Image data only. */
 void batches_calibration(batch_source *s, int i, sdp_batch *b);

@@ -183,3 +183,19 @@ sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI
     MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, comm);
     return (sdp_metrics){v[0], v[1], v[2]};
 }
+
+void batches_close(batch_source *s, sdp_mem *mem) {
+    sdp_image_loader_free(&s->train_il, mem);
+    sdp_image_loader_free(&s->calib_il, mem);
+    sdp_images_free(&s->train_img, mem);
+    sdp_images_free(&s->test_img, mem);
+    sdp_loader_free(&s->train_tl, mem);
+    sdp_loader_free(&s->val_tl, mem);
+    sdp_tokens_free(&s->train_tok, mem);
+    sdp_tokens_free(&s->val_tok, mem);
+    sdp_free(mem, s->pixels);
+    sdp_free(mem, s->labels);
+    sdp_free(mem, s->tokens);
+    sdp_free(mem, s->targets);
+    memset(s, 0, sizeof *s);
+}

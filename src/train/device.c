@@ -31,9 +31,21 @@ void device_open(trainer *t) {
                              train_opts_precision(&t->o));
 }
 
+void device_close(trainer *t) {
+    if (t->be) sdp_backend_destroy(t->be);
+    t->be = NULL;
+}
+
 float *device_alloc(trainer *t, sdp_memcat cat, size_t n) {
     if (!t->be) return sdp_alloc(&t->mem, cat, n * sizeof(float));
     return t->be->alloc(t->be, cat, n * sizeof(float));
+}
+
+void device_free(trainer *t, float *x) {
+    if (t->be)
+        t->be->free(t->be, x);
+    else
+        sdp_free(&t->mem, x);
 }
 
 void device_zero(trainer *t, float *x, size_t n) {
@@ -68,6 +80,16 @@ void device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n) {
     const size_t buffers = sdp_optim_state_bytes_per_param(cfg) / sizeof(float);
     t->opt.m = buffers > 0 ? device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
     t->opt.v = buffers > 1 ? device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
+}
+
+void device_optim_free(trainer *t) {
+    if (!t->be) {
+        sdp_optim_free(&t->opt, &t->mem);
+        return;
+    }
+    device_free(t, t->opt.m);
+    device_free(t, t->opt.v);
+    memset(&t->opt, 0, sizeof t->opt);
 }
 
 void device_optim_step(trainer *t, float lr) {

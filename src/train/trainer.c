@@ -1,0 +1,225 @@
+/* The trainer: a worker's subnetwork built from a run's options, one optimizer step (gradient
+ * accumulation, the overlapped gradient sync, clipping, the optimizer, publishing), validation of
+ * the full model, and stopping on a signal. `sdp train` is a loop over these (src/cli/train.c),
+ * and the SDP invariant tests drive the same functions (tests/mpi_invariants.c). */
+#include "trainer.h"
+
+#include "sdp/check.h"
+#include "sdp/interrupt.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sdp_opt_cfg optimizer_config(const train_opts *o) {
+    sdp_opt_kind kind;
+    if (strcmp(o->optimizer, "adamw") == 0)
+        kind = SDP_OPT_ADAMW;
+    else if (strcmp(o->optimizer, "sgd") == 0)
+        kind = SDP_OPT_SGD;
+    else
+        sdp_fatal("unknown --optimizer '%s': use adamw or sgd", o->optimizer);
+    sdp_opt_cfg c = sdp_opt_defaults(kind);
+    c.beta1 = (float)o->beta1;
+    c.beta2 = (float)o->beta2;
+    c.eps = (float)o->eps;
+    c.momentum = (float)o->momentum;
+    c.nesterov = o->nesterov;
+    if (o->weight_decay >= 0) c.weight_decay = (float)o->weight_decay;
+    SDP_CHECK(o->beta1 < 1 && o->beta2 < 1, "--beta1 and --beta2 must be below 1");
+    return c;
+}
+
+/* Every rank must run the same configuration: compare a hash of it across ranks. */
+static void check_same_config(const trainer *t) {
+    char *json = opts_to_json(TRAIN_OPTS, &t->o);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = json; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    free(json);
+    uint64_t *all = malloc(sizeof(uint64_t) * (size_t)t->world.size);
+    SDP_CHECK(all, "out of memory");
+    MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    for (int r = 0; r < t->world.size; r++)
+        SDP_CHECK(all[r] == all[0],
+                  "rank %d was started with options that differ from rank 0's: launch every "
+                  "rank with the same command line",
+                  r);
+    free(all);
+}
+
+/* ---- set-up ---------------------------------------------------------------------------- */
+
+static void load_data(trainer *t) {
+    batches_open(&t->data, &t->o, run_images(&t->o), job_rank(t), job_workers(t), &t->mem);
+}
+
+/* The worker's subnetwork: its shape from the plan, its map onto the full model, the
+ * owner-group communicators, and gradients and optimizer state for what it owns. */
+static void build_worker(trainer *t) {
+    run_data_shape shape = {.vocab = batches_vocab(&t->data)};
+    batches_image_shape(&t->data, &shape.channels, &shape.image_size, &shape.classes);
+    t->cfg = run_model_config(&t->o, shape);
+    run_full_layout(&t->full, &t->cfg);
+    sdp_plan_cfg pc = run_plan_config(&t->o, job_workers(t), &t->full);
+    sdp_plan_build(&t->plan, &pc, &t->full);
+    const bool forward = pc.mask == SDP_MASK_FORWARD;
+    t->gemm = run_gemm(&t->o);
+    sdp_model_config on_device = t->cfg; /* only the worker's model runs on t->be */
+    on_device.backend = t->be;
+    run_create_worker_model(&t->model, &on_device, &t->plan, &t->full, job_rank(t), t->data.B,
+                            t->data.T, SDP_MODEL_TRAIN_BARE, t->gemm, &t->mem);
+    sdp_subnet_map_build(&t->map, &t->full, t->model.layout, &t->plan, job_rank(t), forward);
+    const size_t nlocal = t->model.layout->numel;
+    float *init = host_copy(t, t->model.params, nlocal);
+    sdp_subnet_init_values(&t->map, &t->full, t->model.layout, init, (uint64_t)t->o.seed);
+    host_copy_done(t, init, t->model.params, nlocal, true);
+    int *layer_of = malloc(sizeof(int) * (size_t)(t->model.layout->nparams + 1));
+    SDP_CHECK(layer_of, "out of memory");
+    for (int i = 0; i < t->model.layout->nparams; i++)
+        layer_of[i] = t->model.layout->params[i].block;
+    if (simulating(t))
+        sdp_sync_init_simulated(&t->sync, &t->plan, &t->map, layer_of, job_rank(t), job_workers(t),
+                                &t->mem);
+    else
+        sdp_sync_init(&t->sync, &t->plan, &t->map, layer_of, t->world.rank, t->world.size, &t->mem);
+    free(layer_of);
+    if (t->be && !simulating(t)) sdp_sync_use_backend(&t->sync, t->be);
+
+    /* Gradients only for what the worker owns: whole tensors, or owned slices of tensors it
+     * owns in part (neuron units under backward masking), computed as GEMMs on those slices. */
+    sdp_sync_grad_layout(&t->sync, t->model.layout, &t->grad_offset, &t->grad_slices);
+    t->ngrads = t->sync.owned;
+    t->grads = device_alloc(t, SDP_MEM_GRADS, t->ngrads);
+    t->model.ops->use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
+    sdp_opt_cfg oc = optimizer_config(&t->o);
+    device_optim_init(t, &oc, t->sync.owned);
+    t->nsegs = sdp_sync_segments(&t->sync, t->model.layout, t->o.decay_all, &t->segs);
+}
+
+/* ---- one step ------------------------------------------------------------------------------ */
+
+/* The model calls this after each layer's backward: buckets that are complete start reducing
+ * while the layers below run. */
+static void on_layer_done(void *ctx, int layer) {
+    trainer *t = ctx;
+    sdp_sync_layer_done(&t->sync, t->grads, layer);
+}
+
+/* Whether this worker exchanges anything: not under --sim-world. */
+static bool communicates(const trainer *t) {
+    return !simulating(t);
+}
+
+/* Gradients, loss and norm of this step: averaged over the owners, or the worker's own when it
+ * communicates nothing. */
+static void finish_gradients(trainer *t, const double local[2], trainer_step_result *r) {
+    if (!communicates(t)) {
+        r->loss = local[0] / local[1];
+        r->grad_norm = sqrt(device_sumsq(t, t->grads, t->ngrads));
+        return;
+    }
+    sdp_sync_grads_end(&t->sync, t->grads);
+    double global[2];
+    MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    r->loss = global[0] / global[1];
+    r->grad_norm = sdp_sync_grad_norm(&t->sync, t->grads);
+}
+
+trainer_step_result trainer_step(trainer *t) {
+    sdp_model *m = &t->model;
+    const bool sync = communicates(t);
+    const int B = t->data.B, T = t->data.T, A = t->o.grad_accum;
+    device_zero(t, t->grads, t->ngrads);
+    const sdp_comm_bytes before = t->sync.bytes;
+    double local[2] = {0, 0};
+    for (int a = 0; a < A; a++) {
+        sdp_batch b;
+        if (t->next_batch)
+            t->next_batch(t->next_batch_ctx, &b);
+        else
+            batches_next(&t->data, &b);
+        sdp_metrics mt;
+        m->ops->forward(m, &b, true, &mt);
+        local[0] += mt.loss;
+        local[1] += mt.count;
+        const bool last = a == A - 1; /* only the last micro-batch completes the gradients */
+        if (last && sync) sdp_sync_grads_begin(&t->sync);
+        m->layer_done = last && sync ? on_layer_done : NULL;
+        m->layer_done_ctx = t;
+        m->ops->backward(m, 1.0f / (float)(B * T * A));
+    }
+    m->layer_done = NULL;
+    trainer_step_result r;
+    finish_gradients(t, local, &r);
+    SDP_CHECK(isfinite(r.grad_norm),
+              "the gradient norm became %g at step %ld: training diverged; lower --lr or raise "
+              "--warmup",
+              r.grad_norm, t->step + 1);
+    device_scale(t, t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
+    r.lr = sdp_lr_at(t->step, t->o.warmup, t->o.steps, (float)t->o.lr, (float)t->o.lr_min);
+    device_optim_step(t, r.lr);
+    device_sample_peak(t);
+    if (t->plan.cfg.mask == SDP_MASK_BACKWARD && sync) sdp_sync_publish(&t->sync, m->params);
+    t->step_bytes_sent += t->sync.bytes.sent - before.sent;
+    t->step_bytes_recv += t->sync.bytes.recv - before.recv;
+    t->step++;
+    /* Every worker processes its own tokens; FLOPs are this worker's (its subnetwork's). */
+    t->examples_seen += (double)B * T * A * job_workers(t);
+    t->flops_done += (double)B * T * A * m->ops->train_flops_per_example(m);
+    return r;
+}
+
+/* ---- evaluation ------------------------------------------------------------------------------ */
+
+/* Evaluation always runs the full model, on the batches data parallelism evaluates: each worker
+ * its own share. Where every worker holds the whole current model (backward masking, data
+ * parallelism, or every unit owned by every worker), each evaluates it; under forward masking the
+ * assembled model is evaluated block by block (eval_stream.c). */
+sdp_metrics trainer_validate(trainer *t) {
+    if (!t->data.has_val) return (sdp_metrics){NAN, 0, NAN};
+    /* A simulated worker has only its own (sub)network: that is what it evaluates, on its share. */
+    if (simulating(t))
+        return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_SELF);
+    device_average_buffers(t); /* running statistics agree */
+    const bool whole =
+        t->plan.cfg.mask != SDP_MASK_FORWARD || t->plan.cfg.owners == t->plan.cfg.world;
+    if (whole) return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_WORLD);
+    return eval_streamed(t);
+}
+
+/* ---- stopping on a signal ------------------------------------------------------------------- */
+
+/* The signal any worker received (0: none), the same on every rank: ranks see a signal at
+ * different moments, or some not at all, and must all stop after the same step. */
+int trainer_agreed_interrupt(const trainer *t) {
+    int sig = sdp_interrupt_signal();
+    if (!communicates(t)) return sig;
+    int any = 0;
+    MPI_Allreduce(&sig, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return any;
+}
+
+/* ---- the whole worker ---------------------------------------------------------------------- */
+
+void trainer_build(trainer *t) {
+    device_open(t);
+    check_same_config(t);
+    load_data(t);
+    build_worker(t);
+}
+
+void trainer_free(trainer *t) {
+    free(t->segs);
+    device_optim_free(t);
+    device_free(t, t->grads);
+    sdp_sync_grad_layout_free(t->grad_offset, t->grad_slices, t->model.layout->nparams);
+    sdp_sync_free(&t->sync);
+    sdp_subnet_map_free(&t->map);
+    t->model.ops->destroy(&t->model);
+    sdp_plan_free(&t->plan);
+    sdp_layout_free(&t->full);
+    batches_close(&t->data, &t->mem);
+    if (t->recal) sdp_free(&t->io_mem, t->recal);
+    device_close(t);
+}
