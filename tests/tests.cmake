@@ -24,7 +24,7 @@ file(GLOB SDP_MPI_PROGRAMS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/mpi_*.c)
 foreach(src ${SDP_MPI_PROGRAMS})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE sdpcore)
+  target_link_libraries(${name} PRIVATE sdptrain sdp_nocuda)
   list(APPEND SDP_TEST_ENV "SDP_${name}=$<TARGET_FILE:${name}>")
 endforeach()
 
