@@ -1,111 +1,94 @@
-/* Tokens/s and model FLOP utilization (MFU) of a full training step: zero grads, forward,
- * backward, global-norm clip and AdamW update, as `sdp train` runs it, for a GPT-2 124M shape
- * and a small byte-level model. MFU is measured against the sgemm peak of the provider in use,
- * timed in the same run right before each model's steps, because the machine is shared and its
- * speed drifts. Every figure is a median over the timed steps.
+/* Tokens/s and model FLOP utilization (MFU) of a full training step as `sdp train` runs it (the
+ * trainer of src/train, one worker with no communication): zero grads, forward, backward, the
+ * global-norm clip and AdamW, for a GPT-2 124M shape and a small byte-level model, on random
+ * tokens. MFU is measured against the sgemm peak of the provider in use, timed in the same run
+ * right before each model's steps, because the machine is shared and its speed drifts. Every
+ * figure is a median over the timed steps.
  *
  * Usage: bench_train [threads (0 = all cores)] [steps] [dnnl|openblas] [all|gpt2|bytes] */
+#include "train/trainer.h"
+
 #include "sdp/bench.h"
 #include "sdp/check.h"
-#include "sdp/optim.h"
 #include "sdp/rng.h"
-#include "sdp/transformer.h"
 
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { PEAK_SIZE = 2048, PEAK_REPEATS = 5, WARMUP_STEPS = 2, MAX_STEPS = 1000 };
 
-static const float LR = 3e-4f, CLIP = 1.0f;
-
 typedef struct {
     const char *name;
-    sdp_tf_config cfg;
-    int B, T;
+    int layers, heads, width, seq_len, vocab, batch;
 } bench_model;
 
-/* Wall-clock milliseconds of each phase of one step. */
-typedef enum { PH_ZERO, PH_FWD, PH_BWD, PH_OPT, PH_TOTAL, NPHASES } phase;
-static const char *PHASE_NAMES[NPHASES] = {"zero", "forward", "backward", "clip+adamw", "total"};
+/* Wall-clock milliseconds of each part of one step (trainer_step_result). */
+typedef enum { PH_FWD, PH_BWD, PH_NORM, PH_OPT, PH_TOTAL, NPHASES } phase;
+static const char *PHASE_NAMES[NPHASES] = {"forward", "backward", "norm", "clip+adamw", "total"};
 
+/* Random tokens, drawn by the trainer's feed outside the timed parts. */
 typedef struct {
-    sdp_tf model;
-    sdp_optim opt;
-    sdp_opt_segment *segs;
-    int nsegs;
-    int *inputs, *targets;
     sdp_rng rng;
-    sdp_backend *be;
-} trainer;
+    int vocab;
+    int *tokens, *targets;
+    int B, T;
+} feed;
 
-/* One segment per tensor, decaying as the layout says (what `sdp train` does by default). */
-static void build_segments(trainer *t) {
-    const sdp_layout *L = &t->model.layout;
-    t->segs = calloc((size_t)L->nparams, sizeof *t->segs);
-    SDP_CHECK(t->segs, "out of memory");
-    for (int i = 0; i < L->nparams; i++)
-        t->segs[i] = (sdp_opt_segment){L->params[i].offset, L->params[i].numel, L->params[i].decay,
-                                       L->params[i].offset, L->params[i].offset};
-    t->nsegs = L->nparams;
-}
-
-static void trainer_init(trainer *t, const bench_model *bm, sdp_gemm_provider gemm, sdp_mem *mem) {
-    memset(t, 0, sizeof *t);
-    t->be = sdp_backend_cpu(gemm, mem);
-    sdp_tf_create(&t->model, &bm->cfg, NULL, bm->B, bm->T, SDP_MODEL_TRAIN, t->be);
-    sdp_layout_init_values(&t->model.layout, t->model.params, 1234);
-    sdp_opt_cfg oc = sdp_opt_defaults(SDP_OPT_ADAMW);
-    sdp_optim_init(&t->opt, &oc, t->model.layout.numel, mem);
-    build_segments(t);
-    size_t N = (size_t)bm->B * bm->T;
-    t->inputs = sdp_alloc(mem, SDP_MEM_DATA, N * sizeof(int));
-    t->targets = sdp_alloc(mem, SDP_MEM_DATA, N * sizeof(int));
-    t->rng = sdp_rng_make(42, 0);
-}
-
-static void trainer_free(trainer *t, sdp_mem *mem) {
-    sdp_free(mem, t->inputs);
-    sdp_free(mem, t->targets);
-    free(t->segs);
-    sdp_optim_free(&t->opt, mem);
-    sdp_tf_destroy(&t->model);
-    sdp_backend_destroy(t->be);
-}
-
-/* A fresh batch of uniformly random tokens (drawn outside the timed step). */
-static void random_batch(trainer *t, int n) {
-    const uint64_t V = (uint64_t)t->model.cfg.vocab;
-    for (int i = 0; i < n; i++) {
-        t->inputs[i] = (int)sdp_rng_below(&t->rng, V);
-        t->targets[i] = (int)sdp_rng_below(&t->rng, V);
+static void next_batch(void *ctx, sdp_batch *b) {
+    feed *f = ctx;
+    for (int i = 0; i < f->B * f->T; i++) {
+        f->tokens[i] = (int)sdp_rng_below(&f->rng, (uint64_t)f->vocab);
+        f->targets[i] = (int)sdp_rng_below(&f->rng, (uint64_t)f->vocab);
     }
+    *b = (sdp_batch){.B = f->B, .T = f->T, .tokens = f->tokens, .targets = f->targets};
 }
 
-/* The step of src/cli/train.c without data parallelism; returns the mean loss. */
-static double timed_step(trainer *t, int B, int T, double ms[NPHASES]) {
-    sdp_tf *m = &t->model;
-    const size_t n = m->layout.numel;
-    double t0 = sdp_bench_now_ms();
-    memset(m->grads, 0, n * sizeof(float));
-    double t1 = sdp_bench_now_ms();
-    double loss = sdp_tf_forward(m, t->inputs, t->targets, B, T);
-    double t2 = sdp_bench_now_ms();
-    sdp_tf_backward(m, 1.0f / (float)(B * T));
-    double t3 = sdp_bench_now_ms();
-    double norm = sqrt(sdp_sumsq(m->grads, n));
-    sdp_scale(m->grads, n, sdp_clip_scale(norm, CLIP));
-    sdp_optim_step(&t->opt, m->params, m->grads, t->segs, t->nsegs, LR);
-    double t4 = sdp_bench_now_ms();
-    ms[PH_ZERO] = t1 - t0;
-    ms[PH_FWD] = t2 - t1;
-    ms[PH_BWD] = t3 - t2;
-    ms[PH_OPT] = t4 - t3;
-    ms[PH_TOTAL] = t4 - t0;
-    return loss / (double)(B * T);
+static void set(train_opts *o, const char *name, const char *value) {
+    char err[256];
+    for (const opt_spec *s = TRAIN_OPTS; s->name; s++)
+        if (!strcmp(s->name, name)) {
+            SDP_CHECK(opts_set(s, o, value, err, sizeof err), "--%s %s: %s", name, value, err);
+            return;
+        }
+    sdp_fatal("no option --%s", name);
+}
+
+static void set_int(train_opts *o, const char *name, int value) {
+    char v[32];
+    snprintf(v, sizeof v, "%d", value);
+    set(o, name, v);
+}
+
+/* A one-worker trainer of the model, simulating rank 0 of 1 (no communication). */
+static void build(trainer *t, feed *f, const bench_model *bm, sdp_gemm_provider gemm,
+                  const sdp_world *world) {
+    memset(t, 0, sizeof *t);
+    train_opts *o = &t->o;
+    opts_set_defaults(TRAIN_OPTS, o);
+    set_int(o, "layers", bm->layers);
+    set_int(o, "heads", bm->heads);
+    set_int(o, "width", bm->width);
+    set_int(o, "seq-len", bm->seq_len);
+    set_int(o, "vocab", bm->vocab);
+    set_int(o, "batch", bm->batch);
+    set(o, "gemm", sdp_gemm_provider_name(gemm));
+    set_int(o, "sim-world", 1);
+    set_int(o, "steps", MAX_STEPS + WARMUP_STEPS);
+    set_int(o, "warmup", 0);
+    t->world = *world;
+    f->rng = sdp_rng_make(42, 0);
+    f->vocab = bm->vocab;
+    f->B = bm->batch;
+    f->T = bm->seq_len;
+    f->tokens = malloc(sizeof(int) * (size_t)(f->B * f->T));
+    f->targets = malloc(sizeof(int) * (size_t)(f->B * f->T));
+    SDP_CHECK(f->tokens && f->targets, "out of memory");
+    t->next_batch = next_batch;
+    t->next_batch_ctx = f;
+    trainer_build(t);
 }
 
 /* Best GFLOP/s of each provider on a square product; [0] dnnl, [1] openblas. */
@@ -121,17 +104,18 @@ typedef struct {
     double med[NPHASES], best_total;
 } bench_result;
 
-/* Warm-up steps, then `steps` timed ones: the median of each phase and the fastest total. */
-static double run_steps(trainer *t, const bench_model *bm, int steps, double med[NPHASES],
-                        double *best_total) {
-    double ms[NPHASES], *samples[NPHASES], loss = 0;
+/* Warm-up steps, then `steps` timed ones: the median of each part and the fastest total. */
+static double run_steps(trainer *t, int steps, double med[NPHASES], double *best_total) {
+    double *samples[NPHASES], loss = 0;
     for (int ph = 0; ph < NPHASES; ph++) {
         samples[ph] = calloc((size_t)steps, sizeof(double));
         SDP_CHECK(samples[ph], "out of memory");
     }
     for (int s = -WARMUP_STEPS; s < steps; s++) {
-        random_batch(t, bm->B * bm->T);
-        loss = timed_step(t, bm->B, bm->T, ms);
+        const trainer_step_result r = trainer_step(t);
+        loss = r.loss;
+        const double ms[NPHASES] = {r.ms_forward, r.ms_backward, r.ms_sync, r.ms_update,
+                                    r.ms_total};
         if (s >= 0)
             for (int ph = 0; ph < NPHASES; ph++) samples[ph][s] = ms[ph];
     }
@@ -143,19 +127,18 @@ static double run_steps(trainer *t, const bench_model *bm, int steps, double med
     return loss;
 }
 
-static bench_result bench_one(const bench_model *bm, sdp_gemm_provider gemm, int threads,
-                              int steps) {
-    sdp_mem mem = {0};
+static bench_result bench_one(const bench_model *bm, sdp_gemm_provider gemm, int threads, int steps,
+                              const sdp_world *world) {
     trainer t;
-    trainer_init(&t, bm, gemm, &mem);
-    const sdp_tf_config *c = &t.model.cfg;
-    const int N = bm->B * bm->T;
+    feed f;
+    build(&t, &f, bm, gemm, world);
+    const sdp_model_config *c = &t.cfg;
+    const int N = bm->batch * bm->seq_len;
     const int used = gemm == SDP_GEMM_DNNL ? 0 : 1;
-    printf("\n%s: %s, %d layers, %d heads, width %d, vocab %d (padded %d), T=%d, B=%d, "
-           "%.1fM params\n",
-           bm->name, sdp_tf_style_name(c->style), c->n_layer, c->n_head, c->d_model, c->vocab,
-           c->vocab_padded, bm->T, bm->B, 1e-6 * (double)t.model.layout.numel);
-    sdp_bench_print_memory(&mem);
+    printf("\n%s: %s, %d layers, %d heads, width %d, vocab %d, T=%d, B=%d, %.1fM params\n",
+           bm->name, c->arch, c->layers, c->heads, c->width, c->vocab, bm->seq_len, bm->batch,
+           1e-6 * (double)t.model.layout->numel);
+    sdp_bench_print_memory(&t.mem);
 
     /* The yardstick is timed right before the steps it judges, and again after them: on a
      * shared machine a large change means the figures are not to be trusted. */
@@ -166,10 +149,11 @@ static bench_result bench_one(const bench_model *bm, sdp_gemm_provider gemm, int
            PEAK_SIZE, PEAK_REPEATS, threads, peak[0], peak[1]);
     fflush(stdout);
     bench_result r = {bm->name, gemm, .peak = peak[used]};
-    double loss = run_steps(&t, bm, steps, r.med, &r.best_total);
+    const double flops0 = t.flops_done;
+    double loss = run_steps(&t, steps, r.med, &r.best_total);
     measure_peaks(after);
 
-    double flops = sdp_tf_train_flops_per_token(&t.model, bm->T) * N;
+    const double flops = (t.flops_done - flops0) / (steps + WARMUP_STEPS); /* per step */
     r.tok_s = N / (r.med[PH_TOTAL] * 1e-3);
     r.gflops = flops / (r.med[PH_TOTAL] * 1e-3) * 1e-9;
     r.mfu = 100.0 * r.gflops / r.peak;
@@ -184,7 +168,9 @@ static bench_result bench_one(const bench_model *bm, sdp_gemm_provider gemm, int
            after[used], 100.0 * drift,
            drift > 0.1 || drift < -0.1 ? ": the machine's speed changed, run again" : "");
     fflush(stdout);
-    trainer_free(&t, &mem);
+    trainer_free(&t);
+    free(f.tokens);
+    free(f.targets);
     return r;
 }
 
@@ -198,9 +184,11 @@ static void print_table(const bench_result *r, int n, int threads) {
                r[i].peak, r[i].med[PH_TOTAL], r[i].med[PH_FWD], r[i].med[PH_BWD], r[i].med[PH_OPT]);
 }
 
+/* GPT-2 124M's layers and vocabulary at a context of T = 64 (1024 would not fit this machine's
+ * time), and the byte-level model of the README's runs. */
 static const bench_model MODELS[] = {
-    {"gpt2", {SDP_STYLE_GPT, 12, 12, 768, 0, 1024, 50257, 50304, 0, 0, 0, 0, 0}, 4, 64},
-    {"bytes", {SDP_STYLE_GPT, 6, 6, 384, 0, 256, 256, 0, 0, 0, 0, 0, 0}, 8, 256},
+    {"gpt2", 12, 12, 768, 64, 50257, 4},
+    {"bytes", 6, 6, 384, 256, 256, 8},
 };
 
 int main(int argc, char **argv) {
@@ -214,14 +202,16 @@ int main(int argc, char **argv) {
               "[all|gpt2|bytes]",
               MAX_STEPS);
     if (threads == 0) threads = omp_get_num_procs();
-    sdp_set_threads(threads);
+    sdp_world world;
+    sdp_world_init(&world, &argc, &argv, threads);
     enum { NMODELS = sizeof MODELS / sizeof *MODELS };
     bench_result results[NMODELS];
     int ran = 0;
     for (int i = 0; i < NMODELS; i++)
         if (strcmp(only, "all") == 0 || strcmp(only, MODELS[i].name) == 0)
-            results[ran++] = bench_one(&MODELS[i], gemm, threads, steps);
+            results[ran++] = bench_one(&MODELS[i], gemm, threads, steps, &world);
     SDP_CHECK(ran > 0, "unknown model '%s': use all, gpt2 or bytes", only);
     print_table(results, ran, threads);
+    sdp_world_finalize();
     return 0;
 }

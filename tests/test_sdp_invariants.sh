@@ -21,7 +21,7 @@ train_on() {
 
 # ---- 1 and 3 ------------------------------------------------------------------------------------
 for n in 2 3 4 8; do
-  if timeout 120 "${MPI[@]}" -n "$n" "$SDP_mpi_invariants" all host "$WORK/text.txt" >"$WORK/inv$n.log" 2>&1; then
+  if timeout 120 "${MPI[@]}" -n "$n" "$SDP_mpi_invariants" >"$WORK/inv$n.log" 2>&1; then
     pass "$(tail -1 "$WORK/inv$n.log")"
   else
     fail "mpi_invariants on $n ranks"; grep -v '^ok' "$WORK/inv$n.log" | head -20
@@ -33,7 +33,7 @@ done
 # ranks, over a stand-in device made of host memory.
 for n in 3 4; do
   for memory in staged devcomm; do
-    if timeout 120 "${MPI[@]}" -n "$n" "$SDP_mpi_invariants" all "$memory" "$WORK/text.txt" >"$WORK/inv$n$memory.log" 2>&1; then
+    if timeout 120 "${MPI[@]}" -n "$n" "$SDP_mpi_invariants" all "$memory" >"$WORK/inv$n$memory.log" 2>&1; then
       pass "$(tail -1 "$WORK/inv$n$memory.log")"
     else
       fail "mpi_invariants on $n ranks, $memory memory"; grep -v '^ok' "$WORK/inv$n$memory.log" | head -20

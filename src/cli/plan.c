@@ -184,24 +184,6 @@ static void print_json_row(const worker_bytes *b, int rank, bool last) {
            total_of(b), b->sent, last ? "" : ",");
 }
 
-/* The data a plan assumes: --vocab (default 256) for token models, the dataset's images for
- * image models. */
-static run_data_shape data_shape_of(const train_opts *o) {
-    run_data_shape s = {.vocab = o->vocab ? o->vocab : 256};
-    if (!run_images(o)) return s;
-    s.vocab = 0;
-    if (!strcmp(o->dataset, "fashion-mnist") || !strcmp(o->dataset, "mnist"))
-        s.channels = 1, s.image_size = 28, s.classes = 10;
-    else if (!strcmp(o->dataset, "cifar10"))
-        s.channels = 3, s.image_size = 32, s.classes = 10;
-    else if (!strcmp(o->dataset, "cifar100"))
-        s.channels = 3, s.image_size = 32, s.classes = 100;
-    else
-        sdp_fatal("unknown --dataset '%s': use fashion-mnist, mnist, cifar10 or cifar100",
-                  o->dataset);
-    return s;
-}
-
 /* The model in its family's own terms: a ResNet has a depth and base channels, not layers. */
 static void describe_shape(char *buf, size_t len, const sdp_model_config *c) {
     if (!strcmp(c->arch, "resnet"))
@@ -232,7 +214,7 @@ int cmd_plan(int argc, char **argv) {
                         : cores / o.world > 1 ? (int)(cores / o.world)
                                               : 1;
     sdp_set_threads(threads);
-    sdp_model_config cfg = run_model_config(&o.t, data_shape_of(&o.t));
+    sdp_model_config cfg = run_model_config(&o.t, run_dataset_shape(&o.t));
     sdp_layout full;
     run_full_layout(&full, &cfg);
     sdp_plan_cfg pc = run_plan_config(&o.t, o.world, &full);

@@ -117,8 +117,23 @@ void batches_seek(batch_source *s, sdp_loader_pos pos) {
         sdp_loader_seek(&s->train_tl, pos);
 }
 
+void batches_fed(batch_source *s, const train_opts *o, bool images) {
+    memset(s, 0, sizeof *s);
+    s->images = images;
+    s->B = o->batch;
+    s->T = images ? 1 : o->seq_len;
+    const run_data_shape shape = run_dataset_shape(o);
+    SDP_CHECK(images || o->vocab > 0,
+              "a trainer fed its batches by the caller has no data to take the vocabulary from: "
+              "set --vocab");
+    s->fed_vocab = shape.vocab;
+    s->train_img.C = shape.channels;
+    s->train_img.H = s->train_img.W = shape.image_size;
+    s->train_img.nclasses = shape.classes;
+}
+
 int batches_vocab(const batch_source *s) {
-    return s->images ? 0 : s->train_tok.vocab;
+    return s->images ? 0 : s->fed_vocab ? s->fed_vocab : s->train_tok.vocab;
 }
 
 void batches_image_shape(const batch_source *s, int *channels, int *size, int *classes) {

@@ -27,6 +27,7 @@ typedef struct {
     float *pixels;
     bool has_val;
     int rank, world; /* this worker, whose share of the validation data is its own */
+    int fed_vocab;   /* batches_fed: the vocabulary the options give */
 } batch_source;
 
 /* Opens the run's data for worker rank of world: its training stream and its share of the
@@ -38,6 +39,9 @@ void batches_open(batch_source *s, const train_opts *o, bool images, int rank, i
 void batches_open_file(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem);
 /* The next training batch of this worker. */
 void batches_next(batch_source *s, sdp_batch *b);
+/* No data, for a trainer whose caller feeds the batches (trainer.next_batch): the shapes only,
+ * from the options (--vocab, or the dataset's images), and no validation data. */
+void batches_fed(batch_source *s, const train_opts *o, bool images);
 /* Frees what batches_open (or batches_open_file) took from mem. */
 void batches_close(batch_source *s, sdp_mem *mem);
 /* Batch i of the recalibration stream: training images without augmentation, the same sequence

@@ -185,3 +185,19 @@ sdp_plan_cfg run_plan_config(const train_opts *o, int world, const sdp_layout *f
     c.seed = (uint64_t)(o->sdp_seed ? o->sdp_seed : o->seed);
     return c;
 }
+
+run_data_shape run_dataset_shape(const train_opts *o) {
+    run_data_shape s = {.vocab = o->vocab ? o->vocab : 256};
+    if (!run_images(o)) return s;
+    s.vocab = 0;
+    if (!strcmp(o->dataset, "fashion-mnist") || !strcmp(o->dataset, "mnist"))
+        s.channels = 1, s.image_size = 28, s.classes = 10;
+    else if (!strcmp(o->dataset, "cifar10"))
+        s.channels = 3, s.image_size = 32, s.classes = 10;
+    else if (!strcmp(o->dataset, "cifar100"))
+        s.channels = 3, s.image_size = 32, s.classes = 100;
+    else
+        sdp_fatal("unknown --dataset '%s': use fashion-mnist, mnist, cifar10 or cifar100",
+                  o->dataset);
+    return s;
+}

@@ -21,6 +21,9 @@ typedef struct {
     int vocab, channels, image_size, classes;
 } run_data_shape;
 sdp_model_config run_model_config(const train_opts *o, run_data_shape data);
+/* The data a run's options name, without reading it: --vocab (default 256) for token models, the
+ * dataset's image shape and classes for image models. */
+run_data_shape run_dataset_shape(const train_opts *o);
 /* Whether the run's model reads images. */
 bool run_images(const train_opts *o);
 const sdp_model_family *run_family(const sdp_model_config *cfg);

@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static sdp_opt_cfg optimizer_config(const train_opts *o) {
     sdp_opt_kind kind;
@@ -51,6 +52,10 @@ static void check_same_config(const trainer *t) {
 /* ---- set-up ---------------------------------------------------------------------------- */
 
 static void load_data(trainer *t) {
+    if (t->next_batch) {
+        batches_fed(&t->data, &t->o, run_images(&t->o));
+        return;
+    }
     batches_open(&t->data, &t->o, run_images(&t->o), job_rank(t), job_workers(t), &t->mem);
 }
 
@@ -126,10 +131,18 @@ static void finish_gradients(trainer *t, const double local[2], trainer_step_res
     r->grad_norm = sdp_sync_grad_norm(&t->sync, t->grads);
 }
 
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
 trainer_step_result trainer_step(trainer *t) {
     sdp_model *m = &t->model;
     const bool sync = communicates(t);
     const int B = t->data.B, T = t->data.T, A = t->o.grad_accum;
+    trainer_step_result r = {0};
+    const double start = now_ms();
     device_zero(t, t->grads, t->ngrads);
     const sdp_comm_bytes before = t->sync.bytes;
     double local[2] = {0, 0};
@@ -139,6 +152,7 @@ trainer_step_result trainer_step(trainer *t) {
             t->next_batch(t->next_batch_ctx, &b);
         else
             batches_next(&t->data, &b);
+        double t0 = now_ms();
         sdp_metrics mt;
         m->ops->forward(m, &b, true, &mt);
         local[0] += mt.loss;
@@ -147,20 +161,28 @@ trainer_step_result trainer_step(trainer *t) {
         if (last && sync) sdp_sync_grads_begin(&t->sync);
         m->layer_done = last && sync ? on_layer_done : NULL;
         m->layer_done_ctx = t;
+        double t1 = now_ms();
         m->ops->backward(m, 1.0f / (float)(B * T * A));
+        r.ms_forward += t1 - t0;
+        r.ms_backward += now_ms() - t1;
     }
     m->layer_done = NULL;
-    trainer_step_result r;
+    double t2 = now_ms();
     finish_gradients(t, local, &r);
     SDP_CHECK(isfinite(r.grad_norm),
               "the gradient norm became %g at step %ld: training diverged; lower --lr or raise "
               "--warmup",
               r.grad_norm, t->step + 1);
+    double t3 = now_ms();
     device_scale(t, t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
     r.lr = sdp_lr_at(t->step, t->o.warmup, t->o.steps, (float)t->o.lr, (float)t->o.lr_min);
     device_optim_step(t, r.lr);
     device_sample_peak(t);
     if (t->plan.cfg.mask == SDP_MASK_BACKWARD && sync) sdp_sync_publish(&t->sync, m->params);
+    const double end = now_ms();
+    r.ms_sync = t3 - t2;
+    r.ms_update = end - t3;
+    r.ms_total = end - start;
     t->step_bytes_sent += t->sync.bytes.sent - before.sent;
     t->step_bytes_recv += t->sync.bytes.recv - before.recv;
     t->step++;

@@ -48,15 +48,23 @@ typedef struct {
     uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
     FILE *metrics;
     int run_lock; /* rank 0: the run directory's lock (run_dir_claim), held to the end */
-    /* Where training batches come from: NULL, the data's loader; else this function (tests feed
-     * batches of their own). */
+    /* Where training batches come from: NULL, the data's loader; else this function, set before
+     * trainer_build, which then reads no data (tests and benchmarks feed batches of their own;
+     * there is no validation data). */
     void (*next_batch)(void *ctx, sdp_batch *b);
     void *next_batch_ctx;
 } trainer;
 
+/* A step's loss (over all workers), gradient norm and learning rate, and where its time went, in
+ * wall-clock milliseconds: forward and backward passes (the gradient sync runs under the last
+ * backward), the wait for the sync to finish with the loss and norm reductions (the exposed
+ * communication), and clipping, the optimizer and publishing. On a device the parts are host
+ * times of asynchronous work; the total ends after the norm has come back, so it is the device's.
+ */
 typedef struct {
     double loss, grad_norm;
     float lr;
+    double ms_forward, ms_backward, ms_sync, ms_update, ms_total;
 } trainer_step_result;
 
 /* trainer.c: the worker's life. t->o holds the run's options and t->world the job (after
