@@ -14,21 +14,20 @@
  *
  * --precision defaults to bf16 (the fast path); fp32 is the exact one the parity tests use.
  *
- * The SDP worker's model is built as tests/test_sdp_forward_equiv.c builds it (sdp_plan_build,
- * sdp_subnet_spec_make, sdp_tf_shape_from_keep). Only the worker's own computation runs: no
- * gradient exchange (no NCCL yet), so the figures are those of a worker before communication.
- * A step is: zero the gradients, forward (which waits for the loss), backward, AdamW on the device
- * (sdp_cuda_adamw_update; no gradient clipping), then wait for the device.
+ * The worker is the trainer `sdp-cuda train --device cuda` runs (src/train), built from the same
+ * options, fed random tokens: DDP is --sim-world 1 with data parallelism, the SDP worker
+ * --sim-world N --sim-rank r. A simulated worker communicates nothing, so the figures are those
+ * of a worker before communication. A step is trainer_step (zero the gradients, forward,
+ * backward, the global norm and clipping, AdamW on the device), then a wait for the device.
  *
  * Without a CUDA device it prints "no CUDA device" and exits 0. */
+#include "train/trainer.h"
+
 #include "sdp/backend.h"
 #include "sdp/bench.h"
 #include "sdp/cuda_check.h"
 #include "sdp/ops_cuda.h"
-#include "sdp/plan.h"
 #include "sdp/rng.h"
-#include "sdp/subnet.h"
-#include "sdp/transformer.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -36,7 +35,7 @@
 #include <string.h>
 
 enum { WARMUP_STEPS = 2, MAX_STEPS = 100, PEAK_SIZE = 8192, PEAK_REPEATS = 5, SEQ = 1024 };
-static const float LR = 3e-4f;
+enum { VOCAB = 50257 };
 
 typedef struct {
     int batch, steps, world, rank; /* world 0: the full model */
@@ -81,18 +80,6 @@ static options parse(int argc, char **argv) {
         usage_fail("--sim-world N needs N >= 2 and --sim-rank r with 0 <= r < N");
     if (o.world == 0 && o.rank >= 0) usage_fail("--sim-rank needs --sim-world");
     return o;
-}
-
-static sdp_tf_config gpt2_config(void) {
-    sdp_tf_config c = {.style = SDP_STYLE_GPT,
-                       .n_layer = 12,
-                       .n_head = 12,
-                       .d_model = 768,
-                       .seq_len = SEQ,
-                       .vocab = 50257,
-                       .vocab_padded = 50304};
-    sdp_tf_config_finish(&c);
-    return c;
 }
 
 /* ---- GEMM peaks ----------------------------------------------------------------------------- */
@@ -183,69 +170,74 @@ static double nominal_bf16_peak(const char *device_name) {
     return 0;
 }
 
-/* The worker's shape: the full model, or SDP worker `rank`'s compact subnetwork. */
+static const char *precision_name(sdp_precision p) {
+    return p == SDP_PRECISION_BF16 ? "bf16" : "fp32";
+}
+
+/* Random tokens, drawn by the trainer's feed before each step's forward. */
 typedef struct {
-    sdp_tf_shape shape;
-    sdp_layout full;
-    sdp_plan plan;
-    bool sdp;
-} worker_shape;
+    sdp_rng rng;
+    int *tokens, *targets, n;
+} feed;
 
-static void worker_shape_make(worker_shape *w, const sdp_tf_config *cfg, const options *o) {
-    memset(w, 0, sizeof *w);
-    sdp_tf_shape full_shape;
-    sdp_tf_shape_full(&full_shape, cfg);
-    sdp_tf_describe(&w->full, cfg, &full_shape);
-    w->sdp = o->world > 0;
-    if (!w->sdp) {
-        w->shape = full_shape;
-        return;
+static void next_batch(void *ctx, sdp_batch *b) {
+    feed *f = ctx;
+    for (int i = 0; i < f->n; i++) {
+        f->tokens[i] = (int)sdp_rng_below(&f->rng, VOCAB);
+        f->targets[i] = (int)sdp_rng_below(&f->rng, VOCAB);
     }
-    sdp_tf_shape_free(&full_shape);
-    sdp_plan_cfg pc = {.mask = SDP_MASK_FORWARD,
-                       .unit = SDP_UNIT_BLOCK,
-                       .assign = SDP_ASSIGN_CYCLIC,
-                       .scale = SDP_SCALE_INVERSE,
-                       .world = o->world,
-                       .owners = o->world / 2, /* C = k / N = 0.5 */
-                       .seed = 1};
-    sdp_plan_build(&w->plan, &pc, &w->full);
-    sdp_subnet_spec spec;
-    sdp_subnet_spec_make(&spec, &w->plan, &w->full, o->rank);
-    sdp_tf_shape_from_keep(&w->shape, cfg, spec.nblocks, spec.keep,
-                           (const int(*)[SDP_MAX_GROUPS])spec.kept, spec.scale);
-    sdp_subnet_spec_free(&spec);
+    *b = (sdp_batch){.B = f->n / SEQ, .T = SEQ, .tokens = f->tokens, .targets = f->targets};
 }
 
-static void worker_shape_free(worker_shape *w) {
-    if (w->sdp) sdp_plan_free(&w->plan);
-    sdp_layout_free(&w->full);
-    sdp_tf_shape_free(&w->shape);
+static void set(train_opts *t, const char *name, const char *value) {
+    char err[256];
+    for (const opt_spec *s = TRAIN_OPTS; s->name; s++)
+        if (!strcmp(s->name, name)) {
+            SDP_CHECK(opts_set(s, t, value, err, sizeof err), "--%s %s: %s", name, value, err);
+            return;
+        }
+    sdp_fatal("no option --%s", name);
 }
 
-/* Initial parameters on the host (each the value of its full-model element), then uploaded. */
-static void init_params(sdp_tf *m, const worker_shape *w, int rank) {
-    float *host = malloc(m->layout.numel * sizeof(float));
-    SDP_CHECK(host, "out of host memory");
-    if (w->sdp) {
-        sdp_subnet_map map;
-        sdp_subnet_map_build(&map, &w->full, &m->layout, &w->plan, rank, true);
-        sdp_subnet_init_values(&map, &w->full, &m->layout, host, 1234);
-        sdp_subnet_map_free(&map);
-    } else {
-        sdp_layout_init_values(&m->layout, host, 1234);
+static void set_int(train_opts *t, const char *name, int value) {
+    char v[32];
+    snprintf(v, sizeof v, "%d", value);
+    set(t, name, v);
+}
+
+/* GPT-2 124M as a DDP worker (the full model), or worker `rank` of a simulated SDP job with
+ * forward masking, block units, C = 0.5, on the GPU. */
+static void build(trainer *t, feed *f, const options *o, const sdp_world *world) {
+    memset(t, 0, sizeof *t);
+    train_opts *to = &t->o;
+    opts_set_defaults(TRAIN_OPTS, to);
+    set_int(to, "layers", 12);
+    set_int(to, "heads", 12);
+    set_int(to, "width", 768);
+    set_int(to, "seq-len", SEQ);
+    set_int(to, "vocab", VOCAB);
+    set_int(to, "batch", o->batch);
+    set(to, "device", "cuda");
+    set(to, "precision", precision_name(o->precision));
+    set_int(to, "steps", MAX_STEPS + WARMUP_STEPS);
+    set_int(to, "warmup", 0);
+    set_int(to, "sim-world", o->world > 0 ? o->world : 1);
+    set_int(to, "sim-rank", o->world > 0 ? o->rank : 0);
+    if (o->world > 0) {
+        set(to, "sdp-mask", "forward");
+        set(to, "sdp-unit", "block");
+        set(to, "sdp-coverage", "0.5");
+        set(to, "branch-scale", "inverse");
     }
-    m->be->upload(m->be, m->params, host, m->layout.numel * sizeof(float));
-    free(host);
-}
-
-static sdp_opt_segment *tensor_segments(const sdp_layout *L) {
-    sdp_opt_segment *segs = calloc((size_t)L->nparams, sizeof *segs);
-    SDP_CHECK(segs, "out of host memory");
-    for (int i = 0; i < L->nparams; i++)
-        segs[i] = (sdp_opt_segment){L->params[i].offset, L->params[i].numel, L->params[i].decay,
-                                    L->params[i].offset, L->params[i].offset};
-    return segs;
+    t->world = *world;
+    f->rng = sdp_rng_make(42, 0);
+    f->n = o->batch * SEQ;
+    f->tokens = malloc(sizeof(int) * (size_t)f->n);
+    f->targets = malloc(sizeof(int) * (size_t)f->n);
+    SDP_CHECK(f->tokens && f->targets, "out of host memory");
+    t->next_batch = next_batch;
+    t->next_batch_ctx = f;
+    trainer_build(t);
 }
 
 /* The most device memory in use so far, by cudaMemGetInfo (every process on the device). */
@@ -253,10 +245,6 @@ static size_t device_used(void) {
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
     return total_b - free_b;
-}
-
-static const char *precision_name(sdp_precision p) {
-    return p == SDP_PRECISION_BF16 ? "bf16" : "fp32";
 }
 
 /* The measured peak of every path, printed; returns them in peaks[NPATHS]. */
@@ -270,10 +258,10 @@ static void measure_peaks(sdp_backend *be, double peaks[NPATHS]) {
 
 /* Speed and MFU of the median step: against the card's nominal dense bf16 peak, and against the
  * measured peak of the path this precision's GEMMs take. */
-static void print_speed(const sdp_tf *m, const options *o, const char *device_name,
+static void print_speed(const sdp_model *m, const options *o, const char *device_name,
                         const double peaks[NPATHS], double median_ms) {
     const int N = o->batch * SEQ;
-    const double per_token = sdp_tf_train_flops_per_token(m, SEQ);
+    const double per_token = m->ops->train_flops_per_example(m);
     const double tflops = per_token * N / (median_ms * 1e-3) * 1e-12;
     printf("%.0f tokens/s; model FLOPs per token %.1f M (6 x params + attention over the full T, "
            "as PaLM counts), %.1f GFLOP per step, %.1f TFLOP/s\n",
@@ -296,56 +284,42 @@ int main(int argc, char **argv) {
         printf("bench_cuda_train: no CUDA device\n");
         return 0;
     }
+    sdp_world world;
+    sdp_world_init(&world, &argc, &argv, 0);
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) strcpy(prop.name, "?");
-    sdp_backend *be = sdp_backend_cuda(0, o.precision);
     printf("device %s\n", prop.name);
+    /* The peaks are measured on a backend of their own, gone before the worker exists, so that
+     * their operands stay out of the worker's memory figures. */
     double peaks[NPATHS];
-    measure_peaks(be, peaks);
+    sdp_backend *probe = sdp_backend_cuda(0, o.precision);
+    measure_peaks(probe, peaks);
+    sdp_backend_destroy(probe);
     const size_t used_before = device_used();
 
-    const sdp_tf_config cfg = gpt2_config();
-    worker_shape w;
-    worker_shape_make(&w, &cfg, &o);
-    sdp_tf m;
-    sdp_tf_create(&m, &cfg, &w.shape, o.batch, SEQ, SDP_MODEL_TRAIN, be);
-    init_params(&m, &w, o.rank);
-    const size_t n = m.layout.numel, bytes = n * sizeof(float);
-    sdp_opt_cfg oc = sdp_opt_defaults(SDP_OPT_ADAMW);
-    float *om = be->alloc(be, SDP_MEM_OPTIM, bytes), *ov = be->alloc(be, SDP_MEM_OPTIM, bytes);
-    sdp_opt_segment *segs = tensor_segments(&m.layout);
-
-    if (w.sdp)
+    trainer t;
+    feed f;
+    build(&t, &f, &o, &world);
+    const size_t n = t.model.layout->numel;
+    if (o.world > 0)
         printf("SDP worker %d of %d (forward masking, block units, C = 0.5): %d of %d layers, "
                "%.1fM of %.1fM params\n",
-               o.rank, o.world, m.shape.n_layer, cfg.n_layer, 1e-6 * (double)n,
-               1e-6 * (double)w.full.numel);
+               o.rank, o.world, t.model.layout->nblocks, t.full.nblocks, 1e-6 * (double)n,
+               1e-6 * (double)t.full.numel);
     else
         printf("DDP-equivalent worker: the full model, %.1fM params\n", 1e-6 * (double)n);
-    printf("GPT-2 124M shape (12 layers, width 768, 12 heads, vocab 50257 padded 50304), T=%d, "
-           "B=%d, --precision %s (parameters, gradients, AdamW state and activations fp32)\n",
-           SEQ, o.batch, precision_name(o.precision));
+    printf("GPT-2 124M shape (12 layers, width 768, 12 heads, vocab %d), T=%d, B=%d, "
+           "--precision %s (parameters, gradients, AdamW state and activations fp32)\n",
+           t.cfg.vocab, SEQ, o.batch, precision_name(o.precision));
 
-    const int N = o.batch * SEQ;
-    int *tokens = malloc((size_t)N * sizeof(int)), *targets = malloc((size_t)N * sizeof(int));
-    SDP_CHECK(tokens && targets, "out of host memory");
-    sdp_rng rng = sdp_rng_make(42, 0);
     double *ms = calloc((size_t)o.steps, sizeof(double)), loss = 0;
     SDP_CHECK(ms, "out of host memory");
     size_t used_peak = device_used();
     for (int s = -WARMUP_STEPS; s < o.steps; s++) {
-        for (int i = 0; i < N; i++) {
-            tokens[i] = (int)sdp_rng_below(&rng, (uint64_t)cfg.vocab);
-            targets[i] = (int)sdp_rng_below(&rng, (uint64_t)cfg.vocab);
-        }
-        be->sync(be);
+        t.be->sync(t.be);
         const double t0 = sdp_bench_now_ms();
-        be->zero(be, m.grads, bytes);
-        loss = sdp_tf_forward(&m, tokens, targets, o.batch, SEQ) / N;
-        sdp_tf_backward(&m, 1.0f / (float)N);
-        sdp_cuda_adamw_update(be->ctx, &oc, s + WARMUP_STEPS + 1, om, ov, m.params, m.grads, segs,
-                              m.layout.nparams, LR);
-        be->sync(be);
+        loss = trainer_step(&t).loss;
+        t.be->sync(t.be);
         if (s >= 0) ms[s] = sdp_bench_now_ms() - t0;
         const size_t used = device_used();
         if (used > used_peak) used_peak = used;
@@ -353,10 +327,10 @@ int main(int argc, char **argv) {
     const double med = sdp_bench_median(ms, o.steps);
     printf("%d steps after %d warm-up: last loss %.3f, median step %.1f ms (fastest %.1f)\n",
            o.steps, WARMUP_STEPS, loss, med, ms[0]);
-    print_speed(&m, &o, prop.name, peaks, med);
+    print_speed(&t.model, &o, prop.name, peaks, med);
     printf("device memory by category (this model's buffers, the CUDA context's workspace and "
            "cuBLAS's):\n");
-    sdp_bench_print_memory(be->mem);
+    sdp_bench_print_memory(t.be->mem);
     char a[32], b[32];
     printf("peak device memory (cudaMemGetInfo): %s in use at the peak, %s before the model "
            "(CUDA context, cuBLAS)\n",
@@ -364,13 +338,9 @@ int main(int argc, char **argv) {
            sdp_fmt_bytes(b, sizeof b, (double)used_before));
 
     free(ms);
-    free(tokens);
-    free(targets);
-    free(segs);
-    be->free(be, om);
-    be->free(be, ov);
-    sdp_tf_destroy(&m);
-    worker_shape_free(&w);
-    sdp_backend_destroy(be);
+    trainer_free(&t);
+    free(f.tokens);
+    free(f.targets);
+    sdp_world_finalize();
     return 0;
 }
