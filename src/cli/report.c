@@ -5,6 +5,7 @@
 #include "report_group.h"
 #include "report_plot.h"
 #include "report_run.h"
+#include "train/run.h"
 
 #include "sdp/check.h"
 
@@ -52,12 +53,14 @@ static void print_table(const report_run *r, int n) {
         const report_run *f = &r[i];
         const bool ddp = strcmp(f->o.sdp_mask, "none") == 0;
         char k[16], a[32], b[32], c[32], d[32];
-        if (ddp)
-            snprintf(k, sizeof k, "%d", f->world);
-        else if (f->o.sdp_owners > 0)
+        if (f->world > 0)
+            snprintf(k, sizeof k, "%d", run_owners(&f->o, f->world));
+        else if (f->o.sdp_owners > 0 && !ddp)
             snprintf(k, sizeof k, "%d", f->o.sdp_owners);
+        else if (!ddp)
+            snprintf(k, sizeof k, "C=%g", f->o.sdp_coverage); /* unfinished: N unknown */
         else
-            snprintf(k, sizeof k, "%g", f->o.sdp_coverage * f->world);
+            snprintf(k, sizeof k, "-");
         char acc[32] = "-", name[4 * OPT_STR_MAX], mask[4 * OPT_STR_MAX], unit[4 * OPT_STR_MAX];
         if (!isnan(f->val_acc)) snprintf(acc, sizeof acc, "%.2f%%", 100 * f->val_acc);
         printf(

@@ -1,5 +1,7 @@
 #include "report_group.h"
 
+#include "train/run.h"
+
 #include "sdp/check.h"
 
 #include <math.h>
@@ -98,8 +100,9 @@ static char *make_label(const report_run *r, const report_group *all, int ngroup
     if (model_varies) fprintf(f, "%s ", r->o.model);
     if (is_ddp(r))
         fprintf(f, "DDP");
-    else if (r->o.sdp_owners > 0 && r->world > 0)
-        fprintf(f, "%s/%s C=%g", r->o.sdp_mask, r->o.sdp_unit, (double)r->o.sdp_owners / r->world);
+    else if (r->world > 0)
+        fprintf(f, "%s/%s C=%g", r->o.sdp_mask, r->o.sdp_unit,
+                (double)run_owners(&r->o, r->world) / r->world);
     else if (r->o.sdp_owners > 0)
         fprintf(f, "%s/%s k=%d", r->o.sdp_mask, r->o.sdp_unit, r->o.sdp_owners);
     else

@@ -162,6 +162,12 @@ static sdp_branch_scale auto_branch_scale(const sdp_plan_cfg *c, const sdp_layou
     return SDP_SCALE_INVERSE;
 }
 
+int run_owners(const train_opts *o, int world) {
+    if (strcmp(o->sdp_mask, "none") == 0) return world; /* data parallelism: everyone owns all */
+    if (o->sdp_owners > 0) return o->sdp_owners;
+    return sdp_owners_from_coverage(o->sdp_coverage, world);
+}
+
 sdp_plan_cfg run_plan_config(const train_opts *o, int world, const sdp_layout *full) {
     sdp_plan_cfg c = {0};
     SDP_CHECK(sdp_mask_mode_parse(o->sdp_mask, &c.mask),
@@ -175,12 +181,7 @@ sdp_plan_cfg run_plan_config(const train_opts *o, int world, const sdp_layout *f
               "unknown --branch-scale '%s': use auto, none or inverse", o->branch_scale);
     if (auto_scale) c.scale = auto_branch_scale(&c, full);
     c.world = world;
-    if (c.mask == SDP_MASK_NONE)
-        c.owners = world; /* data parallelism: everyone owns all */
-    else if (o->sdp_owners > 0)
-        c.owners = o->sdp_owners;
-    else
-        c.owners = sdp_owners_from_coverage(o->sdp_coverage, world);
+    c.owners = run_owners(o, world);
     c.chunks = o->sdp_chunks;
     c.seed = (uint64_t)(o->sdp_seed ? o->sdp_seed : o->seed);
     return c;
