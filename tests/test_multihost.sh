@@ -8,49 +8,26 @@
 # runs on one host. Every namespace, link and process the test makes is removed when it ends, on
 # failure too. Needs root (CAP_NET_ADMIN) and iproute2; without them it is skipped (exit 77).
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../scripts/netns_hosts.sh"
 MPI=${MPIEXEC:-mpiexec}
 TAG=sdp$$ # names of this test's namespaces and links
-NET=10.77.$(($$ % 200)).0/24
-PREFIX=${NET%.0/24}
 
 cleanup() {
-  for h in h0 h1; do
-    local ns=$TAG-$h
-    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del "$ns" 2>/dev/null
-  done
-  ip link del "${TAG}v0" 2>/dev/null
+  hosts_down
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM # through the EXIT trap
 
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! ip netns add "$TAG-h0" 2>/dev/null; then
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! ip netns add "$TAG-probe" 2>/dev/null; then
   echo "skip: network namespaces need root and iproute2 (ip netns)"
   exit 77
 fi
-ip netns add "$TAG-h1"
-ip link add "${TAG}v0" type veth peer name "${TAG}v1"
-for i in 0 1; do
-  ns=$TAG-h$i
-  ip link set "${TAG}v$i" netns "$ns"
-  ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "$PREFIX.$((i + 1))/24" dev "${TAG}v$i"
-  ip -n "$ns" link set "${TAG}v$i" up
-done
-
-# The rsh agent: "agent HOST command..." runs the command in HOST's namespace.
-cat >"$WORK/agent" <<AGENT
-#!/bin/sh
-host=\$1; shift
-exec ip netns exec "$TAG-\$host" /bin/sh -c "\$*"
-AGENT
-chmod +x "$WORK/agent"
-across() { # runs "$@" as 4 ranks over the two hosts, from the first
-  timeout 120 ip netns exec "$TAG-h0" "$MPI" --host h0:2,h1:2 -n 4 \
-    --mca plm_rsh_agent "$WORK/agent" --mca btl tcp,self \
-    --mca btl_tcp_if_include "$NET" --mca oob_tcp_if_include "$NET" "$@"
-}
+ip netns del "$TAG-probe"
+hosts_up "$TAG" || { fail "could not make the hosts"; exit 1; }
+PREFIX=$HOSTS_PREFIX
+HOSTS_TIMEOUT=120
+across() { hosts_mpirun "$@"; }
 
 # Where the ranks run: two on each host's address.
 where=$(across sh -c 'ip -o -4 addr show | grep -o "$0\.[0-9]*"' "$PREFIX" 2>&1 | sort | uniq -c |

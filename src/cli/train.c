@@ -153,12 +153,17 @@ int cmd_train(int argc, char **argv) {
     double window_t = t0, window_loss = 0;
     sdp_metrics final_val = {NAN, 0, NAN};
     int window_steps = 0;
+    trainer_step_result parts = {0}; /* summed over the window */
     const long first = t.step;
     int interrupted = 0;
     while (t.step < t.o.steps) {
         trainer_step_result r = trainer_step(&t);
         window_loss += r.loss;
         window_steps++;
+        parts.ms_forward += r.ms_forward;
+        parts.ms_backward += r.ms_backward;
+        parts.ms_sync += r.ms_sync;
+        parts.ms_update += r.ms_update;
         const bool last = t.step == t.o.steps;
         interrupted = trainer_agreed_interrupt(&t);
         const bool stop =
@@ -166,7 +171,8 @@ int cmd_train(int argc, char **argv) {
         if (t.step % t.o.log_every == 0 || last || stop) {
             double now = now_s();
             log_progress(&t, window_loss / window_steps, r.lr, r.grad_norm, now - window_t,
-                         window_steps, now - t0);
+                         window_steps, now - t0, &parts);
+            parts = (trainer_step_result){0};
             window_t = now;
             window_loss = 0;
             window_steps = 0;

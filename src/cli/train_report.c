@@ -103,7 +103,7 @@ static void fmt_duration(char *buf, size_t n, double s) {
 }
 
 void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
-                  double elapsed) {
+                  double elapsed, const trainer_step_result *sum) {
     if (!is_rank0(t)) return;
     const double tokens = (double)t->data.B * t->data.T * t->o.grad_accum * nsteps;
     const double tok_s = tokens / dt, ms = 1000.0 * dt / nsteps;
@@ -118,9 +118,11 @@ void log_progress(trainer *t, double loss, double lr, double norm, double dt, in
     fprintf(t->metrics,
             "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.6g,"
             "\"ms_per_step\":%.6g,\"tokens\":%.17g,\"flops\":%.17g,\"mem_bytes\":%zu,"
-            "\"elapsed_s\":%.3f}\n",
+            "\"elapsed_s\":%.3f,\"ms_forward\":%.4g,\"ms_backward\":%.4g,\"ms_sync\":%.4g,"
+            "\"ms_update\":%.4g}\n",
             t->step, loss, lr, norm, tok_s, ms, t->examples_seen, t->flops_done,
-            device_mem(t)->total_cur, elapsed);
+            device_mem(t)->total_cur, elapsed, sum->ms_forward / nsteps, sum->ms_backward / nsteps,
+            sum->ms_sync / nsteps, sum->ms_update / nsteps);
     fflush(t->metrics);
 }
 

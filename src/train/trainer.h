@@ -141,8 +141,9 @@ const float *eval_recalibrated(trainer *t, const char *name);
 void open_metrics(trainer *t);
 void write_run_files(trainer *t);
 void print_start(const trainer *t);
+/* sum: the parts of the window's steps, summed (metrics.jsonl gets their means). */
 void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
-                  double elapsed);
+                  double elapsed, const trainer_step_result *sum);
 void log_validation(trainer *t, sdp_metrics val, double elapsed);
 void print_summary(trainer *t, sdp_metrics final_val, double wall);
 
