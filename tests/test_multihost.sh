@@ -19,7 +19,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM # through the EXIT trap
 
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! ip netns add "$TAG-probe" 2>/dev/null; then
+probe() { ip netns add "$TAG-probe" && ip netns exec "$TAG-probe" true; }
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! probe 2>/dev/null; then
+  ip netns del "$TAG-probe" 2>/dev/null
   echo "skip: network namespaces need root and iproute2 (ip netns)"
   exit 77
 fi
