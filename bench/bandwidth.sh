@@ -103,7 +103,8 @@ for rate in $RATES; do
     run="$WORK/runs/$rate-$name"
     # shellcheck disable=SC2086
     if ! HOSTS_TIMEOUT=1200 hosts_mpirun "$SDP" "${T[@]}" $args --out "$run" >"$run.log" 2>&1; then
-      echo "  $name: failed: $(tail -1 "$run.log")"; continue
+      cp "$run.log" "$OUT/failed-$rate-$name.log"
+      echo "  $name: failed (log: $OUT/failed-$rate-$name.log): $(grep -m1 -iE "error|abort" "$run.log")"; continue
     fi
     read -r step fwd bwd sync upd <<<"$(parts_of "$run")"
     sent=$(sent_of "$run")
