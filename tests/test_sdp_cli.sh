@@ -18,7 +18,7 @@ on() {
 }
 
 # The metrics without the fields that measure time.
-losses() { sed -E 's/"(tokens_per_s|ms_per_step|elapsed_s)":[^,}]*,?//g' "$1"; }
+losses() { sed -E 's/"(tokens_per_s|ms_per_step|elapsed_s|ms_forward|ms_backward|ms_sync|ms_update)":[^,}]*,?//g' "$1"; }
 # The loss of each progress line, one per line.
 loss_column() { grep '"loss"' "$1" | sed -E 's/.*"loss":([0-9.e+-]+).*/\1/'; }
 

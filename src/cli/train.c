@@ -1,7 +1,7 @@
 /* sdp train: set-up of a worker's subnetwork and the training loop. One code path serves data
  * parallelism (--sdp-mask none) and both SDP masking regimes. */
 #include "commands.h"
-#include "train/trainer.h"
+#include "train_report.h"
 #include "train/run_dir.h"
 
 #include "sdp/check.h"
@@ -106,7 +106,12 @@ static void setup(trainer *t, int argc, char **argv) {
     sdp_interrupt_install(); /* a signal from now on stops the run after a step */
     check_simulation_world(t);
     trainer_build(t);
-    choose_run_dir(t); /* only once the data and the model are known to be good */
+    if (t->o.resume[0]) {
+        strcpy(t->o.out, t->o.resume);
+        load_checkpoint(t);
+        check_metrics_log(t);
+    }
+    choose_run_dir(t); /* only once the data, the model and any checkpoint are known to be good */
 }
 
 /* ---- stopping on a signal ------------------------------------------------------------------- */
@@ -144,7 +149,6 @@ int cmd_train(int argc, char **argv) {
                "no\ncommunication, no checkpoints), to measure one worker's memory and speed.\n"
                "--device cuda trains on GPUs, one per rank (sdp-cuda only).");
     setup(&t, argc, argv);
-    if (t.o.resume[0]) load_checkpoint(&t);
     write_run_files(&t);
     open_metrics(&t);
     print_start(&t);

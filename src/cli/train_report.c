@@ -2,7 +2,7 @@
  * metrics.jsonl, the start-up banner and ownership table, progress lines, and the final summary
  * of memory per worker next to data parallelism's, and of bytes communicated. */
 #include "train/io_memplan.h"
-#include "train/trainer.h"
+#include "train_report.h"
 
 #include "sdp/check.h"
 #include "sdp/ckpt.h"
@@ -13,13 +13,16 @@
 #include <string.h>
 #include <unistd.h>
 
+void check_metrics_log(const trainer *t) {
+    if (!is_rank0(t) || !t->o.resume[0]) return;
+    char path[1024];
+    run_path(path, sizeof path, t->o.out, "metrics.jsonl");
+    if (access(path, F_OK) == 0) close(sdp_open_input(path, "metrics log", NULL));
+}
+
 void write_run_files(trainer *t) {
     if (!is_rank0(t)) return;
     char path[1024];
-    /* open_metrics reads the log back on resume: a log that is not a regular file (a FIFO would
-     * block) fails before anything of the run directory is rewritten. */
-    run_path(path, sizeof path, t->o.out, "metrics.jsonl");
-    if (t->o.resume[0] && access(path, F_OK) == 0) close(sdp_open_input(path, "metrics log", NULL));
     if (!t->o.resume[0]) {
         char *json = opts_to_json(TRAIN_OPTS, &t->o);
         run_path(path, sizeof path, t->o.out, "config.json");

@@ -1,8 +1,8 @@
 /* Where a run's batches come from: token data (text or llm.c shards) for token models, or an
  * image dataset (Fashion-MNIST, CIFAR-10/100) for image models. The trainer and sdp eval see
  * only batches, a position to save and restore, and an evaluation pass. */
-#ifndef SDP_CLI_BATCHES_H
-#define SDP_CLI_BATCHES_H
+#ifndef SDP_TRAIN_BATCHES_H
+#define SDP_TRAIN_BATCHES_H
 
 #include <mpi.h>
 

@@ -1,8 +1,8 @@
 /* What sdp train holds for evaluation and checkpoints (its io_mem), sized from the model's shape
  * and the plan alone. The trainer sizes its buffers with these functions, and `sdp plan` predicts
  * each rank's peak with them, so the prediction is the allocation (tests/test_sdp_memplan.sh). */
-#ifndef SDP_CLI_IO_MEMPLAN_H
-#define SDP_CLI_IO_MEMPLAN_H
+#ifndef SDP_TRAIN_IO_MEMPLAN_H
+#define SDP_TRAIN_IO_MEMPLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* Command-line options as one table: parsing, --help with defaults, validation, and the
  * config.json of a run are all driven from it, so they cannot disagree. */
-#ifndef SDP_CLI_OPTIONS_H
-#define SDP_CLI_OPTIONS_H
+#ifndef SDP_TRAIN_OPTIONS_H
+#define SDP_TRAIN_OPTIONS_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* What train, eval and sample share: reading a run's configuration, loading its data, building
  * its model, and measuring loss over a data split. */
-#ifndef SDP_CLI_RUN_H
-#define SDP_CLI_RUN_H
+#ifndef SDP_TRAIN_RUN_H
+#define SDP_TRAIN_RUN_H
 
 #include <mpi.h>
 

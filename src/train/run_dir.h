@@ -1,7 +1,7 @@
 /* A run directory belongs to one run: rank 0 holds a lock on it for the whole run, and a new run
  * does not silently mix its files with an earlier run's. */
-#ifndef SDP_CLI_RUN_DIR_H
-#define SDP_CLI_RUN_DIR_H
+#ifndef SDP_TRAIN_RUN_DIR_H
+#define SDP_TRAIN_RUN_DIR_H
 
 #include <stdbool.h>
 

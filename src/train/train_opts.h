@@ -1,6 +1,6 @@
 /* Options of `sdp train` (also read back from a run's config.json by eval, sample and resume). */
-#ifndef SDP_CLI_TRAIN_OPTS_H
-#define SDP_CLI_TRAIN_OPTS_H
+#ifndef SDP_TRAIN_TRAIN_OPTS_H
+#define SDP_TRAIN_TRAIN_OPTS_H
 
 #include "options.h"
 

@@ -1,8 +1,8 @@
-/* The state of one worker in `sdp train`, shared by the files that make up the command:
- * train.c (set-up and the step loop), train_ckpt.c (checkpoints and resume) and
- * train_report.c (what the user sees). */
-#ifndef SDP_CLI_TRAINER_H
-#define SDP_CLI_TRAINER_H
+/* One worker of a training job, as `sdp train` runs it: its state, and the trainer's functions
+ * (trainer.c: build, step, validate, free; device.c: the state on the host or a device;
+ * checkpoint.c: checkpoints and resume; eval_stream.c: block-streamed evaluation). */
+#ifndef SDP_TRAIN_TRAINER_H
+#define SDP_TRAIN_TRAINER_H
 
 #include "batches.h"
 #include "run.h"
@@ -136,15 +136,5 @@ sdp_metrics eval_streamed(trainer *t);
 bool eval_recalibrates(const trainer *t);
 void eval_recalibrate(trainer *t);
 const float *eval_recalibrated(trainer *t, const char *name);
-
-/* train_report.c */
-void open_metrics(trainer *t);
-void write_run_files(trainer *t);
-void print_start(const trainer *t);
-/* sum: the parts of the window's steps, summed (metrics.jsonl gets their means). */
-void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
-                  double elapsed, const trainer_step_result *sum);
-void log_validation(trainer *t, sdp_metrics val, double elapsed);
-void print_summary(trainer *t, sdp_metrics final_val, double wall);
 
 #endif
