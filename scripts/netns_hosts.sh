@@ -25,12 +25,14 @@ hosts_up() {
     ip -n "$ns" link set "${HOSTS_TAG}v$i" up
   done
   # The rsh agent: "agent HOST command..." runs the command in HOST's namespace, as ssh would
-  # run it on HOST.
+  # run it on HOST. Each host also gets its own hostname (a UTS namespace): Open MPI names its
+  # session directories and PMIx's shared-memory stores in /tmp after the hostname, so daemons
+  # that all report this machine's name collide there and crash now and then.
   HOSTS_AGENT=$(mktemp /tmp/sdp-hosts-agent.XXXXXX)
   cat >"$HOSTS_AGENT" <<AGENT
 #!/bin/sh
 host=\$1; shift
-exec ip netns exec "$HOSTS_TAG-\$host" /bin/sh -c "\$*"
+exec ip netns exec "$HOSTS_TAG-\$host" unshare --uts /bin/sh -c "hostname \$host && \$*"
 AGENT
   chmod +x "$HOSTS_AGENT"
 }

@@ -46,7 +46,7 @@ same_run() { # name, then the mode's options
   timeout 120 "$MPI" -n 4 --oversubscribe "$SDP_BIN" "${T[@]}" "$@" --out "$one" \
     >"$one.log" 2>&1 || { fail "$name on one host failed: $(tail -1 "$one.log")"; return; }
   across "$SDP_BIN" "${T[@]}" "$@" --out "$multi" >"$multi.log" 2>&1 ||
-    { fail "$name across hosts failed: $(tail -3 "$multi.log")"; return; }
+    { fail "$name across hosts failed: $(grep -m1 -A8 -iE 'warning|error' "$multi.log" | tr -s ' \n' ' ')"; return; }
   if cmp -s "$one/model.safetensors" "$multi/model.safetensors" &&
      cmp -s "$one/optim.safetensors" "$multi/optim.safetensors"; then
     pass "$name: the checkpoint across 2 hosts is bitwise the one-host run's"
