@@ -11,9 +11,10 @@ T=(train --data "$WORK/text.txt" --layers 2 --heads 4 --width 32 --seq-len 16 --
    --warmup 2 --lr 1e-3 --log-every 20 --val-every 0 --val-batches 1 --threads 1)
 LONG=1000000
 
-# Waits (at most 30 s) until DIR's metrics.jsonl has a progress line: the run is in its loop.
+# Waits (at most SECONDS, default 30) until DIR's metrics.jsonl has a progress line: the run is in
+# its loop.
 wait_running() {
-  for _ in $(seq 300); do
+  for _ in $(seq $((${2:-30} * 10))); do
     grep -q '"loss"' "$1/metrics.jsonl" 2>/dev/null && return 0
     sleep 0.1
   done
@@ -56,12 +57,13 @@ else fail "resume after SIGTERM"; tail -3 "$dir.resume"; fi
 # ---- a second signal: out at once, no temporary file ------------------------------------------------
 # Signals less than a second apart are one stop delivered twice (Ctrl-C under mpirun, `timeout`);
 # so the second comes 1.5 s after the first, into a step long enough (12 micro-batches) to be
-# still running.
+# still running. Its first step takes seconds alone and far longer on a loaded machine, hence the
+# long waits.
 dir="$WORK/twice"
-timeout 120 "$SDP_BIN" "${T[@]}" --layers 4 --width 512 --heads 8 --seq-len 256 --batch 8 --grad-accum 12 \
+timeout 300 "$SDP_BIN" "${T[@]}" --layers 4 --width 512 --heads 8 --seq-len 256 --batch 8 --grad-accum 12 \
   --log-every 1 --steps $LONG --out "$dir" >"$dir.out" 2>"$dir.err" &
 pid=$!
-wait_running "$dir" || fail "second signal: the run never started"
+wait_running "$dir" 180 || fail "second signal: the run never started"
 child=$(pgrep -P "$pid" | head -1)
 kill -TERM "$child"; sleep 1.5; kill -TERM "$child" 2>/dev/null
 wait "$pid"; rc=$?
