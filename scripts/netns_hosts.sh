@@ -6,6 +6,7 @@
 #   hosts_mpirun ARGS...  mpirun from the first host: 4 ranks, 2 per host, over TCP only, killed
 #                         after HOSTS_TIMEOUT seconds (default 600)
 #   hosts_limit RATE      caps each direction of the link with tbf (e.g. 100mbit; "none" lifts it)
+#   hosts_link_down HOST  takes HOST's (h0 or h1) end of the link down
 #   hosts_down            kills the hosts' processes, deletes the namespaces and the link
 HOSTS_TAG=""
 
@@ -37,10 +38,19 @@ AGENT
   chmod +x "$HOSTS_AGENT"
 }
 
+# The keepalive settings are the README's for any multi-host run: a host whose link goes down
+# is noticed in about 5 s (Open MPI's default: 300 s of silence, then 9 probes 20 s apart).
 hosts_mpirun() {
   timeout "${HOSTS_TIMEOUT:-600}" ip netns exec "$HOSTS_TAG-h0" "${MPIEXEC:-mpirun}" --host h0:2,h1:2 -n 4 \
     --mca plm_rsh_agent "$HOSTS_AGENT" --mca btl tcp,self \
-    --mca btl_tcp_if_include "$HOSTS_NET" --mca oob_tcp_if_include "$HOSTS_NET" "$@"
+    --mca btl_tcp_if_include "$HOSTS_NET" --mca oob_tcp_if_include "$HOSTS_NET" \
+    --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 \
+    --mca oob_tcp_keepalive_probes 3 "$@"
+}
+
+# hosts_link_down HOST: takes HOST's end of the link down, as a pulled cable would.
+hosts_link_down() {
+  ip -n "$HOSTS_TAG-$1" link set "${HOSTS_TAG}v${1#h}" down
 }
 
 hosts_limit() {
