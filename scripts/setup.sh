@@ -9,6 +9,7 @@ packages=(
   zlib1g-dev libcjson-dev                       # .gz datasets, safetensors headers and configs
   libcmocka-dev python3                         # unit tests; the shell tests read JSON with python3
   dataset-fashion-mnist                         # real image data (/usr/share/datasets/fashion-mnist)
+  python3-torch python3-numpy                   # the PyTorch oracle (tests/test_torch_oracle.sh)
   clang-format gnuplot-nox                      # style, plots
 )
 sudo_cmd=()
