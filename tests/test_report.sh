@@ -139,6 +139,30 @@ else
   fi
 fi
 
+# ---- k and C come from config.json's "resolved" record -----------------------------------------
+# fwd1 trained k = 1 of N = 2. A copy whose record says k = 2 (C = 1) must be reported so: report
+# reads the record rather than deriving k from --sdp-coverage again. A copy without the record (a
+# run written before it existed) is derived from its options as before.
+cp -r "$WORK/fwd1" "$WORK/recorded" && cp -r "$WORK/fwd1" "$WORK/legacy"
+python3 - "$WORK/recorded/config.json" "$WORK/legacy/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["resolved"]["owners"] == 1 and c["resolved"]["world"] == 2, c["resolved"]
+c["resolved"]["owners"], c["resolved"]["coverage"] = 2, 1.0
+json.dump(c, open(sys.argv[1], "w"))
+c = json.load(open(sys.argv[2])); del c["resolved"]; json.dump(c, open(sys.argv[2], "w"))
+PY
+"$SDP_BIN" report "$WORK/recorded" "$WORK/legacy" >"$WORK/recorded.md" 2>&1
+"$SDP_BIN" report --group "$WORK/recorded" "$WORK/legacy" >"$WORK/grouped.md" 2>&1
+if grep -qE '^\| recorded \| forward \| block \| 2 \| 2 \| 10 \|' "$WORK/recorded.md" &&
+   grep -qE '^\| legacy \| forward \| block \| 2 \| 1 \| 10 \|' "$WORK/recorded.md"; then
+  pass "report: k is the recorded one (2), or derived for a run without the record (1)"
+else fail "report ignores config.json's resolved owners"; cat "$WORK/recorded.md"; fi
+if [ "$(group_cell "forward/block C=1, 10 steps" 2)" = 1 ] &&
+   [ "$(group_cell "forward/block C=0.5, 10 steps" 2)" = 1 ]; then
+  pass "report --group: the label's C is the recorded one"
+else fail "report --group labels ignore the recorded coverage"; cat "$WORK/grouped.md"; fi
+
 # ---- bad input --------------------------------------------------------------------------------
 mkdir -p "$WORK/empty" "$WORK/half" && cp "$WORK/fwd1/config.json" "$WORK/half/"
 expect_error "missing run directory" "$WORK/nope" "$SDP_BIN" report "$WORK/fwd1" "$WORK/nope"

@@ -17,7 +17,9 @@ static int load_run_vocab(const sdp_st_file *f, bool images) {
 
 run_data_shape load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T,
                               sdp_mem *mem) {
-    run_load_config(o, dir);
+    /* The run's "resolved" record is checked but not needed: model.safetensors is the full
+     * assembled model, which is evaluated whole, with no plan and no branch scale. */
+    run_load_config(o, NULL, dir);
     char path[1024];
     run_path(path, sizeof path, dir, "model.safetensors");
     /* The vocabulary of a run whose --vocab was 0 came from its data: read it off the

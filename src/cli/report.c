@@ -53,8 +53,8 @@ static void print_table(const report_run *r, int n) {
         const report_run *f = &r[i];
         const bool ddp = strcmp(f->o.sdp_mask, "none") == 0;
         char k[16], a[32], b[32], c[32], d[32];
-        if (f->world > 0)
-            snprintf(k, sizeof k, "%d", run_owners(&f->o, f->world));
+        if (report_run_owners(f) > 0)
+            snprintf(k, sizeof k, "%d", report_run_owners(f));
         else if (f->o.sdp_owners > 0 && !ddp)
             snprintf(k, sizeof k, "%d", f->o.sdp_owners);
         else if (!ddp)

@@ -55,8 +55,16 @@ static void format_option(char *buf, size_t n, const opt_spec *s, const train_op
     }
 }
 
+/* Runs whose options resolved differently (under different rules) trained different plans. */
+static bool same_resolved(const report_run *a, const report_run *b) {
+    const run_resolved *x = &a->resolved, *y = &b->resolved;
+    if (report_run_owners(a) != report_run_owners(b)) return false;
+    if (!x->present || !y->present) return true; /* older runs: their options decide the rest */
+    return x->chunks == y->chunks && x->scale == y->scale;
+}
+
 static bool same_group(const report_run *a, const report_run *b) {
-    if (a->world != b->world) return false;
+    if (a->world != b->world || !same_resolved(a, b)) return false;
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++)
         if (!report_option_ignored_by_group(s->name) && !same_option(s, &a->o, &b->o)) return false;
     return true;
@@ -100,9 +108,8 @@ static char *make_label(const report_run *r, const report_group *all, int ngroup
     if (model_varies) fprintf(f, "%s ", r->o.model);
     if (is_ddp(r))
         fprintf(f, "DDP");
-    else if (r->world > 0)
-        fprintf(f, "%s/%s C=%g", r->o.sdp_mask, r->o.sdp_unit,
-                (double)run_owners(&r->o, r->world) / r->world);
+    else if (!isnan(report_run_coverage(r)))
+        fprintf(f, "%s/%s C=%g", r->o.sdp_mask, r->o.sdp_unit, report_run_coverage(r));
     else if (r->o.sdp_owners > 0)
         fprintf(f, "%s/%s k=%d", r->o.sdp_mask, r->o.sdp_unit, r->o.sdp_owners);
     else

@@ -142,9 +142,22 @@ void report_run_load(report_run *r, const char *dir) {
               "'%s' has no metrics.jsonl: the run has logged nothing yet, or this is not a run "
               "directory written by sdp train",
               dir);
-    run_load_config(&r->o, dir);
+    run_load_config(&r->o, &r->resolved, dir);
     read_metrics(r);
     read_memory(r);
+    if (r->world == 0 && r->resolved.present) r->world = r->resolved.world; /* unfinished */
+}
+
+int report_run_owners(const report_run *r) {
+    if (r->resolved.present) return r->resolved.owners;
+    /* A run written before config.json recorded k: derive it from the options, by today's rule,
+     * for the workers memory.json counted. */
+    return r->world > 0 ? run_owners(&r->o, r->world) : 0;
+}
+
+double report_run_coverage(const report_run *r) {
+    if (r->resolved.present) return r->resolved.coverage;
+    return r->world > 0 ? (double)report_run_owners(r) / r->world : NAN;
 }
 
 void report_run_free(report_run *r) {

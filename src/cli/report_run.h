@@ -3,6 +3,7 @@
 #ifndef SDP_CLI_REPORT_RUN_H
 #define SDP_CLI_REPORT_RUN_H
 
+#include "train/run_resolved.h"
 #include "train/train_opts.h"
 
 /* A logged curve: one point per metrics line, in step order. acc is NAN where not logged. */
@@ -18,7 +19,8 @@ extern const char *const REPORT_BAR_NAMES[REPORT_NBARS];
 typedef struct {
     char dir[OPT_STR_MAX]; /* without trailing slashes */
     train_opts o;
-    int world; /* workers, from memory.json; 0 when the run has not finished */
+    run_resolved resolved; /* config.json's record of k and the plan; absent in older runs */
+    int world;             /* workers, from memory.json (else the record); 0 when neither knows */
     long steps;
     double train_loss, val_loss, val_acc, flops, tok_s, elapsed;
     double state_bytes, total_bytes, peak_rss, sent;
@@ -30,6 +32,10 @@ typedef struct {
  * naming the directory and the missing file. */
 void report_run_load(report_run *r, const char *dir);
 void report_run_free(report_run *r);
+/* k, the owners of each unit (N under data parallelism), and the coverage k/N, as the run
+ * recorded them; 0 and NAN when N is unknown. */
+int report_run_owners(const report_run *r);
+double report_run_coverage(const report_run *r);
 /* The run directory's last component, which names the run in tables and legends. */
 const char *report_run_name(const report_run *r);
 

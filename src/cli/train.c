@@ -24,9 +24,11 @@ static double now_s(void) {
 /* ---- options ------------------------------------------------------------------------------ */
 
 /* On resume the run's own config.json decides everything but the options a user may change. */
-static void apply_resume_config(trainer *t, int argc, char **argv) {
+static void apply_resume_config(trainer *t, int argc, char **argv, train_opts *recorded,
+                                run_resolved *resolved) {
     train_opts cli = t->o;
-    run_load_config(&t->o, cli.resume);
+    run_load_config(&t->o, resolved, cli.resume);
+    *recorded = t->o;
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++) {
         if (!opts_given(argc, argv, s->name)) continue;
         SDP_CHECK(train_opt_may_change_on_resume(s->name),
@@ -100,13 +102,18 @@ static void choose_run_dir(trainer *t) {
 static void setup(trainer *t, int argc, char **argv) {
     SDP_CHECK(!(t->o.overwrite && t->o.resume[0]),
               "--overwrite starts a new run and --resume continues one: pass one of them");
-    if (t->o.resume[0]) apply_resume_config(t, argc, argv);
+    train_opts recorded = t->o;
+    run_resolved resolved = {0};
+    if (t->o.resume[0]) apply_resume_config(t, argc, argv, &recorded, &resolved);
     validate_options(&t->o);
     sdp_world_init(&t->world, &argc, &argv, t->o.threads);
     sdp_interrupt_install(); /* a signal from now on stops the run after a step */
     check_simulation_world(t);
     trainer_build(t);
     if (t->o.resume[0]) {
+        char path[1024];
+        run_path(path, sizeof path, t->o.resume, "config.json");
+        run_resolved_check(&resolved, &recorded, &t->full, path);
         strcpy(t->o.out, t->o.resume);
         load_checkpoint(t);
         check_metrics_log(t);

@@ -23,8 +23,12 @@ void check_metrics_log(const trainer *t) {
 void write_run_files(trainer *t) {
     if (!is_rank0(t)) return;
     char path[1024];
+    /* A resumed run keeps its config.json: the options it was started with, and what they
+     * resolved to then (resume checks that they still do), even when this invocation trains
+     * another plan. */
     if (!t->o.resume[0]) {
-        char *json = opts_to_json(TRAIN_OPTS, &t->o);
+        const run_resolved resolved = run_resolved_of(&t->plan);
+        char *json = run_resolved_config_json(&t->o, &resolved);
         run_path(path, sizeof path, t->o.out, "config.json");
         sdp_write_file_atomic(path, json, strlen(json));
         free(json);

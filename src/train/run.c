@@ -32,7 +32,7 @@ char *run_read_text(const char *path) {
     return s;
 }
 
-void run_load_config(train_opts *o, const char *dir) {
+void run_load_config(train_opts *o, run_resolved *resolved, const char *dir) {
     char path[1024];
     run_path(path, sizeof path, dir, "config.json");
     SDP_CHECK(access(path, F_OK) == 0,
@@ -42,6 +42,8 @@ void run_load_config(train_opts *o, const char *dir) {
     char *txt = run_read_text(path);
     opts_set_defaults(TRAIN_OPTS, o);
     opts_from_json(TRAIN_OPTS, o, txt, path);
+    run_resolved record; /* checked even when the caller does not want it */
+    run_resolved_from_json(resolved ? resolved : &record, txt, path);
     free(txt);
 }
 

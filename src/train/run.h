@@ -9,10 +9,12 @@
 #include "sdp/data.h"
 #include "sdp/plan.h"
 #include "sdp/model.h"
+#include "run_resolved.h"
 #include "train_opts.h"
 
-/* Reads DIR/config.json into opts (fails clearly when the directory is not a run). */
-void run_load_config(train_opts *o, const char *dir);
+/* Reads DIR/config.json into opts, and its "resolved" record into resolved (NULL: checked, then
+ * dropped); fails clearly when the directory is not a run or the file is damaged. */
+void run_load_config(train_opts *o, run_resolved *resolved, const char *dir);
 /* Loads the training data (and validation data when val is not NULL). */
 void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem);
 /* The model configuration of a run (its defaults filled in) for data with this vocabulary (token
