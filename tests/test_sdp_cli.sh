@@ -117,4 +117,31 @@ for spec in "inverse:--model gpt" "inverse:--model vit --patch 7" "none:--model 
   [ "$got" = "branch scale $want" ] && pass "branch scale auto: $args gives $want" ||
     fail "branch scale auto: $args gives '$got', expected $want"
 done
+# The step-time model (docs/network.md): off without --link-gbps, so the table and the JSON are
+# as before; with a link, a step-time block with a row per worker and, in the JSON, each worker's
+# step and a summary whose step is the slowest worker's.
+P=(plan --world 4 --layers 2 --heads 4 --width 32 --sdp-mask backward --sdp-unit block)
+L=(--link-gbps 1 --ranks-per-host 2 --gflops 10 --mem-gbs 10)
+if "$SDP_BIN" "${P[@]}" | grep -q "step time" || "$SDP_BIN" "${P[@]}" --json | grep -q steptime; then
+  fail "sdp plan without --link-gbps prints a step time"
+else
+  pass "sdp plan without --link-gbps prints no step time"
+fi
+if [ "$("$SDP_BIN" "${P[@]}" "${L[@]}" | grep -cE '^  [0-3] .* (ms|s)$')" = 4 ]; then
+  pass "sdp plan --link-gbps lists each worker's step"
+else
+  fail "sdp plan --link-gbps: no step-time row per worker"
+fi
+if "$SDP_BIN" "${P[@]}" "${L[@]}" --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+steps = [w["step_s"] for w in d["workers"]]
+assert all(s > 0 for s in steps) and d["ddp"]["step_s"] > 0, steps
+assert abs(d["steptime"]["step_s"] - max(steps)) < 1e-9 * max(steps), d["steptime"]
+assert all(w["publish_s"] > 0 for w in d["workers"])  # backward masking publishes
+'; then
+  pass "sdp plan --link-gbps --json: each worker's step, the slowest in the summary"
+else
+  fail "sdp plan --link-gbps --json"
+fi
 finish

@@ -2,6 +2,7 @@
  * allocating, next to data parallelism. Uses the trainer's own allocation code in counting mode,
  * so the prediction equals what `sdp train` allocates. */
 #include "commands.h"
+#include "plan_steptime.h"
 #include "train/io_memplan.h"
 #include "train/run.h"
 
@@ -11,6 +12,7 @@
 #include "sdp/memplan.h"
 #include "sdp/ops.h"
 #include "sdp/optim.h"
+#include "sdp/steptime.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@ typedef struct {
     int world, show;
     char dtype[OPT_STR_MAX];
     bool json;
+    plan_steptime_opts st;
 } plan_opts;
 
 static const char *SHARED_OPTS[] = {"model",
@@ -69,11 +72,13 @@ static opt_spec *plan_specs(void) {
         for (const char **k = SHARED_OPTS; *k; k++)
             if (strcmp(*k, o->name) == 0) s[n++] = *o;
     for (size_t i = 0; i < ne; i++) s[n++] = extra[i];
+    plan_steptime_specs(s + n, offsetof(plan_opts, st));
     return s; /* zero-terminated by calloc */
 }
 
 typedef struct {
     double params, grads, optim, acts, scratch, buffers, eval_ckpt, sent;
+    double flops; /* forward and backward per step, as the worker's model counts them */
 } worker_bytes;
 
 static bool on_cuda(const plan_opts *o) {
@@ -142,6 +147,7 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
     run_create_worker_model(&m, &on_device, p, full, rank, o->t.batch, T, SDP_MODEL_TRAIN_BARE,
                             SDP_GEMM_DNNL, &dry);
     const size_t local = m.layout->numel;
+    const double flops = (double)o->t.batch * T * m.ops->train_flops_per_example(&m);
     m.ops->destroy(&m);
     sdp_backend_destroy(be);
     sdp_worker_plan w;
@@ -160,6 +166,7 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
      * sent assume bf16 weights are what is published through it. */
     b.buffers = (double)w.bucket_elems * wbytes;
     b.sent = (double)w.sent_per_step * (bf16 ? 0.5 : 1.0);
+    b.flops = flops;
     return b;
 }
 
@@ -176,12 +183,15 @@ static void print_row(const char *name, const worker_bytes *b) {
            s[4], s[5], s[6], s[7], s[8]);
 }
 
-static void print_json_row(const worker_bytes *b, int rank, bool last) {
+/* st: the worker's predicted step, or NULL without the step-time model. */
+static void print_json_row(const worker_bytes *b, int rank, const sdp_step_times *st, bool last) {
     printf("    {\"rank\": %d, \"params\": %.0f, \"grads\": %.0f, \"optimizer\": %.0f, "
            "\"activations\": %.0f, \"scratch\": %.0f, \"buffers\": %.0f, \"eval_ckpt\": %.0f, "
-           "\"total\": %.0f, \"sent_per_step\": %.0f}%s\n",
+           "\"total\": %.0f, \"sent_per_step\": %.0f",
            rank, b->params, b->grads, b->optim, b->acts, b->scratch, b->buffers, b->eval_ckpt,
-           total_of(b), b->sent, last ? "" : ",");
+           total_of(b), b->sent);
+    if (st) plan_steptime_json_fields(st, b->flops);
+    printf("}%s\n", last ? "" : ",");
 }
 
 /* The model in its family's own terms: a ResNet has a depth and base channels, not layers. */
@@ -193,6 +203,97 @@ static void describe_shape(char *buf, size_t len, const sdp_model_config *c) {
                  c->heads, c->patch);
     else
         snprintf(buf, len, "%s, %d layers, width %d", c->arch, c->layers, c->width);
+}
+
+/* Every worker's step and DDP's under the step-time model. */
+static void predict_steps(const plan_opts *o, const sdp_plan *plan, const sdp_plan *ddp_plan,
+                          const sdp_layout *full, const worker_bytes *rows, const worker_bytes *ddp,
+                          sdp_steptime_cfg *sc, sdp_step_times *st, sdp_step_times *ddp_st,
+                          sdp_mem *mem) {
+    const sdp_opt_cfg oc = opt_cfg_of(o);
+    plan_steptime_config(&o->st, o->world, on_cuda(o), strcmp(o->dtype, "bf16") == 0,
+                         (double)sdp_optim_state_bytes_per_param(&oc), sc);
+    double *flops = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof(double));
+    sdp_step_times *d = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof *d);
+    for (int r = 0; r < o->world; r++) flops[r] = rows[r].flops;
+    sdp_steptime_predict(plan, full, flops, sc, st);
+    for (int r = 0; r < o->world; r++) flops[r] = ddp->flops; /* every DDP worker is alike */
+    sdp_steptime_predict(ddp_plan, full, flops, sc, d);
+    *ddp_st = d[0];
+    sdp_free(mem, flops);
+    sdp_free(mem, d);
+}
+
+/* sc and st are NULL without the step-time model. */
+static void print_json(const plan_opts *o, const sdp_layout *full, const worker_bytes *rows,
+                       const worker_bytes *ddp, const sdp_steptime_cfg *sc,
+                       const sdp_step_times *st, const sdp_step_times *ddp_st) {
+    printf("{\n  \"parameters\": %zu,\n  \"world\": %d,\n  \"workers\": [\n", full->numel,
+           o->world);
+    for (int r = 0; r < o->world; r++)
+        print_json_row(&rows[r], r, st ? &st[r] : NULL, r == o->world - 1);
+    printf("  ],\n  \"ddp\": ");
+    print_json_row(ddp, 0, st ? ddp_st : NULL, !st);
+    if (st) plan_steptime_json_summary(sc, st, o->world, ddp_st);
+    printf("}\n");
+}
+
+static void print_title(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_plan *plan,
+                        const sdp_model_config *cfg, int threads, size_t numel) {
+    char shape[128];
+    describe_shape(shape, sizeof shape, cfg);
+    printf("sdp plan: %s, %.2fM parameters | N = %d workers | ", shape, (double)numel / 1e6,
+           o->world);
+    if (pc->mask == SDP_MASK_NONE)
+        printf("data parallelism");
+    else
+        printf("%s masking, %s units, k = %d (C = %.3g)", sdp_mask_mode_name(pc->mask),
+               sdp_unit_kind_name(pc->unit), plan->cfg.owners, sdp_plan_coverage(plan));
+    if (pc->mask == SDP_MASK_FORWARD) printf(", branch scale %s", sdp_branch_scale_name(pc->scale));
+    const char *dtype = strcmp(o->dtype, "bf16") ? "fp32" : "bf16 (projected)";
+    if (run_images(&o->t))
+        printf(" | batch %d images", o->t.batch);
+    else
+        printf(" | batch %d x %d", o->t.batch, o->t.seq_len);
+    printf(" | %s, %s, %d thread%s per worker\n", o->t.device, dtype, threads,
+           threads == 1 ? "" : "s");
+}
+
+static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_plan *plan,
+                        const sdp_model_config *cfg, int threads, size_t numel,
+                        const worker_bytes *rows, const worker_bytes *ddp) {
+    print_title(o, pc, plan, cfg, threads, numel);
+    printf("  %-8s %10s %10s %10s %12s %10s %10s %10s %10s %12s\n", "worker", "params", "grads",
+           "optimizer", "activations", "scratch", "buffers", "eval+ckpt", "total", "sent/step");
+    worker_bytes worst = {0};
+    double worst_state = 0, worst_total = 0;
+    for (int r = 0; r < o->world; r++) {
+        const worker_bytes *b = &rows[r];
+        const double state = b->params + b->grads + b->optim, total = total_of(b);
+        if (state > worst_state) worst_state = state;
+        if (total > worst_total) worst_total = total, worst = *b;
+        if (r < o->show) {
+            char name[16];
+            snprintf(name, sizeof name, "%d", r);
+            print_row(name, b);
+        } else if (r == o->show)
+            printf("  ... (%d more workers; --show N lists more)\n", o->world - o->show);
+    }
+    print_row("largest", &worst);
+    print_row("DDP", ddp);
+    printf("  largest worker vs DDP: params+grads+optimizer %.1f%% smaller, total %.1f%% "
+           "smaller\n",
+           100 * (1 - worst_state / (ddp->params + ddp->grads + ddp->optim)),
+           100 * (1 - worst_total / total_of(ddp)));
+    printf("  eval+ckpt: evaluation and checkpoint buffers at their peak (docs/design.md); "
+           "not counted: the dataset\n");
+    if (on_cuda(o))
+        printf("  scratch on cuda: the model's attention scores and %.0f MiB of cuBLAS and "
+               "kernel workspaces%s\n",
+               (double)sdp_cuda_context_scratch_bytes() / (1 << 20),
+               run_images(&o->t) && !strcmp(cfg->arch, "resnet")
+                   ? "; cuDNN may grow the workspace at run time for its convolutions"
+                   : "");
 }
 
 int cmd_plan(int argc, char **argv) {
@@ -232,71 +333,26 @@ int cmd_plan(int argc, char **argv) {
     ddp.eval_ckpt = io[0]; /* rank 0, which writes the checkpoint, is DDP's largest */
     predict_eval_ckpt(&plan, &full, &cfg, &o, io);
 
-    worker_bytes worst = {0};
-    double worst_state = 0, worst_total = 0;
-    if (o.json)
-        printf("{\n  \"parameters\": %zu,\n  \"world\": %d,\n  \"workers\": [\n", full.numel,
-               o.world);
-    else {
-        char shape[128];
-        describe_shape(shape, sizeof shape, &cfg);
-        printf("sdp plan: %s, %.2fM parameters | N = %d workers | ", shape,
-               (double)full.numel / 1e6, o.world);
-        if (pc.mask == SDP_MASK_NONE)
-            printf("data parallelism");
-        else
-            printf("%s masking, %s units, k = %d (C = %.3g)", sdp_mask_mode_name(pc.mask),
-                   sdp_unit_kind_name(pc.unit), plan.cfg.owners, sdp_plan_coverage(&plan));
-        if (pc.mask == SDP_MASK_FORWARD)
-            printf(", branch scale %s", sdp_branch_scale_name(pc.scale));
-        const char *dtype = strcmp(o.dtype, "bf16") ? "fp32" : "bf16 (projected)";
-        if (run_images(&o.t))
-            printf(" | batch %d images", o.t.batch);
-        else
-            printf(" | batch %d x %d", o.t.batch, o.t.seq_len);
-        printf(" | %s, %s, %d thread%s per worker\n", o.t.device, dtype, threads,
-               threads == 1 ? "" : "s");
-        printf("  %-8s %10s %10s %10s %12s %10s %10s %10s %10s %12s\n", "worker", "params", "grads",
-               "optimizer", "activations", "scratch", "buffers", "eval+ckpt", "total", "sent/step");
-    }
+    sdp_mem mem = {0};
+    worker_bytes *rows = sdp_alloc(&mem, SDP_MEM_SCRATCH, (size_t)o.world * sizeof *rows);
     for (int r = 0; r < o.world; r++) {
-        worker_bytes b = predict(&plan, &full, &cfg, &o, r);
-        b.eval_ckpt = io[r];
-        double state = b.params + b.grads + b.optim;
-        double total = total_of(&b);
-        if (state > worst_state) worst_state = state;
-        if (total > worst_total) worst_total = total, worst = b;
-        if (o.json)
-            print_json_row(&b, r, r == o.world - 1);
-        else if (r < o.show) {
-            char name[16];
-            snprintf(name, sizeof name, "%d", r);
-            print_row(name, &b);
-        } else if (r == o.show)
-            printf("  ... (%d more workers; --show N lists more)\n", o.world - o.show);
+        rows[r] = predict(&plan, &full, &cfg, &o, r);
+        rows[r].eval_ckpt = io[r];
     }
-    const double ddp_state = ddp.params + ddp.grads + ddp.optim;
-    const double ddp_total = total_of(&ddp);
-    if (o.json) {
-        printf("  ],\n  \"ddp\": ");
-        print_json_row(&ddp, 0, true);
-        printf("}\n");
-    } else {
-        print_row("largest", &worst);
-        print_row("DDP", &ddp);
-        printf("  largest worker vs DDP: params+grads+optimizer %.1f%% smaller, total %.1f%% "
-               "smaller\n",
-               100 * (1 - worst_state / ddp_state), 100 * (1 - worst_total / ddp_total));
-        printf("  eval+ckpt: evaluation and checkpoint buffers at their peak (docs/design.md); "
-               "not counted: the dataset\n");
-        if (on_cuda(&o))
-            printf("  scratch on cuda: the model's attention scores and %.0f MiB of cuBLAS and "
-                   "kernel workspaces%s\n",
-                   (double)sdp_cuda_context_scratch_bytes() / (1 << 20),
-                   run_images(&o.t) && !strcmp(cfg.arch, "resnet")
-                       ? "; cuDNN may grow the workspace at run time for its convolutions"
-                       : "");
+    sdp_step_times *st = NULL, ddp_st;
+    sdp_steptime_cfg sc;
+    if (plan_steptime_on(&o.st)) {
+        st = sdp_alloc(&mem, SDP_MEM_SCRATCH, (size_t)o.world * sizeof *st);
+        predict_steps(&o, &plan, &ddp_plan, &full, rows, &ddp, &sc, st, &ddp_st, &mem);
     }
+    if (o.json)
+        print_json(&o, &full, rows, &ddp, st ? &sc : NULL, st, &ddp_st);
+    else {
+        print_table(&o, &pc, &plan, &cfg, threads, full.numel, rows, &ddp);
+        if (st) plan_steptime_print(&sc, st, o.world, o.show, &ddp_st);
+    }
+    sdp_free(&mem, rows);
+    sdp_free(&mem, st);
     free(io);
     sdp_plan_free(&plan);
     sdp_plan_free(&ddp_plan);

@@ -1,0 +1,62 @@
+/* A step-time model: each worker's step predicted from the collectives its plan issues, the
+ * network (sdp/netcost.h) and a compute rate (docs/network.md, "A step-time model", has the
+ * formulas and their check against measurements).
+ *
+ * Compute. A worker's forward takes F/3 of its model's FLOPs F and its backward 2F/3, at the
+ * compute rate. The backward runs from the head down through the blocks, each block's share in
+ * proportion to its parameters (exact for a transformer's matmuls). Under backward masking F is
+ * the full model's and the backward does less: input gradients (F/3 in all) only down to the
+ * lowest block the worker owns, weight gradients (F/3 in all) only for what it owns.
+ *
+ * Gradient sync. One all-reduce per owner group (and one over every worker for the shared
+ * tensors), as sdp_sync issues them. Each becomes ready when every member's backward has passed
+ * the group's lowest block. NCCL: ring all-reduces, each starting when ready and its members are
+ * free, so they overlap the backward. Open MPI over TCP: progress only inside MPI calls, so all
+ * start after the slowest backward and run together (sdp_net_mpi_allreduce_together). The sync
+ * ends on every worker together (the gradient norm's all-gather).
+ *
+ * Update. The optimizer streams each owned element's gradient, weight and state through memory;
+ * under backward masking the publishing broadcasts follow, one per owner group, after every
+ * worker's optimizer and outside any overlap. */
+#ifndef SDP_STEPTIME_H
+#define SDP_STEPTIME_H
+
+#include <stdbool.h>
+
+#include "sdp/model.h"
+#include "sdp/netcost.h"
+#include "sdp/plan.h"
+
+typedef enum { SDP_COMM_MPI, SDP_COMM_NCCL } sdp_comm_lib;
+
+typedef struct {
+    sdp_net net;
+    sdp_comm_lib lib;
+    bool overlap;        /* NCCL only: buckets start during the backward (else after it) */
+    double flops_per_s;  /* one worker's compute rate */
+    double mem_Bps;      /* memory bandwidth of the optimizer's sweep; 0 = not timed */
+    double wire_bytes;   /* bytes per gradient or published element: 4 (fp32), 2 (bf16) */
+    double update_bytes; /* memory traffic per owned element of clipping and the optimizer */
+} sdp_steptime_cfg;
+
+/* Seconds of one worker's step. */
+typedef struct {
+    double forward, backward;
+    double exposed;   /* from the end of its backward to the end of the sync, waits included */
+    double optimizer; /* its own optimizer sweep */
+    double publish;   /* backward masking: the publishing broadcasts */
+    double update;    /* optimizer, then (publishing) the wait for the slowest one and publishing */
+    double step;      /* forward + backward + exposed + update */
+} sdp_step_times;
+
+/* "mpi" and "nccl". */
+const char *sdp_comm_lib_name(sdp_comm_lib lib);
+bool sdp_comm_lib_parse(const char *s, sdp_comm_lib *out);
+
+/* Every worker's step: flops[r] is worker r's forward-and-backward FLOPs per step as its model
+ * counts them (the full model's under backward masking), out[] has p->cfg.world entries.
+ * Returns the job's step time, the largest worker's. */
+double sdp_steptime_predict(const sdp_plan *p, const sdp_layout *full, const double *flops,
+                            const sdp_steptime_cfg *cfg, sdp_step_times *out);
+
+#endif

@@ -1,0 +1,142 @@
+/* sdp plan's step-time options, configuration and output (plan_steptime.h). */
+#include "plan_steptime.h"
+
+#include "sdp/bench.h"
+#include "sdp/check.h"
+#include "sdp/ops.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The sgemm the benchmarks take as this machine's practical peak (bench/bench_train.c). */
+enum { PEAK_SIZE = 2048, PEAK_REPEATS = 3 };
+
+int plan_steptime_specs(opt_spec *specs, size_t base) {
+#define AT(f) (base + offsetof(plan_steptime_opts, f))
+    const opt_spec s[] = {
+        {"link-gbps", OPT_FLOAT, AT(link_gbps), "0",
+         "step-time model: each host's network link, Gbit/s per direction (0: no model)", 0},
+        {"link-latency-us", OPT_FLOAT, AT(latency_us), "5",
+         "step-time model: latency of a message step between hosts, microseconds", 0},
+        {"ranks-per-host", OPT_INT, AT(ranks_per_host), "1",
+         "step-time model: workers sharing a host and its link (rank r on host r / this)", 1},
+        {"host-gbps", OPT_FLOAT, AT(host_gbps), "0",
+         "step-time model: bytes a worker's transport moves (CPU copies over TCP), Gbit/s; "
+         "0: free",
+         0},
+        {"gflops", OPT_FLOAT, AT(gflops), "0",
+         "step-time model: one worker's compute rate, GFLOP/s; 0: this machine's sgemm peak", 0},
+        {"mem-gbs", OPT_FLOAT, AT(mem_gbs), "0",
+         "step-time model: memory bandwidth of the optimizer step, GB/s; 0: not timed", 0},
+        {"comm", OPT_STR, AT(comm), "auto",
+         "step-time model: mpi (Open MPI over TCP, as sdp on CPUs), nccl (GPUs), or auto", 0},
+    };
+#undef AT
+    const int n = (int)(sizeof s / sizeof *s);
+    for (int i = 0; i < n; i++) specs[i] = s[i];
+    return n;
+}
+
+bool plan_steptime_on(const plan_steptime_opts *o) {
+    return o->link_gbps > 0;
+}
+
+static double measured_gflops(void) {
+    return sdp_measure_sgemm_peak(SDP_GEMM_DNNL, PEAK_SIZE, PEAK_REPEATS);
+}
+
+/* Clipping reads and writes the gradient, the optimizer reads it again, reads and writes the
+ * weight and every state buffer (bf16 adds the fp32 master weight to the state). */
+static double update_bytes(bool bf16, double state_bytes) {
+    const double w = bf16 ? 2 : 4;
+    return 3 * w + 2 * w + 2 * (state_bytes + (bf16 ? 4 : 0));
+}
+
+void plan_steptime_config(const plan_steptime_opts *o, int world, bool cuda, bool bf16,
+                          double state_bytes, sdp_steptime_cfg *cfg) {
+    sdp_comm_lib lib = cuda ? SDP_COMM_NCCL : SDP_COMM_MPI;
+    SDP_CHECK(!strcmp(o->comm, "auto") || sdp_comm_lib_parse(o->comm, &lib),
+              "unknown --comm '%s': use mpi, nccl or auto", o->comm);
+    SDP_CHECK(o->gflops > 0 || !cuda,
+              "--gflops 0 measures this machine's sgemm peak, which says nothing of a GPU: give "
+              "the GPU's rate, e.g. --gflops 400000");
+    memset(cfg, 0, sizeof *cfg);
+    cfg->net = (sdp_net){.world = world,
+                         .ranks_per_host = o->ranks_per_host,
+                         .link_Bps = o->link_gbps * 1e9 / 8,
+                         .latency_s = o->latency_us * 1e-6,
+                         .host_Bps = o->host_gbps * 1e9 / 8};
+    cfg->lib = lib;
+    cfg->overlap = lib == SDP_COMM_NCCL;
+    cfg->flops_per_s = (o->gflops > 0 ? o->gflops : measured_gflops()) * 1e9;
+    cfg->mem_Bps = o->mem_gbs * 1e9;
+    cfg->wire_bytes = bf16 ? 2 : 4;
+    cfg->update_bytes = update_bytes(bf16, state_bytes);
+}
+
+/* "812.3 ms", or "12.53 s". */
+static const char *fmt_time(char *buf, size_t n, double s) {
+    if (s < 1)
+        snprintf(buf, n, "%.1f ms", 1e3 * s);
+    else
+        snprintf(buf, n, "%.2f s", s);
+    return buf;
+}
+
+static void print_row(const char *name, const sdp_step_times *t) {
+    char c[5][32];
+    printf("  %-8s %12s %12s %12s %12s %12s\n", name, fmt_time(c[0], 32, t->forward),
+           fmt_time(c[1], 32, t->backward), fmt_time(c[2], 32, t->exposed),
+           fmt_time(c[3], 32, t->update), fmt_time(c[4], 32, t->step));
+}
+
+static const sdp_step_times *slowest(const sdp_step_times *t, int world) {
+    const sdp_step_times *s = &t[0];
+    for (int r = 1; r < world; r++)
+        if (t[r].step > s->step) s = &t[r];
+    return s;
+}
+
+void plan_steptime_print(const sdp_steptime_cfg *cfg, const sdp_step_times *t, int world, int show,
+                         const sdp_step_times *ddp) {
+    const sdp_net *n = &cfg->net;
+    char transport[64] = "free";
+    if (n->host_Bps > 0) snprintf(transport, sizeof transport, "%.4g Gbit/s", n->host_Bps * 8e-9);
+    printf("  step time (model, docs/network.md): link %.4g Gbit/s per direction, latency %.3g us, "
+           "%d worker%s per host, transport %s, %.4g GFLOP/s per worker, %s collectives %s\n",
+           n->link_Bps * 8e-9, n->latency_s * 1e6, n->ranks_per_host,
+           n->ranks_per_host == 1 ? "" : "s", transport, cfg->flops_per_s * 1e-9,
+           sdp_comm_lib_name(cfg->lib),
+           cfg->overlap ? "overlapped with the backward" : "after the backward");
+    printf("  %-8s %12s %12s %12s %12s %12s\n", "worker", "forward", "backward", "exposed",
+           "update", "step");
+    for (int r = 0; r < world && r < show; r++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", r);
+        print_row(name, &t[r]);
+    }
+    if (world > show) printf("  ... (%d more workers; --show N lists more)\n", world - show);
+    print_row("slowest", slowest(t, world));
+    print_row("DDP", ddp);
+    printf("  step vs DDP: %.2fx; exposed: the wait for the gradient sync after the backward; "
+           "update: optimizer%s\n",
+           slowest(t, world)->step / ddp->step, t[0].publish > 0 ? " and publishing" : "");
+}
+
+void plan_steptime_json_fields(const sdp_step_times *t, double flops) {
+    printf(", \"flops\": %.6g, \"forward_s\": %.6g, \"backward_s\": %.6g, \"exposed_s\": %.6g, "
+           "\"optimizer_s\": %.6g, \"publish_s\": %.6g, \"update_s\": %.6g, \"step_s\": %.6g",
+           flops, t->forward, t->backward, t->exposed, t->optimizer, t->publish, t->update,
+           t->step);
+}
+
+void plan_steptime_json_summary(const sdp_steptime_cfg *cfg, const sdp_step_times *t, int world,
+                                const sdp_step_times *ddp) {
+    const sdp_net *n = &cfg->net;
+    printf("  \"steptime\": {\"link_gbps\": %.6g, \"latency_us\": %.6g, \"ranks_per_host\": %d, "
+           "\"host_gbps\": %.6g, \"gflops\": %.6g, \"mem_gbs\": %.6g, \"comm\": \"%s\", "
+           "\"overlap\": %s, \"step_s\": %.6g, \"ddp_step_s\": %.6g}\n",
+           n->link_Bps * 8e-9, n->latency_s * 1e6, n->ranks_per_host, n->host_Bps * 8e-9,
+           cfg->flops_per_s * 1e-9, cfg->mem_Bps * 1e-9, sdp_comm_lib_name(cfg->lib),
+           cfg->overlap ? "true" : "false", slowest(t, world)->step, ddp->step);
+}
