@@ -69,8 +69,9 @@ static long check(const sdp_resnet_config *c, const sdp_layout *full, sdp_unit_k
     sdp_sync sync;
     sdp_sync_init(&sync, &plan, &map, layer_of, rank, world, &mem);
     free(layer_of);
-    sdp_backend *device = on_device ? sdp_backend_emulated(SDP_GEMM_DNNL, false) : NULL;
-    if (device) sdp_sync_use_backend(&sync, device);
+    sdp_backend *be = on_device ? sdp_backend_emulated(SDP_GEMM_DNNL, false)
+                                : sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
+    sdp_sync_use_backend(&sync, be);
 
     float *params = malloc(sizeof(float) * local.numel);
     SDP_CHECK(params, "out of memory");
@@ -93,7 +94,7 @@ static long check(const sdp_resnet_config *c, const sdp_layout *full, sdp_unit_k
     }
     free(params);
     sdp_sync_free(&sync);
-    sdp_backend_destroy(device);
+    sdp_backend_destroy(be);
     sdp_subnet_map_free(&map);
     sdp_layout_free(&local);
     sdp_plan_free(&plan);

@@ -34,20 +34,20 @@ struct sdp_backend {
 
     /* Waits, frees what ctx holds and the backend itself (sdp_backend_destroy calls it). */
     void (*destroy)(sdp_backend *be);
-    /* Device backends only (NULL on the CPU, where the trainer calls sdp_optim_step itself):
-     * the AdamW update of sdp_optim_step on backend memory, t being the step's count after
-     * the increment. */
+    /* The AdamW update of sdp_optim_step on backend memory, t being the step's count after the
+     * increment (the CPU's runs sdp_optim_step itself). */
     void (*adamw_update)(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m, float *v,
                          float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
                          float lr);
-    /* Device backends only, like adamw_update: the SGD update of sdp_optim_step
+    /* Like adamw_update: the SGD update of sdp_optim_step
      * (src/optim/sgd.c) on backend memory. buf is the momentum buffer (NULL when cfg->momentum
      * is 0), indexed by the segments' state offsets; t is the step's count after the increment
      * (t == 1: the buffer starts as the gradient). */
     void (*sgd_update)(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
                        float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
                        float lr);
-    /* Device backends only: the bytes in use on the device (for the peak). */
+    /* The bytes in use in the backend's memory (for the peak): the device's, or on the CPU its
+     * mem's total. */
     size_t (*bytes_in_use)(const sdp_backend *be);
 
     /* ---- reductions: the gradient norm and clipping where the gradients are ---- */
@@ -56,11 +56,11 @@ struct sdp_backend {
      * from run to run). */
     double (*sumsq)(const sdp_backend *be, const float *x, size_t n);
 
-    /* ---- communication among devices (NULL on the CPU, where MPI reads host memory) ---- */
+    /* ---- communication among devices ---- */
     /* A communicator over the ranks of `comm` that reduces device memory directly (NCCL), or NULL
      * when the ranks cannot have one (two of them share a device, or there is one rank): the
-     * caller then stages through host memory. Collective over comm; every rank gets the same
-     * answer. */
+     * caller then stages through host memory. The CPU's is always NULL: with host_memory, MPI
+     * reduces the buffers in place. Collective over comm; every rank gets the same answer. */
     void *(*comm_open)(const sdp_backend *be, MPI_Comm comm);
     void (*comm_close)(const sdp_backend *be, void *dc);
     /* Starts summing x[0, n) in place over dc's ranks once every kernel issued so far is done, on

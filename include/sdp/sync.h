@@ -50,7 +50,7 @@ typedef struct {
     size_t *grad_index;  /* per run: offset of its gradient (and state) in the compact buffers */
     sdp_comm_bytes bytes;
     sdp_mem *mem;
-    /* Where the gradients and parameters passed in live (sdp_sync_use_backend): NULL, host */
+    /* Where the gradients and parameters passed in live (sdp_sync_use_backend) */
     const sdp_backend *be;
     float *stage;    /* SDP_MEM_BUFFERS: host copy of what goes through MPI from a device */
     float *dev_pack; /* the publishing buffer in the backend's memory (replaces pack there) */
@@ -68,13 +68,14 @@ void sdp_sync_init_simulated(sdp_sync *s, const sdp_plan *plan, const sdp_subnet
                              const int *layer_of_param, int rank, int world, sdp_mem *mem);
 void sdp_sync_free(sdp_sync *s);
 
-/* Gradients and parameters live in be's memory from now on (without this call, or with a
- * host-memory backend, they are host arrays). On a device, a bucket whose members each have
- * their own device is reduced by the backend's device communicator (NCCL) on its communication
- * stream, overlapped with the backward pass; one whose members share a device is staged through
- * host memory and MPI after the backward pass. The norm and the averaging run on device memory
- * too, and publishing packs on the device and broadcasts by the device communicator over every
- * worker (or through host memory when ranks share a device). gather_full, scatter_full,
+/* Gradients and parameters live in be's memory: host arrays with a host-memory backend (the
+ * CPU's, whose buffers MPI reduces and broadcasts in place). Required before any function below
+ * that takes gradients or parameters, except those that take host arrays. On a device, a bucket
+ * whose members each have their own device is reduced by the backend's device communicator (NCCL)
+ * on its communication stream, overlapped with the backward pass; one whose members share a device
+ * is staged through host memory and MPI after the backward pass. The norm and the averaging run on
+ * device memory too, and publishing packs on the device and broadcasts by the device communicator
+ * over every worker (or through host memory when ranks share a device). gather_full, scatter_full,
  * average_buffers and check_replicas still take host arrays. Collective over MPI_COMM_WORLD (not on
  * a simulated sync). */
 void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be);

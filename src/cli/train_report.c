@@ -183,7 +183,7 @@ static double ddp_eval_ckpt_bytes(const trainer *t) {
         .recal_batches = (uint64_t)t->o.bn_recal_batches,
         .state_buffers = (int)(sdp_optim_state_bytes_per_param(&t->opt.cfg) / sizeof(float)),
         .images = t->data.images,
-        .on_device = t->be != NULL,
+        .on_device = !t->be->host_memory,
         .gemm = t->gemm,
     };
     double *out = calloc((size_t)dc.world, sizeof(double));
@@ -239,7 +239,7 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
         fprintf(f, ", \"eval_ckpt\": %.0f, \"total\": %.0f, \"peak_rss\": %.0f", row[COL_EVAL_CKPT],
                 row[COL_TOTAL], row[COL_RSS]);
         fprintf(f, ", \"sent_per_step\": %.0f", (double)sent[r] / (double)steps);
-        if (t->be) fprintf(f, ", \"device_peak_in_use\": %.0f", device_peak[r]);
+        if (!t->be->host_memory) fprintf(f, ", \"device_peak_in_use\": %.0f", device_peak[r]);
         fprintf(f, "}%s\n", r == t->world.size - 1 ? "" : ",");
     }
     fprintf(f, "  ]\n}\n");
@@ -291,7 +291,7 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
         printf("  simulated rank %d of %d: the row below is what that worker holds in the real "
                "job\n",
                job_rank(t), job_workers(t));
-    if (t->be) {
+    if (!t->be->host_memory) {
         char b[32];
         printf("  on the %s device: the worker row is device memory by category; %s in use at "
                "the peak, as the device reports it\n",

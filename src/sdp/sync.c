@@ -288,8 +288,10 @@ void sdp_sync_grad_layout_free(long *grad_offset, sdp_grad_slices *slices, int n
 
 /* ---- where the buffers live ------------------------------------------------------------------ */
 
+/* Whether the buffers are a device's, which MPI cannot read in place: they go through host
+ * memory (staged) unless a device communicator reduces them. */
 static bool on_device(const sdp_sync *s) {
-    return s->be && !s->be->host_memory;
+    return !s->be->host_memory;
 }
 
 /* A bucket in device memory without a device communicator: reduced through host memory. */
@@ -334,19 +336,13 @@ void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be) {
         s->stage = sdp_alloc(s->mem, SDP_MEM_BUFFERS, largest_staged * sizeof(float));
 }
 
-/* dst (host) = src (host or the backend's memory), and the reverse. */
+/* dst (host) = src (the backend's memory), and the reverse. */
 static void to_host(const sdp_sync *s, float *dst, const float *src, size_t n) {
-    if (on_device(s))
-        s->be->download(s->be, dst, src, n * sizeof(float));
-    else
-        memcpy(dst, src, n * sizeof(float));
+    s->be->download(s->be, dst, src, n * sizeof(float));
 }
 
 static void from_host(const sdp_sync *s, float *dst, const float *src, size_t n) {
-    if (on_device(s))
-        s->be->upload(s->be, dst, src, n * sizeof(float));
-    else
-        memcpy(dst, src, n * sizeof(float));
+    s->be->upload(s->be, dst, src, n * sizeof(float));
 }
 
 /* ---- gradients ------------------------------------------------------------------------------ */
@@ -362,7 +358,7 @@ static void start_bucket(sdp_sync *s, sdp_bucket *b, float *grads) {
     if (b->started || !reduced(b) || staged(s, b)) return;
     b->started = true;
     count_ring_allreduce(s, b->count, b->nmembers);
-    if (on_device(s)) {
+    if (b->dev) {
         s->be->allreduce_start(s->be, b->dev, grads + b->start, b->count);
         return;
     }
@@ -392,14 +388,11 @@ static void reduce_staged(sdp_sync *s, sdp_bucket *b, float *grads) {
 }
 
 static void scale(const sdp_sync *s, float *x, size_t n, float by) {
-    if (on_device(s))
-        s->be->scale(s->be, x, n, by);
-    else
-        sdp_scale(x, n, by);
+    s->be->scale(s->be, x, n, by);
 }
 
 static double sumsq(const sdp_sync *s, const float *x, size_t n) {
-    return on_device(s) ? s->be->sumsq(s->be, x, n) : sdp_sumsq(x, n);
+    return s->be->sumsq(s->be, x, n);
 }
 
 void sdp_sync_grads_begin(sdp_sync *s) {
@@ -472,12 +465,9 @@ static int *runs_of_group(const sdp_sync *s, int group, int *n) {
     return runs;
 }
 
-/* dst[0, n) = src[0, n), both in the buffers' memory (host or device). */
+/* dst[0, n) = src[0, n), both in the backend's memory. */
 static void copy_within(const sdp_sync *s, float *dst, const float *src, size_t n) {
-    if (on_device(s))
-        s->be->copy_rows(s->be, dst, n, src, n, 1, n);
-    else
-        memcpy(dst, src, n * sizeof(float));
+    s->be->copy_rows(s->be, dst, n, src, n, 1, n);
 }
 
 /* pack[0, count) from world rank root to every worker. */

@@ -97,7 +97,7 @@ static void stream_gathered(trainer *t, sdp_st_writer *w, const float *local, bo
 /* The model's parameters into w. Where rank 0 holds the whole current model in host memory
  * (data parallelism and backward masking, on the CPU), it writes it as it is, gathering nothing. */
 static void stream_params(trainer *t, sdp_st_writer *w) {
-    const bool whole_on_rank0 = t->plan.cfg.mask != SDP_MASK_FORWARD && !t->be;
+    const bool whole_on_rank0 = t->plan.cfg.mask != SDP_MASK_FORWARD && t->be->host_memory;
     if (whole_on_rank0) {
         if (is_rank0(t)) sdp_st_writer_append(w, t->model.params, t->full.numel * sizeof(float));
         return;

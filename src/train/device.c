@@ -1,5 +1,5 @@
-/* Where a worker's trainable state lives: host memory (--device cpu, the model's own CPU
- * backend) or a device (--device cuda: the model on sdp_backend_cuda, gradients and AdamW
+/* Where a worker's trainable state lives: host memory (--device cpu: sdp_backend_cpu over
+ * t->mem) or a device (--device cuda: the model on sdp_backend_cuda, gradients and AdamW
  * state in device memory, the update by the backend's adamw_update or sgd_update; each rank on a
  * device of its own where the node has enough; --device emulated: the same paths over
  * sdp_backend_emulated, on the CPU). The rest of the trainer reaches that state only
@@ -13,7 +13,11 @@
 #include <string.h>
 
 void device_open(trainer *t) {
-    if (strcmp(t->o.device, "cpu") == 0) return;
+    if (strcmp(t->o.device, "cpu") == 0) {
+        /* Host memory, counted with the rest of training in t->mem. */
+        t->be = sdp_backend_cpu(run_gemm(&t->o), &t->mem);
+        return;
+    }
     const bool emulated = strcmp(t->o.device, "emulated") == 0;
     if (emulated || strcmp(t->o.device, "emulated-shared") == 0) {
         t->be = sdp_backend_emulated(run_gemm(&t->o), !emulated);
@@ -32,71 +36,54 @@ void device_open(trainer *t) {
 }
 
 void device_close(trainer *t) {
-    if (t->be) sdp_backend_destroy(t->be);
+    sdp_backend_destroy(t->be);
     t->be = NULL;
 }
 
 float *device_alloc(trainer *t, sdp_memcat cat, size_t n) {
-    if (!t->be) return sdp_alloc(&t->mem, cat, n * sizeof(float));
     return t->be->alloc(t->be, cat, n * sizeof(float));
 }
 
 void device_free(trainer *t, float *x) {
-    if (t->be)
-        t->be->free(t->be, x);
-    else
-        sdp_free(&t->mem, x);
+    t->be->free(t->be, x);
 }
 
 void device_zero(trainer *t, float *x, size_t n) {
-    if (t->be)
-        t->be->zero(t->be, x, n * sizeof(float));
-    else
-        memset(x, 0, n * sizeof(float));
+    t->be->zero(t->be, x, n * sizeof(float));
 }
 
+/* Host memory is read and written in place: no copy, and nothing counted in io_mem. */
 float *host_copy(trainer *t, const float *x, size_t n) {
-    if (!t->be) return (float *)x;
+    if (t->be->host_memory) return (float *)x;
     float *h = sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, n * sizeof(float));
     t->be->download(t->be, h, x, n * sizeof(float));
     return h;
 }
 
 void host_copy_done(trainer *t, float *h, float *x, size_t n, bool changed) {
-    if (!t->be) return;
+    if (t->be->host_memory) return;
     if (changed) t->be->upload(t->be, x, h, n * sizeof(float));
     sdp_free(&t->io_mem, h);
 }
 
 void device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n) {
-    if (!t->be) {
-        sdp_optim_init(&t->opt, cfg, n, &t->mem);
-        return;
-    }
     sdp_mem dry = {.dry = true}; /* checks cfg and sets the rest, allocating nothing */
     sdp_optim_init(&t->opt, cfg, n, &dry);
     /* The state sdp_optim_init would hold (AdamW: m and v; SGD: a momentum buffer unless the
-     * momentum is 0), zero-filled in device memory. */
+     * momentum is 0), zero-filled in the backend's memory, in the order and categories
+     * sdp_optim_init allocates them. */
     const size_t buffers = sdp_optim_state_bytes_per_param(cfg) / sizeof(float);
     t->opt.m = buffers > 0 ? device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
     t->opt.v = buffers > 1 ? device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
 }
 
 void device_optim_free(trainer *t) {
-    if (!t->be) {
-        sdp_optim_free(&t->opt, &t->mem);
-        return;
-    }
     device_free(t, t->opt.m);
     device_free(t, t->opt.v);
     memset(&t->opt, 0, sizeof t->opt);
 }
 
 void device_optim_step(trainer *t, float lr) {
-    if (!t->be) {
-        sdp_optim_step(&t->opt, t->model.params, t->grads, t->segs, t->nsegs, lr);
-        return;
-    }
     t->opt.t++;
     if (t->opt.cfg.kind == SDP_OPT_ADAMW)
         t->be->adamw_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->opt.v, t->model.params,
@@ -107,14 +94,11 @@ void device_optim_step(trainer *t, float lr) {
 }
 
 double device_sumsq(trainer *t, const float *x, size_t n) {
-    return t->be ? t->be->sumsq(t->be, x, n) : sdp_sumsq(x, n);
+    return t->be->sumsq(t->be, x, n);
 }
 
 void device_scale(trainer *t, float *x, size_t n, float s) {
-    if (t->be)
-        t->be->scale(t->be, x, n, s);
-    else
-        sdp_scale(x, n, s);
+    t->be->scale(t->be, x, n, s);
 }
 
 static bool has_buffers(const sdp_layout *L) {
@@ -143,11 +127,10 @@ void device_check_replicas(trainer *t) {
 }
 
 const sdp_mem *device_mem(const trainer *t) {
-    return t->be ? t->be->mem : &t->mem;
+    return t->be->mem;
 }
 
 void device_sample_peak(trainer *t) {
-    if (!t->be) return;
     const size_t used = t->be->bytes_in_use(t->be);
     if (used > t->device_peak) t->device_peak = used;
 }

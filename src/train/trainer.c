@@ -89,7 +89,7 @@ static void build_worker(trainer *t) {
     else
         sdp_sync_init(&t->sync, &t->plan, &t->map, layer_of, t->world.rank, t->world.size, &t->mem);
     free(layer_of);
-    if (t->be && !simulating(t)) sdp_sync_use_backend(&t->sync, t->be);
+    if (!simulating(t)) sdp_sync_use_backend(&t->sync, t->be);
 
     /* Gradients only for what the worker owns: whole tensors, or owned slices of tensors it
      * owns in part (neuron units under backward masking), computed as GEMMs on those slices. */

@@ -19,8 +19,8 @@ typedef struct {
     sdp_world world;
     sdp_mem mem;        /* what training holds: the figures compared with data parallelism */
     sdp_mem io_mem;     /* evaluation copies and checkpoint buffers, reported apart */
-    sdp_backend *be;    /* --device cuda: the model's backend; NULL: the CPU */
-    size_t device_peak; /* --device cuda: most bytes in use on the device (cudaMemGetInfo) */
+    sdp_backend *be;    /* the worker's backend (--device): the CPU's over mem, or a device's */
+    size_t device_peak; /* most bytes in use on the backend (on a device: cudaMemGetInfo) */
     batch_source data;
     /* the full model and the plan over it */
     sdp_model_config cfg;
@@ -105,8 +105,8 @@ void device_close(trainer *t);
 float *device_alloc(trainer *t, sdp_memcat cat, size_t n); /* zero-filled floats */
 void device_free(trainer *t, float *x);
 void device_zero(trainer *t, float *x, size_t n);
-/* x itself on the CPU; else a host copy (io_mem) that host_copy_done frees, uploading it back
- * first when changed. */
+/* x itself where the backend's memory is host memory; else a host copy (io_mem) that host_copy_done
+ * frees, uploading it back first when changed. */
 float *host_copy(trainer *t, const float *x, size_t n);
 void host_copy_done(trainer *t, float *h, float *x, size_t n, bool changed);
 void device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n);
@@ -119,7 +119,7 @@ void device_scale(trainer *t, float *x, size_t n, float s);
  * on a device. */
 void device_average_buffers(trainer *t);
 void device_check_replicas(trainer *t);
-/* Where the training bytes by category are counted: the device's tally, or t->mem. */
+/* Where the training bytes by category are counted: the backend's tally (t->mem on the CPU). */
 const sdp_mem *device_mem(const trainer *t);
 void device_sample_peak(trainer *t);
 

@@ -65,6 +65,66 @@ static double cpu_sumsq(const sdp_backend *be, const float *x, size_t n) {
     return sdp_sumsq(x, n);
 }
 
+/* ---- the optimizer ---- */
+
+/* The optimizers of src/optim on the given state, t being the step's count after the increment
+ * (sdp_optim_step increments it itself). */
+static void run_optim(const sdp_opt_cfg *cfg, long t, float *m, float *v, float *params,
+                      const float *grads, const sdp_opt_segment *segs, int nseg, float lr) {
+    size_t n = 0; /* the state the segments reach: all the update may touch */
+    for (int i = 0; i < nseg; i++)
+        if (segs[i].state_offset + segs[i].count > n) n = segs[i].state_offset + segs[i].count;
+    sdp_optim o = {.cfg = *cfg, .n = n, .m = m, .v = v, .t = t - 1};
+    sdp_optim_step(&o, params, grads, segs, nseg, lr);
+}
+
+static void cpu_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m,
+                             float *v, float *params, const float *grads,
+                             const sdp_opt_segment *segs, int nseg, float lr) {
+    (void)be;
+    run_optim(cfg, t, m, v, params, grads, segs, nseg, lr);
+}
+
+static void cpu_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
+                           float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
+                           float lr) {
+    (void)be;
+    run_optim(cfg, t, buf, NULL, params, grads, segs, nseg, lr);
+}
+
+static size_t cpu_bytes_in_use(const sdp_backend *be) {
+    return be->mem->total_cur;
+}
+
+/* ---- communication ---- */
+
+/* Host memory needs no device communicator: MPI reduces and broadcasts the buffers in place (the
+ * caller's MPI_Iallreduce, which overlaps the backward pass). So none is ever opened, and the
+ * entries that take one are never reached. */
+static void *cpu_comm_open(const sdp_backend *be, MPI_Comm comm) {
+    (void)be, (void)comm;
+    return NULL;
+}
+
+static void cpu_comm_close(const sdp_backend *be, void *dc) {
+    (void)be;
+    SDP_CHECK(!dc, "the CPU backend opens no device communicators");
+}
+
+static void cpu_allreduce_start(const sdp_backend *be, void *dc, float *x, size_t n) {
+    (void)be, (void)x, (void)n;
+    SDP_CHECK(!dc, "the CPU backend opens no device communicators");
+}
+
+static void cpu_broadcast_start(const sdp_backend *be, void *dc, float *x, size_t n, int root) {
+    (void)be, (void)x, (void)n, (void)root;
+    SDP_CHECK(!dc, "the CPU backend opens no device communicators");
+}
+
+static void cpu_allreduce_wait(const sdp_backend *be) {
+    (void)be; /* nothing is ever in flight */
+}
+
 /* ---- dense algebra ---- */
 
 static void cpu_gemm(const sdp_backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
@@ -384,8 +444,16 @@ sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem) {
         .mem = mem,
         .host_memory = true,
         .destroy = cpu_destroy,
+        .adamw_update = cpu_adamw_update,
+        .sgd_update = cpu_sgd_update,
+        .bytes_in_use = cpu_bytes_in_use,
         .scale = cpu_scale,
         .sumsq = cpu_sumsq,
+        .comm_open = cpu_comm_open,
+        .comm_close = cpu_comm_close,
+        .allreduce_start = cpu_allreduce_start,
+        .broadcast_start = cpu_broadcast_start,
+        .allreduce_wait = cpu_allreduce_wait,
         .alloc = cpu_alloc,
         .free = cpu_free,
         .zero = cpu_zero,

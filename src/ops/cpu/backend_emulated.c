@@ -26,40 +26,6 @@ static void emulated_destroy(sdp_backend *be) {
     free(e);
 }
 
-/* The optimizers of src/optim on the given state, t being the step's count after the increment
- * (sdp_optim_step increments it itself). */
-static void run_optim(const sdp_opt_cfg *cfg, long t, float *m, float *v, float *params,
-                      const float *grads, const sdp_opt_segment *segs, int nseg, float lr) {
-    size_t n = 0; /* the state the segments reach: all the update may touch */
-    for (int i = 0; i < nseg; i++)
-        if (segs[i].state_offset + segs[i].count > n) n = segs[i].state_offset + segs[i].count;
-    sdp_optim o = {.cfg = *cfg, .n = n, .m = m, .v = v, .t = t - 1};
-    sdp_optim_step(&o, params, grads, segs, nseg, lr);
-}
-
-static void emulated_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m,
-                                  float *v, float *params, const float *grads,
-                                  const sdp_opt_segment *segs, int nseg, float lr) {
-    (void)be;
-    run_optim(cfg, t, m, v, params, grads, segs, nseg, lr);
-}
-
-static void emulated_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
-                                float *params, const float *grads, const sdp_opt_segment *segs,
-                                int nseg, float lr) {
-    (void)be;
-    run_optim(cfg, t, buf, NULL, params, grads, segs, nseg, lr);
-}
-
-static size_t emulated_bytes_in_use(const sdp_backend *be) {
-    return be->mem->total_cur;
-}
-
-static void *shared_comm_open(const sdp_backend *be, MPI_Comm comm) {
-    (void)be, (void)comm;
-    return NULL;
-}
-
 static void *mpi_comm_open(const sdp_backend *be, MPI_Comm comm) {
     (void)be;
     MPI_Comm *dc = malloc(sizeof *dc);
@@ -102,13 +68,14 @@ sdp_backend *sdp_backend_emulated(sdp_gemm_provider gemm, bool shared) {
     e->table.name = "emulated";
     e->table.host_memory = false;
     e->table.destroy = emulated_destroy;
-    e->table.adamw_update = emulated_adamw_update;
-    e->table.sgd_update = emulated_sgd_update;
-    e->table.bytes_in_use = emulated_bytes_in_use;
-    e->table.comm_open = shared ? shared_comm_open : mpi_comm_open;
-    e->table.comm_close = mpi_comm_close;
-    e->table.allreduce_start = mpi_allreduce_start;
-    e->table.broadcast_start = mpi_broadcast_start;
-    e->table.allreduce_wait = nothing_to_wait_for;
+    /* The optimizers, sumsq, scale and bytes_in_use (its own tally's) are the CPU's. Shared: no
+     * communicator, like the CPU's, so the synchronisation stages through host memory. */
+    if (!shared) {
+        e->table.comm_open = mpi_comm_open;
+        e->table.comm_close = mpi_comm_close;
+        e->table.allreduce_start = mpi_allreduce_start;
+        e->table.broadcast_start = mpi_broadcast_start;
+        e->table.allreduce_wait = nothing_to_wait_for;
+    }
     return &e->table;
 }
