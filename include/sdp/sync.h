@@ -128,6 +128,9 @@ void sdp_sync_gather_range(sdp_sync *s, const float *local, bool state_compact, 
  * buffers without a job. */
 int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, int rank,
                           bool state_compact, size_t lo, size_t hi, size_t *nvals);
+/* Whether rank `rank` sends run r in a gather: the publisher of its unit, rank 0 for shared runs
+ * (and nobody for a buffer's optimizer state, which does not exist). */
+bool sdp_sync_provides(const sdp_plan *p, const sdp_run *r, int rank, bool state_compact);
 void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, size_t numel,
                           float *full, sdp_mem *io);
 /* The inverse: every rank takes its elements from a full buffer that is valid on all ranks. */

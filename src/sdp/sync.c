@@ -521,14 +521,14 @@ static size_t local_index(const sdp_sync *s, int i, bool state_compact) {
 }
 
 /* Whether `rank` is the worker that provides run r when the full model is assembled. */
-static bool provides_run(const sdp_plan *p, const sdp_run *r, int rank, bool state_compact) {
+bool sdp_sync_provides(const sdp_plan *p, const sdp_run *r, int rank, bool state_compact) {
     if (state_compact && r->buffer) return false; /* no optimizer state */
     if (r->unit < 0) return rank == 0;
     return p->groups[p->units[r->unit].owner_group].publisher == rank;
 }
 
 static bool provides(const sdp_sync *s, int i, bool state_compact) {
-    return provides_run(s->plan, run_at(s, i), s->rank, state_compact);
+    return sdp_sync_provides(s->plan, run_at(s, i), s->rank, state_compact);
 }
 
 /* The part of run r inside the global range [lo, hi): its first global element and its length
@@ -551,7 +551,7 @@ int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, int rank
     for (int i = 0; i < map->nruns; i++) {
         const sdp_run *r = &map->runs[i];
         const size_t len =
-            provides_run(p, r, rank, state_compact) ? part_in_range(r, lo, hi, &first) : 0;
+            sdp_sync_provides(p, r, rank, state_compact) ? part_in_range(r, lo, hi, &first) : 0;
         np += len > 0;
         nv += len;
     }
