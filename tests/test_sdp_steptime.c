@@ -3,7 +3,7 @@
  * from the model's output. Collectives: a ring all-reduce, libnbc's binomial all-reduce across two
  * hosts, concurrent all-reduces sharing a link, the chain and ring broadcasts. Steps: data
  * parallelism's exposed sync, overlap with the backward, backward masking's compute and
- * publishing. */
+ * publishing, and the publishing broadcasts' own transport rate. */
 #include "testutil.h"
 
 #include "sdp/netcost.h"
@@ -243,6 +243,44 @@ static void test_backward_masking(void **state) {
     sdp_layout_free(&L);
 }
 
+/* The blocking publishing broadcasts at their own transport rate. The setting of
+ * test_backward_masking under Open MPI, each worker on a host of its own, every rank's transport
+ * at H. Publishing: two chain broadcasts of one hop each (below 8 ranks), each crossing:
+ * alpha + S/B + S/H_b per group, E = stem + block 0 + block 1 elements in all:
+ *   2 alpha + 4E/B + 4E/H_b, with H_b = H when no broadcast rate is given, 4H when it is.
+ * The gradient sync keeps H: the shared bucket (the head) is libnbc's binomial all-reduce over
+ * 2, reduce 1 -> 0 then broadcast 0 -> 1, both crossing: 2 (alpha + 4 head/B + 4 head/H),
+ * exposed on worker 0, whose backward is the slower. */
+static void test_publish_transport_rate(void **state) {
+    (void)state;
+    sdp_layout L;
+    gpt_layout(&L, 2);
+    sdp_plan p;
+    build_plan(&p, &L, SDP_MASK_BACKWARD, 2, 1);
+    sdp_steptime_cfg cfg = step_cfg(2, false);
+    cfg.lib = SDP_COMM_MPI;
+    cfg.net.host_Bps = H_RATE;
+    const double F = 3e9, flops[2] = {F, F};
+    sdp_step_times same[2], fast[2];
+    sdp_steptime_predict(&p, &L, flops, &cfg, same);
+    cfg.bcast_host_Bps = 4 * H_RATE;
+    sdp_steptime_predict(&p, &L, flops, &cfg, fast);
+    const double E = elems_at(&L, -1) + elems_at(&L, 0) + elems_at(&L, 1), head = elems_at(&L, -2);
+    const double wire = 2 * ALPHA + 4 * E / B_LINK;
+    const double sync = 2 * (ALPHA + 4 * head / B_LINK + 4 * head / H_RATE);
+    for (int r = 0; r < 2; r++) {
+        assert_close(same[r].publish, wire + 4 * E / H_RATE);
+        assert_close(fast[r].publish, wire + 4 * E / (4 * H_RATE));
+        assert_close(fast[r].update, fast[r].publish); /* no optimizer time without a memory rate */
+        assert_close(fast[r].exposed, same[r].exposed);
+        assert_close(same[r].step - fast[r].step, 3 * E / H_RATE);
+    }
+    assert_close(same[0].exposed, sync);
+    assert_close(fast[0].exposed, sync);
+    sdp_plan_free(&p);
+    sdp_layout_free(&L);
+}
+
 /* Under Open MPI every all-reduce starts after the slowest backward, and the sync ends
  * everywhere together: each worker's step is the same. */
 static void test_mpi_steps_end_together(void **state) {
@@ -274,6 +312,7 @@ int main(void) {
         cmocka_unit_test(test_ddp_step),
         cmocka_unit_test(test_overlap_reduces_exposed_time),
         cmocka_unit_test(test_backward_masking),
+        cmocka_unit_test(test_publish_transport_rate),
         cmocka_unit_test(test_mpi_steps_end_together),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,7 +17,10 @@
  *
  * Update. The optimizer streams each owned element's gradient, weight and state through memory;
  * under backward masking the publishing broadcasts follow, one per owner group, after every
- * worker's optimizer and outside any overlap. */
+ * worker's optimizer and outside any overlap. They are blocking calls, and may be given their own
+ * transport rate (bcast_host_Bps): a rank inside a blocking MPI_Bcast drives its transfers without
+ * pause, where the non-blocking all-reduces that net.host_Bps is fitted to advance only as the
+ * library is polled and do their reductions and copies on the same CPU. */
 #ifndef SDP_STEPTIME_H
 #define SDP_STEPTIME_H
 
@@ -32,11 +35,12 @@ typedef enum { SDP_COMM_MPI, SDP_COMM_NCCL } sdp_comm_lib;
 typedef struct {
     sdp_net net;
     sdp_comm_lib lib;
-    bool overlap;        /* NCCL only: buckets start during the backward (else after it) */
-    double flops_per_s;  /* one worker's compute rate */
-    double mem_Bps;      /* memory bandwidth of the optimizer's sweep; 0 = not timed */
-    double wire_bytes;   /* bytes per gradient or published element: 4 (fp32), 2 (bf16) */
-    double update_bytes; /* memory traffic per owned element of clipping and the optimizer */
+    bool overlap;          /* NCCL only: buckets start during the backward (else after it) */
+    double flops_per_s;    /* one worker's compute rate */
+    double mem_Bps;        /* memory bandwidth of the optimizer's sweep; 0 = not timed */
+    double bcast_host_Bps; /* transport rate of the publishing broadcasts; 0 = net.host_Bps */
+    double wire_bytes;     /* bytes per gradient or published element: 4 (fp32), 2 (bf16) */
+    double update_bytes;   /* memory traffic per owned element of clipping and the optimizer */
 } sdp_steptime_cfg;
 
 /* Seconds of one worker's step. */

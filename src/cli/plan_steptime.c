@@ -24,6 +24,10 @@ int plan_steptime_specs(opt_spec *specs, size_t base) {
          "step-time model: bytes a worker's transport moves (CPU copies over TCP), Gbit/s; "
          "0: free",
          0},
+        {"host-bcast-gbps", OPT_FLOAT, AT(host_bcast_gbps), "0",
+         "step-time model: the same for the blocking publishing broadcasts (backward masking), "
+         "which drive their transfers without pause; 0: --host-gbps",
+         0},
         {"gflops", OPT_FLOAT, AT(gflops), "0",
          "step-time model: one worker's compute rate, GFLOP/s; 0: this machine's sgemm peak", 0},
         {"mem-gbs", OPT_FLOAT, AT(mem_gbs), "0",
@@ -70,6 +74,7 @@ void plan_steptime_config(const plan_steptime_opts *o, int world, bool cuda, boo
     cfg->overlap = lib == SDP_COMM_NCCL;
     cfg->flops_per_s = (o->gflops > 0 ? o->gflops : measured_gflops()) * 1e9;
     cfg->mem_Bps = o->mem_gbs * 1e9;
+    cfg->bcast_host_Bps = o->host_bcast_gbps * 1e9 / 8;
     cfg->wire_bytes = bf16 ? 2 : 4;
     cfg->update_bytes = update_bytes(bf16, state_bytes);
 }
@@ -102,6 +107,9 @@ void plan_steptime_print(const sdp_steptime_cfg *cfg, const sdp_step_times *t, i
     const sdp_net *n = &cfg->net;
     char transport[64] = "free";
     if (n->host_Bps > 0) snprintf(transport, sizeof transport, "%.4g Gbit/s", n->host_Bps * 8e-9);
+    if (cfg->bcast_host_Bps > 0)
+        snprintf(transport + strlen(transport), sizeof transport - strlen(transport),
+                 " (broadcasts %.4g Gbit/s)", cfg->bcast_host_Bps * 8e-9);
     printf("  step time (model, docs/network.md): link %.4g Gbit/s per direction, latency %.3g us, "
            "%d worker%s per host, transport %s, %.4g GFLOP/s per worker, %s collectives %s\n",
            n->link_Bps * 8e-9, n->latency_s * 1e6, n->ranks_per_host,
@@ -134,9 +142,11 @@ void plan_steptime_json_summary(const sdp_steptime_cfg *cfg, const sdp_step_time
                                 const sdp_step_times *ddp) {
     const sdp_net *n = &cfg->net;
     printf("  \"steptime\": {\"link_gbps\": %.6g, \"latency_us\": %.6g, \"ranks_per_host\": %d, "
-           "\"host_gbps\": %.6g, \"gflops\": %.6g, \"mem_gbs\": %.6g, \"comm\": \"%s\", "
+           "\"host_gbps\": %.6g, \"host_bcast_gbps\": %.6g, \"gflops\": %.6g, \"mem_gbs\": %.6g, "
+           "\"comm\": \"%s\", "
            "\"overlap\": %s, \"step_s\": %.6g, \"ddp_step_s\": %.6g}\n",
            n->link_Bps * 8e-9, n->latency_s * 1e6, n->ranks_per_host, n->host_Bps * 8e-9,
-           cfg->flops_per_s * 1e-9, cfg->mem_Bps * 1e-9, sdp_comm_lib_name(cfg->lib),
-           cfg->overlap ? "true" : "false", slowest(t, world)->step, ddp->step);
+           cfg->bcast_host_Bps * 8e-9, cfg->flops_per_s * 1e-9, cfg->mem_Bps * 1e-9,
+           sdp_comm_lib_name(cfg->lib), cfg->overlap ? "true" : "false", slowest(t, world)->step,
+           ddp->step);
 }

@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 typedef struct {
-    double link_gbps, latency_us, host_gbps, gflops, mem_gbs;
+    double link_gbps, latency_us, host_gbps, host_bcast_gbps, gflops, mem_gbs;
     int ranks_per_host;
     char comm[OPT_STR_MAX];
 } plan_steptime_opts;

@@ -261,16 +261,18 @@ static double sync_mpi(const sdp_steptime_cfg *cfg, const bucket_list *l, double
 /* ---- update ---------------------------------------------------------------------------------- */
 
 /* Backward masking: one broadcast per owner group from its publisher to every worker, one after
- * another (sdp_sync_publish). */
+ * another (sdp_sync_publish). They are blocking, at their own transport rate when one is given. */
 static double publish_time(const sdp_plan *p, const sdp_steptime_cfg *cfg) {
     if (p->cfg.mask != SDP_MASK_BACKWARD) return 0;
+    sdp_net net = cfg->net;
+    if (cfg->bcast_host_Bps > 0) net.host_Bps = cfg->bcast_host_Bps;
     double t = 0;
     for (int g = 0; g < p->ngroups; g++) {
         const sdp_owner_group *og = &p->groups[g];
         if (og->nmembers == p->cfg.world || og->elems == 0) continue;
         const double bytes = cfg->wire_bytes * (double)og->elems;
-        t += cfg->lib == SDP_COMM_NCCL ? sdp_net_ring_broadcast(&cfg->net, og->publisher, bytes)
-                                       : sdp_net_mpi_broadcast(&cfg->net, og->publisher, bytes);
+        t += cfg->lib == SDP_COMM_NCCL ? sdp_net_ring_broadcast(&net, og->publisher, bytes)
+                                       : sdp_net_mpi_broadcast(&net, og->publisher, bytes);
     }
     return t;
 }
