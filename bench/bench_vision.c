@@ -57,6 +57,7 @@ typedef enum { PH_ZERO, PH_FWD, PH_BWD, PH_OPT, PH_TOTAL, NPHASES } phase;
 static const char *PHASE_NAMES[NPHASES] = {"zero", "forward", "backward", "optimizer", "total"};
 
 typedef struct {
+    sdp_backend *be; /* the CPU backend the model runs on */
     sdp_model model;
     float *grads;
     long *grad_offset;
@@ -98,7 +99,9 @@ static void trainer_init(trainer *t, const bench_model *bm, sdp_mem *mem) {
     const sdp_model_family *f = sdp_model_family_find(cfg.arch);
     SDP_ASSERT(f && f->images);
     f->finish_config(&cfg);
-    f->create(&t->model, &cfg, NULL, BATCH, 1, SDP_MODEL_TRAIN_BARE, SDP_GEMM_DNNL, mem);
+    t->be = sdp_backend_cpu(SDP_GEMM_DNNL, mem);
+    cfg.backend = t->be;
+    f->create(&t->model, &cfg, NULL, BATCH, 1, SDP_MODEL_TRAIN_BARE);
     sdp_layout_init_values(t->model.layout, t->model.params, 1234);
     init_training_state(t, bm, mem);
     const size_t S = (size_t)cfg.image_size;
@@ -116,6 +119,7 @@ static void trainer_free(trainer *t, sdp_mem *mem) {
     free(t->grad_offset);
     sdp_optim_free(&t->opt, mem);
     t->model.ops->destroy(&t->model);
+    sdp_backend_destroy(t->be);
 }
 
 /* Fresh random images and labels (drawn outside the timed step). */

@@ -371,9 +371,11 @@ static long check_replicas(const mode *md, memory_kind memory, const sdp_world *
 static void masked_gradient(double *g, const worker *wk, int rank) {
     const trainer *w = &wk->t;
     sdp_mem mem = {0};
+    sdp_model_config cfg = w->cfg;
+    cfg.backend = sdp_backend_cpu(w->gemm, &mem);
     sdp_model ref;
-    run_create_worker_model(&ref, &w->cfg, &w->plan, &w->full, rank, w->data.B, w->data.T,
-                            SDP_MODEL_TRAIN_BARE, w->gemm, &mem);
+    run_create_worker_model(&ref, &cfg, &w->plan, &w->full, rank, w->data.B, w->data.T,
+                            SDP_MODEL_TRAIN_BARE);
     const sdp_layout *L = ref.layout;
     SDP_ASSERT(L->numel == w->model.layout->numel);
     memcpy(ref.params, w->model.params, L->numel * sizeof(float));
@@ -398,6 +400,7 @@ static void masked_gradient(double *g, const worker *wk, int rank) {
             for (size_t e = 0; e < r->len; e++) g[r->global + e] = grads[r->local + e];
     }
     ref.ops->destroy(&ref);
+    sdp_backend_destroy(cfg.backend);
     sdp_free(&mem, grads);
     free(offset);
 }

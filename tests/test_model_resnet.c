@@ -875,9 +875,10 @@ static void test_sliced_gradients(void **state) {
                            .classes = CLASSES};
     f->finish_config(&mc);
     sdp_mem mem = {0};
+    mc.backend = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
     sdp_model ref, bare;
-    f->create(&ref, &mc, NULL, BATCH, 1, SDP_MODEL_TRAIN, SDP_GEMM_DNNL, &mem);
-    f->create(&bare, &mc, NULL, BATCH, 1, SDP_MODEL_TRAIN_BARE, SDP_GEMM_DNNL, &mem);
+    f->create(&ref, &mc, NULL, BATCH, 1, SDP_MODEL_TRAIN);
+    f->create(&bare, &mc, NULL, BATCH, 1, SDP_MODEL_TRAIN_BARE);
     const sdp_layout *L = bare.layout;
     perturbed_params(L, ref.params, 6);
     memcpy(bare.params, ref.params, L->numel * sizeof(float));
@@ -954,6 +955,7 @@ static void test_sliced_gradients(void **state) {
     free(full);
     bare.ops->destroy(&bare);
     ref.ops->destroy(&ref);
+    sdp_backend_destroy(mc.backend);
     for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(mem.cur[k], 0);
 }
 
@@ -982,14 +984,19 @@ static void check_dry_run(const sdp_model_config *mc, const sdp_subnet_spec *spe
                           sdp_model_mode mode) {
     const sdp_model_family *f = sdp_model_family_find("resnet");
     sdp_mem dry = {.dry = true}, real = {0};
+    sdp_model_config on_dry = *mc, on_real = *mc;
+    on_dry.backend = sdp_backend_cpu(SDP_GEMM_DNNL, &dry);
+    on_real.backend = sdp_backend_cpu(SDP_GEMM_DNNL, &real);
     sdp_model m;
-    f->create(&m, mc, spec, B, 1, mode, SDP_GEMM_DNNL, &dry);
+    f->create(&m, &on_dry, spec, B, 1, mode);
     m.ops->destroy(&m);
-    f->create(&m, mc, spec, B, 1, mode, SDP_GEMM_DNNL, &real);
+    sdp_backend_destroy(on_dry.backend);
+    f->create(&m, &on_real, spec, B, 1, mode);
     for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(dry.peak[k], real.peak[k]);
     assert_true(real.peak[SDP_MEM_PARAMS] > 0 && real.peak[SDP_MEM_ACTS] > 0);
     assert_int_equal(real.peak[SDP_MEM_GRADS] > 0, mode == SDP_MODEL_TRAIN);
     m.ops->destroy(&m);
+    sdp_backend_destroy(on_real.backend);
     for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(real.cur[k], 0);
 }
 
@@ -1028,9 +1035,11 @@ static size_t resnet_act_bytes(int depth, sdp_model_mode mode) {
                            .image_size = SIZE,
                            .classes = CLASSES};
     sdp_mem dry = {.dry = true};
+    mc.backend = sdp_backend_cpu(SDP_GEMM_DNNL, &dry);
     sdp_model m;
-    sdp_model_family_find("resnet")->create(&m, &mc, NULL, BATCH, 1, mode, SDP_GEMM_DNNL, &dry);
+    sdp_model_family_find("resnet")->create(&m, &mc, NULL, BATCH, 1, mode);
     m.ops->destroy(&m);
+    sdp_backend_destroy(mc.backend);
     return dry.peak[SDP_MEM_ACTS];
 }
 

@@ -93,7 +93,7 @@ static int local_block(const sdp_layout *L, int g) {
 /* Runs the batches through `state`'s parameters block by block, as block-streamed evaluation
  * does, and leaves the running statistics the stages updated in `state`. */
 static void staged(const sdp_model_family *f, setup *s, sdp_model *state, bool training,
-                   sdp_metrics *out, sdp_mem *mem) {
+                   sdp_metrics *out) {
     const sdp_layout *full = state->layout;
     const size_t n = state->ops->stream_floats(state);
     float *x = calloc(NBATCH * n, sizeof *x);
@@ -101,7 +101,7 @@ static void staged(const sdp_model_family *f, setup *s, sdp_model *state, bool t
     for (int g = 0; g < full->nblocks; g++) {
         sdp_subnet_spec spec = one_block(full, g);
         sdp_model m;
-        f->create(&m, &s->cfg, &spec, s->B, s->T, SDP_MODEL_INFER, SDP_GEMM_DNNL, mem);
+        f->create(&m, &s->cfg, &spec, s->B, s->T, SDP_MODEL_INFER);
         assert_int_equal(m.ops->stream_floats(&m), n);
         exchange(&m, state, true, false);
         const int i = local_block(m.layout, g);
@@ -123,16 +123,18 @@ static void staged(const sdp_model_family *f, setup *s, sdp_model *state, bool t
 static void check_family(setup *s) {
     const sdp_model_family *f = family(s);
     sdp_mem mem = {0};
+    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
+    s->cfg.backend = be;
     sdp_model whole, state;
-    f->create(&whole, &s->cfg, NULL, s->B, s->T, SDP_MODEL_INFER, SDP_GEMM_DNNL, &mem);
-    f->create(&state, &s->cfg, NULL, s->B, s->T, SDP_MODEL_INFER, SDP_GEMM_DNNL, &mem);
+    f->create(&whole, &s->cfg, NULL, s->B, s->T, SDP_MODEL_INFER);
+    f->create(&state, &s->cfg, NULL, s->B, s->T, SDP_MODEL_INFER);
     sdp_layout_init_values(whole.layout, whole.params, 7);
     memcpy(state.params, whole.params, whole.layout->numel * sizeof(float));
     for (int training = 1; training >= 0; training--) {
         sdp_metrics want[NBATCH], got[NBATCH];
         for (int k = 0; k < NBATCH; k++)
             whole.ops->forward(&whole, &s->batch[k], training, &want[k]);
-        staged(f, s, &state, training, got, &mem);
+        staged(f, s, &state, training, got);
         for (int k = 0; k < NBATCH; k++) {
             assert_true(want[k].count > 0);
             assert_memory_equal(&want[k].loss, &got[k].loss, sizeof(double));
@@ -143,6 +145,8 @@ static void check_family(setup *s) {
     }
     whole.ops->destroy(&whole);
     state.ops->destroy(&state);
+    s->cfg.backend = NULL;
+    sdp_backend_destroy(be);
     free_batches(s);
 }
 

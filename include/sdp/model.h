@@ -136,8 +136,9 @@ typedef struct {
     float rope_theta;
     int depth;                                   /* resnet: 20, 18, ... */
     int in_channels, image_size, classes, patch; /* image models */
-    /* The backend to build on, the caller's (it must outlive the model). NULL: a CPU backend of
-     * the model's own over create's gemm and mem. Families without kernels for it fail. */
+    /* The backend to build on, the caller's (it must outlive the model); required: a CPU run
+     * passes sdp_backend_cpu over its GEMM provider and memory tally (a dry sdp_mem to count
+     * without allocating). Families without kernels for it fail. */
     sdp_backend *backend;
 } sdp_model_config;
 
@@ -187,9 +188,10 @@ typedef struct {
     void (*finish_config)(sdp_model_config *cfg);
     /* Describes the full model's tensors without allocating them. */
     void (*describe_full)(sdp_layout *full, const sdp_model_config *cfg);
-    /* Builds a (sub)network for batches of B examples (of T tokens); spec NULL: the full model. */
+    /* Builds a (sub)network for batches of B examples (of T tokens) on cfg->backend, which must
+     * be set; spec NULL: the full model. */
     void (*create)(sdp_model *m, const sdp_model_config *cfg, const sdp_subnet_spec *spec, int B,
-                   int T, sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem);
+                   int T, sdp_model_mode mode);
 } sdp_model_family;
 
 /* The family of an architecture name, or NULL. */

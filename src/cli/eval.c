@@ -46,7 +46,8 @@ int cmd_eval(int argc, char **argv) {
     sdp_mem mem = {0};
     train_opts o;
     sdp_model m;
-    const run_data_shape trained = load_run_model(&m, &o, e.run, 0, 0, &mem);
+    sdp_backend *be;
+    const run_data_shape trained = load_run_model(&m, &be, &o, e.run, 0, 0, &mem);
     if (e.data[0]) strcpy(o.data, e.data);
     batch_source data;
     if (e.data[0] && !run_images(&o)) { /* another file: all of it is evaluated */
@@ -67,6 +68,8 @@ int cmd_eval(int argc, char **argv) {
             printf("eval %s: loss %.4f nats/token (%.4f bits/token), perplexity %.3f\n", e.run,
                    loss, loss / log(2.0), exp(loss));
     }
+    m.ops->destroy(&m);
+    sdp_backend_destroy(be);
     sdp_world_finalize();
     return 0;
 }

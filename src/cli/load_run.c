@@ -15,8 +15,8 @@ static int load_run_vocab(const sdp_st_file *f, bool images) {
     return (int)sdp_st_meta_number(f, "sdp.vocab", images ? 0 : 2, images ? INT_MAX : most, true);
 }
 
-run_data_shape load_run_model(sdp_model *m, train_opts *o, const char *dir, int B, int T,
-                              sdp_mem *mem) {
+run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, const char *dir, int B,
+                              int T, sdp_mem *mem) {
     /* The run's "resolved" record is checked but not needed: model.safetensors is the full
      * assembled model, which is evaluated whole, with no plan and no branch scale. */
     run_load_config(o, NULL, dir);
@@ -34,8 +34,9 @@ run_data_shape load_run_model(sdp_model *m, train_opts *o, const char *dir, int 
     sdp_model_config cfg = run_model_config(o, shape);
     /* An image is one example, whatever --seq-len the run's config.json carries (its default). */
     const int run_T = run_images(o) ? 1 : o->seq_len;
-    run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : run_T, SDP_MODEL_INFER,
-                             run_gemm(o), mem);
+    *be = sdp_backend_cpu(run_gemm(o), mem);
+    cfg.backend = *be;
+    run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : run_T, SDP_MODEL_INFER);
     sdp_ckpt_buffer pb = {m->params, "", false};
     sdp_ckpt_load(&f, path, m->layout, &pb, 1, mem);
     sdp_st_close(&f, mem);

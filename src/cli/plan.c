@@ -144,8 +144,7 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
     on_device.backend = be;
     sdp_model m;
     const int T = run_images(&o->t) ? 1 : o->t.seq_len; /* images have no sequence */
-    run_create_worker_model(&m, &on_device, p, full, rank, o->t.batch, T, SDP_MODEL_TRAIN_BARE,
-                            SDP_GEMM_DNNL, &dry);
+    run_create_worker_model(&m, &on_device, p, full, rank, o->t.batch, T, SDP_MODEL_TRAIN_BARE);
     const size_t local = m.layout->numel;
     const double flops = (double)o->t.batch * T * m.ops->train_flops_per_example(&m);
     m.ops->destroy(&m);

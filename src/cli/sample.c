@@ -75,7 +75,8 @@ int cmd_sample(int argc, char **argv) {
     sdp_mem mem = {0};
     train_opts o;
     sdp_model model;
-    load_run_model(&model, &o, s.run, 1, 0, &mem);
+    sdp_backend *be;
+    load_run_model(&model, &be, &o, s.run, 1, 0, &mem);
     SDP_CHECK(!strcmp(o.model, "gpt") || !strcmp(o.model, "llama"),
               "sdp sample generates text; run %s trained a '%s' model", s.run, o.model);
     sdp_tf *tf = model.impl; /* sampling needs the transformer's logits */
@@ -106,6 +107,8 @@ int cmd_sample(int argc, char **argv) {
     }
     if (w.rank == 0) putchar('\n');
     free(ctx);
+    model.ops->destroy(&model);
+    sdp_backend_destroy(be);
     sdp_world_finalize();
     return 0;
 }

@@ -200,10 +200,12 @@ static double ddp_eval_ckpt_bytes(const trainer *t) {
  * model, and its checkpoint buffers. */
 static void ddp_reference(const trainer *t, double *row) {
     sdp_mem dry = {.dry = true};
+    sdp_model_config counted = t->cfg;
+    counted.backend = sdp_backend_cpu(t->gemm, &dry);
     sdp_model m;
-    run_family(&t->cfg)->create(&m, &t->cfg, NULL, t->data.B, t->data.T, SDP_MODEL_TRAIN_BARE,
-                                t->gemm, &dry);
+    run_family(&counted)->create(&m, &counted, NULL, t->data.B, t->data.T, SDP_MODEL_TRAIN_BARE);
     m.ops->destroy(&m);
+    sdp_backend_destroy(counted.backend);
     for (int c = 0; c < SDP_MEM_NCAT; c++) row[c] = (double)dry.peak[c];
     const double n = (double)t->full.numel;
     row[SDP_MEM_GRADS] = n * 4;

@@ -76,13 +76,14 @@ static void describe_full(sdp_layout *full, const sdp_model_config *c) {
     sdp_resnet_describe(full, &r, NULL);
 }
 
-/* On the configuration's backend, or else on a CPU backend of the model's own. */
+/* On the configuration's backend, which the caller made (and destroys after the model). */
 static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spec *spec, int B,
-                   int T, sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
+                   int T, sdp_model_mode mode) {
+    SDP_CHECK(c->backend, "resnet: no backend in the model configuration: the caller creates one "
+                          "(sdp_backend_cpu on the CPU)");
     SDP_CHECK(T <= 1, "resnet: images have no sequence length (got T = %d): use T = 1", T);
     sdp_resnet_config r = resnet_config(c);
-    sdp_resnet *impl = c->backend ? sdp_resnet_create_on(&r, spec, B, mode, c->backend, CONV_ALGO)
-                                  : sdp_resnet_create(&r, spec, B, mode, gemm, CONV_ALGO, mem);
+    sdp_resnet *impl = sdp_resnet_create_on(&r, spec, B, mode, c->backend, CONV_ALGO);
     memset(m, 0, sizeof *m);
     m->ops = &OPS;
     m->impl = impl;

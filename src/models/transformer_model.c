@@ -1,5 +1,5 @@
 /* The transformer (gpt and llama styles on tokens, vit on images) behind the generic model
- * interface (sdp/model.h), on the configuration's backend or else a CPU backend of its own. */
+ * interface (sdp/model.h), on the configuration's backend. */
 #include "sdp/check.h"
 #include "sdp/model.h"
 #include "sdp/transformer.h"
@@ -9,8 +9,6 @@
 
 typedef struct {
     sdp_tf tf;
-    sdp_backend *be;
-    bool owns_be; /* a CPU backend made here, not the caller's */
 } tf_model;
 
 static sdp_tf *tf(const sdp_model *m) {
@@ -20,7 +18,6 @@ static sdp_tf *tf(const sdp_model *m) {
 static void destroy(sdp_model *m) {
     tf_model *impl = m->impl;
     sdp_tf_destroy(&impl->tf);
-    if (impl->owns_be) sdp_backend_destroy(impl->be);
     free(impl);
     memset(m, 0, sizeof *m);
 }
@@ -147,7 +144,11 @@ static void describe_full(sdp_layout *full, const sdp_model_config *c) {
 }
 
 static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spec *spec, int B,
-                   int T, sdp_model_mode mode, sdp_gemm_provider gemm, sdp_mem *mem) {
+                   int T, sdp_model_mode mode) {
+    SDP_CHECK(c->backend,
+              "%s: no backend in the model configuration: the caller creates one "
+              "(sdp_backend_cpu on the CPU)",
+              c->arch);
     sdp_tf_config t = tf_config(c);
     sdp_tf_config_finish(&t);
     sdp_tf_shape shape;
@@ -158,9 +159,7 @@ static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spe
         sdp_tf_shape_full(&shape, &t);
     tf_model *impl = calloc(1, sizeof *impl);
     SDP_CHECK(impl, "out of memory");
-    impl->owns_be = c->backend == NULL;
-    impl->be = c->backend ? c->backend : sdp_backend_cpu(gemm, mem);
-    sdp_tf_create(&impl->tf, &t, &shape, B, T, mode, impl->be);
+    sdp_tf_create(&impl->tf, &t, &shape, B, T, mode, c->backend);
     sdp_tf_shape_free(&shape);
     memset(m, 0, sizeof *m);
     m->ops = &OPS;

@@ -29,9 +29,10 @@ typedef struct {
     int rows;          /* examples per call of a stage: the block models' batch */
     size_t row_floats; /* of the stream, per example */
     int chunk;
-    void *region;  /* the block models' arena, from io_mem */
-    sdp_mem arena; /* over region: each block's model in turn */
-    sdp_model m;   /* the current block's model */
+    void *region;    /* the block models' arena, from io_mem */
+    sdp_mem arena;   /* over region: each block's model in turn */
+    sdp_backend *be; /* the CPU backend over arena that the current block's model runs on */
+    sdp_model m;     /* the current block's model */
     int local_block;
 } streamer;
 
@@ -149,8 +150,10 @@ static int find_local_block(const sdp_layout *L, int g) {
 static void create_block_model(streamer *s, int g) {
     trainer *t = s->t;
     sdp_subnet_spec spec = one_block_spec(&t->full, g);
-    run_family(&t->cfg)->create(&s->m, &t->cfg, &spec, s->rows, t->data.T, SDP_MODEL_INFER, t->gemm,
-                                &s->arena);
+    s->be = sdp_backend_cpu(t->gemm, &s->arena);
+    sdp_model_config cfg = t->cfg;
+    cfg.backend = s->be;
+    run_family(&cfg)->create(&s->m, &cfg, &spec, s->rows, t->data.T, SDP_MODEL_INFER);
     free_spec(&spec);
     s->local_block = find_local_block(s->m.layout, g);
 }
@@ -165,6 +168,8 @@ static void build(streamer *s, int g) {
 
 static void drop(streamer *s) {
     s->m.ops->destroy(&s->m);
+    sdp_backend_destroy(s->be);
+    s->be = NULL;
     sdp_mem_arena_reset(&s->arena);
 }
 
@@ -199,10 +204,13 @@ eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *
     for (int g = 0; g < full->nblocks; g++) {
         sdp_mem dry = {.dry = true};
         sdp_subnet_spec spec = one_block_spec(full, g);
+        sdp_model_config counted = *cfg;
+        counted.backend = sdp_backend_cpu(gemm, &dry);
         sdp_model m;
-        run_family(cfg)->create(&m, cfg, &spec, z.rows, T, SDP_MODEL_INFER, gemm, &dry);
+        run_family(cfg)->create(&m, &counted, &spec, z.rows, T, SDP_MODEL_INFER);
         if (g == 0) z.row_floats = m.ops->stream_floats(&m) / (size_t)z.rows;
         m.ops->destroy(&m);
+        sdp_backend_destroy(counted.backend);
         free_spec(&spec);
         if (dry.carved > z.arena_bytes) z.arena_bytes = dry.carved;
     }

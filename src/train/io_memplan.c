@@ -180,9 +180,11 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     SDP_CHECK(peak && np0 && np_all && nv0 && nv_all, "out of memory");
     for (int r = 0; r < world; r++) {
         sdp_mem dry = {.dry = true};
+        sdp_model_config counted = *run->cfg;
+        counted.backend = sdp_backend_cpu(run->gemm, &dry);
         sdp_model m;
-        run_create_worker_model(&m, run->cfg, run->plan, run->full, r, run->B, run->T,
-                                SDP_MODEL_TRAIN_BARE, run->gemm, &dry);
+        run_create_worker_model(&m, &counted, run->plan, run->full, r, run->B, run->T,
+                                SDP_MODEL_TRAIN_BARE);
         sdp_subnet_map map;
         sdp_subnet_map_build(&map, run->full, m.layout, run->plan, r,
                              run->plan->cfg.mask == SDP_MASK_FORWARD);
@@ -200,6 +202,7 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
         sent_runs_free(&sent[0]), sent_runs_free(&sent[1]);
         sdp_subnet_map_free(&map);
         m.ops->destroy(&m);
+        sdp_backend_destroy(counted.backend);
     }
     for (int k = 0; k < NKINDS; k++) peak[k] = 0;
     for (int i = 0; i < ws->n; i++) {
@@ -214,11 +217,14 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
 /* Elements of rank r's own model and of the optimizer state it keeps. */
 static void local_sizes(const io_memplan_run *run, int r, size_t *nlocal, size_t *owned) {
     sdp_mem dry = {.dry = true};
+    sdp_model_config counted = *run->cfg;
+    counted.backend = sdp_backend_cpu(run->gemm, &dry);
     sdp_model m;
-    run_create_worker_model(&m, run->cfg, run->plan, run->full, r, run->B, run->T,
-                            SDP_MODEL_TRAIN_BARE, run->gemm, &dry);
+    run_create_worker_model(&m, &counted, run->plan, run->full, r, run->B, run->T,
+                            SDP_MODEL_TRAIN_BARE);
     *nlocal = m.layout->numel;
     m.ops->destroy(&m);
+    sdp_backend_destroy(counted.backend);
     sdp_worker_plan w;
     sdp_memplan_worker(run->plan, run->full, r, &w);
     *owned = w.owned;

@@ -141,11 +141,10 @@ sdp_gemm_provider run_gemm(const train_opts *o) {
 }
 
 void run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,
-                             const sdp_layout *full, int rank, int B, int T, sdp_model_mode mode,
-                             sdp_gemm_provider gemm, sdp_mem *mem) {
+                             const sdp_layout *full, int rank, int B, int T, sdp_model_mode mode) {
     sdp_subnet_spec spec;
     sdp_subnet_spec_make(&spec, p, full, rank);
-    run_family(cfg)->create(m, cfg, &spec, B, T, mode, gemm, mem);
+    run_family(cfg)->create(m, cfg, &spec, B, T, mode);
     sdp_subnet_spec_free(&spec);
 }
 

@@ -30,10 +30,9 @@ run_data_shape run_dataset_shape(const train_opts *o);
 bool run_images(const train_opts *o);
 const sdp_model_family *run_family(const sdp_model_config *cfg);
 sdp_gemm_provider run_gemm(const train_opts *o);
-/* Builds worker `rank`'s (sub)network under a plan over the full layout. */
+/* Builds worker `rank`'s (sub)network under a plan over the full layout, on cfg->backend. */
 void run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,
-                             const sdp_layout *full, int rank, int B, int T, sdp_model_mode mode,
-                             sdp_gemm_provider gemm, sdp_mem *mem);
+                             const sdp_layout *full, int rank, int B, int T, sdp_model_mode mode);
 /* The SDP plan options of a training configuration, for `world` workers. */
 /* k, the owners of each unit, for a job of `world` workers: --sdp-owners, or --sdp-coverage times
  * N rounded as the plan rounds it, or N under data parallelism. The one place the rule lives. */

@@ -73,7 +73,7 @@ static void build_worker(trainer *t) {
     sdp_model_config on_device = t->cfg; /* only the worker's model runs on t->be */
     on_device.backend = t->be;
     run_create_worker_model(&t->model, &on_device, &t->plan, &t->full, job_rank(t), t->data.B,
-                            t->data.T, SDP_MODEL_TRAIN_BARE, t->gemm, &t->mem);
+                            t->data.T, SDP_MODEL_TRAIN_BARE);
     sdp_subnet_map_build(&t->map, &t->full, t->model.layout, &t->plan, job_rank(t), forward);
     const size_t nlocal = t->model.layout->numel;
     float *init = host_copy(t, t->model.params, nlocal);

@@ -565,11 +565,13 @@ static void test_resnet_sliced_gradients(void **state) {
 
     sdp_mem host_mem = {0};
     sdp_backend *gpu = sdp_backend_cuda(0, SDP_PRECISION_FP32);
-    sdp_model_config mc_gpu = mc;
+    sdp_backend *cpu = sdp_backend_cpu(SDP_GEMM_DNNL, &host_mem);
+    sdp_model_config mc_cpu = mc, mc_gpu = mc;
+    mc_cpu.backend = cpu;
     mc_gpu.backend = gpu;
     sdp_model cm, gm;
-    f->create(&cm, &mc, &spec, RN_B, 1, SDP_MODEL_TRAIN_BARE, SDP_GEMM_DNNL, &host_mem);
-    f->create(&gm, &mc_gpu, &spec, RN_B, 1, SDP_MODEL_TRAIN_BARE, SDP_GEMM_DNNL, &host_mem);
+    f->create(&cm, &mc_cpu, &spec, RN_B, 1, SDP_MODEL_TRAIN_BARE);
+    f->create(&gm, &mc_gpu, &spec, RN_B, 1, SDP_MODEL_TRAIN_BARE);
     const sdp_layout *L = cm.layout;
     assert_int_equal(gm.layout->numel, L->numel);
     const size_t np = L->numel;
@@ -647,6 +649,7 @@ static void test_resnet_sliced_gradients(void **state) {
     gm.ops->destroy(&gm);
     cm.ops->destroy(&cm);
     sdp_backend_destroy(gpu);
+    sdp_backend_destroy(cpu);
     sdp_subnet_spec_free(&spec);
     sdp_plan_free(&plan);
     sdp_layout_free(&full);
