@@ -31,6 +31,19 @@ make_text() {
   else for i in $(seq 1 $((bytes / 40))); do echo "the quick brown fox $i jumps over dogs"; done >"$out"; fi
 }
 
+# checkpoint_whole WHAT DIR: DIR's last checkpoint loads and its CRCs verify (needs
+# SDP_mpi_st_diff). A kill between a checkpoint's two files can leave the optimizer state of the
+# model's step in optim.prev alone (see save_checkpoint): that is the file a load takes.
+checkpoint_whole() {
+  local what=$1 dir=$2 ok=1 optim=optim f
+  [ -e "$dir/optim.safetensors" ] || optim=optim.prev
+  for f in model $optim; do
+    "$SDP_mpi_st_diff" "$dir/$f.safetensors" >"$WORK/check.log" 2>&1 ||
+      { ok=0; fail "$what: $f.safetensors is damaged: $(cat "$WORK/check.log")"; }
+  done
+  [ $ok -eq 1 ] && pass "$what: model and optimizer files load and their CRCs verify"
+}
+
 finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]

@@ -113,13 +113,7 @@ fail_across() { # name, action, what the log must say
     fail "$name: left running: $(host_pids | xargs -r ps -o pid=,args= -p | head -4)"
   grep -q "$says" "$dir.log" && pass "$name: the log says '$says'" ||
     fail "$name: the log lacks '$says': $(tail -5 "$dir.log" | tr -s ' \n' ' ')"
-  local optim=optim ok=1
-  [ -e "$dir/optim.safetensors" ] || optim=optim.prev
-  for f in model $optim; do
-    "$SDP_mpi_st_diff" "$dir/$f.safetensors" >"$WORK/check.log" 2>&1 ||
-      { ok=0; fail "$name: $f.safetensors is damaged: $(cat "$WORK/check.log")"; }
-  done
-  [ $ok -eq 1 ] && pass "$name: the last checkpoint's files load and their CRCs verify"
+  checkpoint_whole "$name" "$dir"
 }
 kill_rank_on_h1() { kill -KILL "$(cat "$1/rank.2")"; } # ranks 2 and 3 run on h1
 link_down_h1() { hosts_link_down h1; }

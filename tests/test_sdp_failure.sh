@@ -69,15 +69,7 @@ kill_rank() {
     { fail "kill rank $victim: $left ranks still running 5 s after mpiexec ended"; ps -o pid,stat,args -p "$(cat "$pids"/rank.* | paste -sd,)"; }
   for f in "$pids"/rank.*; do alive "$(cat "$f")" && kill -KILL "$(cat "$f")"; done
 
-  # The last checkpoint is whole. A kill between its two files can leave the optimizer state of
-  # the model's step in optim.prev alone (see save_checkpoint): that is the file a load takes.
-  local ok=1 optim=optim
-  [ -e "$dir/optim.safetensors" ] || optim=optim.prev
-  for f in model $optim; do
-    "$SDP_mpi_st_diff" "$dir/$f.safetensors" >"$WORK/check.log" 2>&1 ||
-      { ok=0; fail "kill rank $victim: $f.safetensors is damaged: $(cat "$WORK/check.log")"; }
-  done
-  [ $ok -eq 1 ] && pass "kill rank $victim: model and optimizer files load and their CRCs verify"
+  checkpoint_whole "kill rank $victim" "$dir" # the last checkpoint is whole
   if "$SDP_BIN" eval --run "$dir" --threads 1 --batches 4 >"$WORK/eval.log" 2>&1; then
     pass "kill rank $victim: sdp eval reads the last checkpoint ($(grep -m1 -o '[0-9.]* nats/token' "$WORK/eval.log"))"
   else
