@@ -5,6 +5,7 @@
 #include "plan_steptime.h"
 #include "train/io_memplan.h"
 #include "train/run.h"
+#include "train/run_plan.h"
 
 #include "sdp/backend.h"
 #include "sdp/check.h"

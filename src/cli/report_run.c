@@ -1,6 +1,7 @@
 #include "report_run.h"
 
 #include "train/run.h"
+#include "train/run_plan.h"
 
 #include "sdp/check.h"
 #include "sdp/mem.h"

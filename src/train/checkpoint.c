@@ -38,25 +38,6 @@ static float *state_buffer(const trainer *t, int i) {
     return i == 0 ? t->opt.m : t->opt.v;
 }
 
-/* Floats per window of a streamed checkpoint (4 MiB). Rank 0 holds the window, its own share of
- * it packed for the gather and everything gathered for it (sdp_sync_gather_range): about three
- * windows, whatever the model's size. The environment variable SDP_CKPT_WINDOW (floats, at most
- * SDP_SYNC_GATHER_MAX) overrides it, so that tests can use windows far smaller than a tensor. */
-#define CKPT_WINDOW ((size_t)1 << 20)
-
-static size_t ckpt_window(void) {
-    const char *env = getenv("SDP_CKPT_WINDOW");
-    if (!env || !*env) return CKPT_WINDOW;
-    char *end;
-    errno = 0;
-    const unsigned long long w = strtoull(env, &end, 10);
-    SDP_CHECK(
-        *end == 0 && errno == 0 && w >= 1 && w <= SDP_SYNC_GATHER_MAX,
-        "SDP_CKPT_WINDOW is '%.40s', not a number of floats from 1 to %zu: unset it or fix it", env,
-        (size_t)SDP_SYNC_GATHER_MAX);
-    return (size_t)w;
-}
-
 /* Under forward masking with image models and k < N, the saved running statistics are those
  * re-estimated on the assembled model (eval_recalibrate), not any worker's: they are copied into
  * each window. Everything else is gathered window by window. */
@@ -70,11 +51,6 @@ static void copy_recalibrated_stats(trainer *t, size_t lo, size_t hi, float *win
             memcpy(win + (a - lo), eval_recalibrated(t, p->name) + (a - p->offset),
                    (b - a) * sizeof(float));
     }
-}
-
-size_t ckpt_window_floats(size_t numel) {
-    const size_t want = ckpt_window();
-    return numel < want ? (numel > 0 ? numel : 1) : want; /* no more than the model needs */
 }
 
 /* One flat buffer of the full layout into w (rank 0's; NULL elsewhere), gathered window by

@@ -12,6 +12,7 @@
  * Image models re-estimate their batch-norm running statistics on the assembled model first, the
  * same way over the calibration batches, and keep them (a few floats per channel) for the
  * checkpoint of the same step. */
+#include "eval_size.h"
 #include "io_memplan.h"
 #include "trainer.h"
 
@@ -37,14 +38,6 @@ typedef struct {
 } streamer;
 
 /* ---- the running statistics of the assembled model ------------------------------------------ */
-
-/* Elements of the full layout's buffer tensors (running statistics), which t->recal holds. */
-size_t eval_recal_floats(const sdp_layout *full) {
-    size_t n = 0;
-    for (int i = 0; i < full->nparams; i++)
-        if (full->params[i].buffer) n += full->params[i].numel;
-    return n;
-}
 
 /* Where tensor `name` of the full layout lives in t->recal, or NULL when it is not a buffer. */
 static float *recal_values(trainer *t, const char *name) {
@@ -72,27 +65,6 @@ static void exchange_recal(streamer *s, bool into_model) {
 }
 
 /* ---- one block's model ------------------------------------------------------------------- */
-
-/* Keeps block g whole, and the blocks no subnetwork drops (a ResNet's downsampling ones). */
-static sdp_subnet_spec one_block_spec(const sdp_layout *full, int g) {
-    const int n = full->nblocks;
-    sdp_subnet_spec spec = {n, calloc((size_t)n, sizeof(bool)),
-                            calloc((size_t)n, sizeof *spec.kept), calloc((size_t)n, sizeof(float))};
-    SDP_CHECK(spec.keep && spec.kept && spec.scale, "out of memory");
-    for (int b = 0; b < n; b++) {
-        spec.keep[b] = b == g || !full->blocks[b].droppable;
-        spec.scale[b] = 1.0f;
-        for (int j = 0; j < full->blocks[b].ngroups; j++)
-            spec.kept[b][j] = full->blocks[b].groups[j].width;
-    }
-    return spec;
-}
-
-static void free_spec(sdp_subnet_spec *spec) {
-    free(spec->keep);
-    free(spec->kept);
-    free(spec->scale);
-}
 
 /* [lo, hi) of block g's tensors in the full layout's flat buffer, and where its first tensor lies
  * in the block model's: the same tensors in the same order, checked here. */
@@ -149,12 +121,12 @@ static int find_local_block(const sdp_layout *L, int g) {
 
 static void create_block_model(streamer *s, int g) {
     trainer *t = s->t;
-    sdp_subnet_spec spec = one_block_spec(&t->full, g);
+    sdp_subnet_spec spec = eval_block_spec(&t->full, g);
     s->be = sdp_backend_cpu(t->gemm, &s->arena);
     sdp_model_config cfg = t->cfg;
     cfg.backend = s->be;
     run_family(&cfg)->create(&s->m, &cfg, &spec, s->rows, t->data.T, SDP_MODEL_INFER);
-    free_spec(&spec);
+    eval_block_spec_free(&spec);
     s->local_block = find_local_block(s->m.layout, g);
 }
 
@@ -174,52 +146,6 @@ static void drop(streamer *s) {
 }
 
 /* ---- the pass ---------------------------------------------------------------------------- */
-
-/* The residual streams of a chunk of batches are about as large as the largest block: it bounds
- * what evaluation adds to a worker, and the blocks are re-sent once per chunk. */
-static int chunk_batches(const sdp_layout *full, size_t floats) {
-    size_t largest = 0;
-    for (int b = 0; b < full->nblocks; b++) {
-        size_t n = 0;
-        for (int i = 0; i < full->nparams; i++)
-            if (full->params[i].block == b) n += full->params[i].numel;
-        if (n > largest) largest = n;
-    }
-    const size_t c = largest / floats;
-    return c < 1 ? 1 : c > 1024 ? 1024 : (int)c;
-}
-
-/* Examples per stage call when evaluating: a divisor of B near B/8, so that the block model's
- * activations are an eighth of a batch's. Each example's loss does not depend on the others in
- * its batch (batch norm evaluates on running statistics), so any split gives the same losses. */
-static int eval_rows(int B) {
-    int rows = (B + 7) / 8;
-    while (B % rows) rows--;
-    return rows;
-}
-
-eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B, int T,
-                                 uint64_t batches, bool training, sdp_gemm_provider gemm) {
-    eval_pass_size z = {.rows = training ? B : eval_rows(B)};
-    for (int g = 0; g < full->nblocks; g++) {
-        sdp_mem dry = {.dry = true};
-        sdp_subnet_spec spec = one_block_spec(full, g);
-        sdp_model_config counted = *cfg;
-        counted.backend = sdp_backend_cpu(gemm, &dry);
-        sdp_model m;
-        run_family(cfg)->create(&m, &counted, &spec, z.rows, T, SDP_MODEL_INFER);
-        if (g == 0) z.row_floats = m.ops->stream_floats(&m) / (size_t)z.rows;
-        m.ops->destroy(&m);
-        sdp_backend_destroy(counted.backend);
-        free_spec(&spec);
-        if (dry.carved > z.arena_bytes) z.arena_bytes = dry.carved;
-    }
-    const size_t floats = z.row_floats * (size_t)B;
-    z.chunk = chunk_batches(full, floats);
-    if ((uint64_t)z.chunk > batches) z.chunk = batches > 0 ? (int)batches : 1;
-    z.stream_bytes = (size_t)z.chunk * floats * sizeof(float);
-    return z;
-}
 
 /* For a pass over n batches; in training mode (batch statistics) whole batches at a time. Every
  * block's model is built in turn in one arena, sized for the largest: the pages are touched once

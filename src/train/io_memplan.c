@@ -19,8 +19,33 @@
 #include "sdp/subnet.h"
 #include "sdp/sync.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Floats per window of a streamed checkpoint (4 MiB). Rank 0 holds the window, its own share of
+ * it packed for the gather and everything gathered for it (sdp_sync_gather_range): about three
+ * windows, whatever the model's size. The environment variable SDP_CKPT_WINDOW (floats, at most
+ * SDP_SYNC_GATHER_MAX) overrides it, so that tests can use windows far smaller than a tensor. */
+#define CKPT_WINDOW ((size_t)1 << 20)
+
+static size_t ckpt_window(void) {
+    const char *env = getenv("SDP_CKPT_WINDOW");
+    if (!env || !*env) return CKPT_WINDOW;
+    char *end;
+    errno = 0;
+    const unsigned long long w = strtoull(env, &end, 10);
+    SDP_CHECK(
+        *end == 0 && errno == 0 && w >= 1 && w <= SDP_SYNC_GATHER_MAX,
+        "SDP_CKPT_WINDOW is '%.40s', not a number of floats from 1 to %zu: unset it or fix it", env,
+        (size_t)SDP_SYNC_GATHER_MAX);
+    return (size_t)w;
+}
+
+size_t ckpt_window_floats(size_t numel) {
+    const size_t want = ckpt_window();
+    return numel < want ? (numel > 0 ? numel : 1) : want; /* no more than the model needs */
+}
 
 /* A range of the full layout's flat buffer that one gather assembles. */
 typedef struct {

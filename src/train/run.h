@@ -33,13 +33,6 @@ sdp_gemm_provider run_gemm(const train_opts *o);
 /* Builds worker `rank`'s (sub)network under a plan over the full layout, on cfg->backend. */
 void run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,
                              const sdp_layout *full, int rank, int B, int T, sdp_model_mode mode);
-/* The SDP plan options of a training configuration, for `world` workers. */
-/* k, the owners of each unit, for a job of `world` workers: --sdp-owners, or --sdp-coverage times
- * N rounded as the plan rounds it, or N under data parallelism. The one place the rule lives. */
-int run_owners(const train_opts *o, int world);
-/* The plan's configuration from the options; --branch-scale auto is resolved for the full
- * model's layout. */
-sdp_plan_cfg run_plan_config(const train_opts *o, int world, const sdp_layout *full);
 /* Describes the full model of cfg. */
 void run_full_layout(sdp_layout *full, const sdp_model_config *cfg);
 

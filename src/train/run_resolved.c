@@ -1,6 +1,6 @@
 #include "run_resolved.h"
 
-#include "run.h"
+#include "run_plan.h"
 
 #include "sdp/check.h"
 

@@ -2,6 +2,7 @@
  * accumulation, the overlapped gradient sync, clipping, the optimizer, publishing), validation of
  * the full model, and stopping on a signal. `sdp train` is a loop over these (src/cli/train.c),
  * and the SDP invariant tests drive the same functions (tests/mpi_invariants.c). */
+#include "run_plan.h"
 #include "trainer.h"
 
 #include "sdp/check.h"
