@@ -1,8 +1,10 @@
 # Failures on a multi-rank run. A rank killed by SIGKILL in the middle of training (rank 0, the
 # checkpoint writer, and a rank that is not) ends the whole job with a non-zero status within
 # 20 seconds, leaves no rank behind, and leaves the last checkpoint valid: its CRC verifies,
-# `sdp eval` reads it, and the run resumes from it. A rank that hits an error ends every rank
-# within seconds, with a message naming the rank.
+# `sdp eval` reads it, and the run resumes from it. A rank stopped by SIGSTOP (alive, so the
+# launcher sees nothing) does the same through the other ranks' watchdogs (--stall-timeout),
+# and without them the job would wait forever. A rank that hits an error ends every rank within
+# seconds, with a message naming the rank.
 source "$(dirname "$0")/lib.sh"
 : "${SDP_mpi_st_diff:?ctest sets it}"
 MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
@@ -24,10 +26,12 @@ chmod +x "$WORK/rank.sh"
 alive() { kill -0 "$1" 2>/dev/null; }
 zombie() { [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
 
+# kill_rank VICTIM SIGNAL [OPTION...]: signals one rank of a 4-rank run after its first checkpoint.
 kill_rank() {
-  local victim=$1 dir="$WORK/run_kill$1" pids="$WORK/pids$1"
+  local victim=$1 sig=$2; shift 2
+  local dir="$WORK/run_$sig$victim" pids="$WORK/pids_$sig$victim"
   mkdir -p "$pids"
-  PID_DIR=$pids timeout 120 "${MPI[@]}" -n 4 "$WORK/rank.sh" "$SDP_BIN" "${T[@]}" --out "$dir" \
+  PID_DIR=$pids timeout 120 "${MPI[@]}" -n 4 "$WORK/rank.sh" "$SDP_BIN" "${T[@]}" "$@" --out "$dir" \
     >"$dir.log" 2>&1 &
   local job=$!
   # Wait (at most 30 s) until the first checkpoint is complete and every rank has its pid.
@@ -36,26 +40,31 @@ kill_rank() {
         [ "$(ls "$pids" | wc -l)" -eq 4 ]; do
     sleep 0.1; waited=$((waited + 1))
     if [ $waited -gt 300 ] || ! alive $job; then
-      fail "kill rank $victim: no checkpoint appeared"; tail -3 "$dir.log"; kill $job 2>/dev/null
+      fail "SIG$sig to rank $victim: no checkpoint appeared"; tail -3 "$dir.log"; kill $job 2>/dev/null
       return
     fi
   done
   sleep 0.3 # let it train on (and write more checkpoints) before the kill
   local t0; t0=$(date +%s%N)
-  kill -KILL "$(cat "$pids/rank.$victim")"
+  kill -"$sig" "$(cat "$pids/rank.$victim")"
   # mpiexec must notice and end the job.
   local rc=0 n=0
   while alive $job && [ $n -lt 200 ]; do sleep 0.1; n=$((n + 1)); done
   if alive $job; then
-    fail "kill rank $victim: mpiexec still running 20 s after the kill"; kill $job; wait $job
+    fail "SIG$sig to rank $victim: mpiexec still running 20 s after the kill"; kill $job; wait $job
     return
   fi
   wait $job; rc=$?
   local ms=$((($(date +%s%N) - t0) / 1000000))
   if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then
-    pass "kill -9 of rank $victim: mpiexec exited with status $rc after $ms ms"
+    pass "SIG$sig to rank $victim: mpiexec exited with status $rc after $ms ms"
   else
-    fail "kill -9 of rank $victim: mpiexec exit status $rc"
+    fail "SIG$sig to rank $victim: mpiexec exit status $rc"
+  fi
+  if [ "$sig" = STOP ]; then
+    grep -q "made no progress for" "$dir.log" &&
+      pass "SIGSTOP to rank $victim: $(grep -m1 -o 'rank [0-9]* made no progress for [0-9]* s' "$dir.log")" ||
+      { fail "SIGSTOP to rank $victim: no watchdog message"; tail -5 "$dir.log"; }
   fi
   # The other ranks go down with the job (mpiexec may return while they are still exiting).
   local left=4
@@ -65,26 +74,40 @@ kill_rank() {
     [ $left -eq 0 ] && break
     sleep 0.1
   done
-  [ $left -eq 0 ] && pass "kill rank $victim: no rank is left running" ||
-    { fail "kill rank $victim: $left ranks still running 5 s after mpiexec ended"; ps -o pid,stat,args -p "$(cat "$pids"/rank.* | paste -sd,)"; }
+  [ $left -eq 0 ] && pass "SIG$sig to rank $victim: no rank is left running" ||
+    { fail "SIG$sig to rank $victim: $left ranks still running 5 s after mpiexec ended"; ps -o pid,stat,args -p "$(cat "$pids"/rank.* | paste -sd,)"; }
   for f in "$pids"/rank.*; do alive "$(cat "$f")" && kill -KILL "$(cat "$f")"; done
 
-  checkpoint_whole "kill rank $victim" "$dir" # the last checkpoint is whole
+  checkpoint_whole "SIG$sig to rank $victim" "$dir" # the last checkpoint is whole
   if "$SDP_BIN" eval --run "$dir" --threads 1 --batches 4 >"$WORK/eval.log" 2>&1; then
-    pass "kill rank $victim: sdp eval reads the last checkpoint ($(grep -m1 -o '[0-9.]* nats/token' "$WORK/eval.log"))"
+    pass "SIG$sig to rank $victim: sdp eval reads the last checkpoint ($(grep -m1 -o '[0-9.]* nats/token' "$WORK/eval.log"))"
   else
-    fail "kill rank $victim: sdp eval failed: $(tail -1 "$WORK/eval.log")"
+    fail "SIG$sig to rank $victim: sdp eval failed: $(tail -1 "$WORK/eval.log")"
   fi
   if timeout 60 "${MPI[@]}" -n 4 "$SDP_BIN" train --resume "$dir" --stop-after 2 --threads 1 \
       >"$WORK/resume.log" 2>&1; then
-    pass "kill rank $victim: the run resumes from its last checkpoint ($(grep -o 'resumed at step [0-9]*' "$WORK/resume.log"))"
+    pass "SIG$sig to rank $victim: the run resumes from its last checkpoint ($(grep -o 'resumed at step [0-9]*' "$WORK/resume.log"))"
   else
-    fail "kill rank $victim: resume failed:"; grep -v "^step" "$WORK/resume.log" | head -20
+    fail "SIG$sig to rank $victim: resume failed:"; grep -v "^step" "$WORK/resume.log" | head -20
   fi
 }
 
-kill_rank 2
-kill_rank 0
+kill_rank 2 KILL
+kill_rank 0 KILL
+kill_rank 2 STOP --stall-timeout 3
+
+# The control: without the watchdog, a stopped rank leaves the job waiting (for 8 s here).
+pids="$WORK/pids_control"; mkdir -p "$pids"
+PID_DIR=$pids timeout 120 "${MPI[@]}" -n 4 "$WORK/rank.sh" "$SDP_BIN" "${T[@]}" --stall-timeout -1 \
+  --out "$WORK/run_control" >"$WORK/run_control.log" 2>&1 &
+job=$!
+for n in $(seq 300); do [ "$(ls "$pids" | wc -l)" -eq 4 ] && [ -s "$WORK/run_control/model.safetensors" ] && break; sleep 0.1; done
+kill -STOP "$(cat "$pids/rank.2")"
+sleep 8
+alive $job && pass "control: with --stall-timeout -1 the job still waits 8 s after a rank stopped" ||
+  fail "control: the job ended without the watchdog ($(tail -1 "$WORK/run_control.log"))"
+kill -KILL $job 2>/dev/null; for f in "$pids"/rank.*; do kill -KILL "$(cat "$f")" 2>/dev/null; done
+wait $job 2>/dev/null
 
 # A checkpoint cut off between its two files: the new optimizer state is in place, the model is
 # still the last step's. The previous optimizer file (optim.prev) is kept until the model is in

@@ -156,6 +156,8 @@ int cmd_train(int argc, char **argv) {
                "no\ncommunication, no checkpoints), to measure one worker's memory and speed.\n"
                "--device cuda trains on GPUs, one per rank (sdp-cuda only).");
     setup(&t, argc, argv);
+    t.watchdog = sdp_watchdog_start(t.o.stall_timeout, t.world.rank);
+    t.data.watchdog = t.watchdog;
     write_run_files(&t);
     open_metrics(&t);
     print_start(&t);
@@ -167,8 +169,10 @@ int cmd_train(int argc, char **argv) {
     trainer_step_result parts = {0}; /* summed over the window */
     const long first = t.step;
     int interrupted = 0;
+    sdp_watchdog_begin(t.watchdog);
     while (t.step < t.o.steps) {
         trainer_step_result r = trainer_step(&t);
+        if (t.step == first + 1) sdp_watchdog_arm(t.watchdog);
         window_loss += r.loss;
         window_steps++;
         parts.ms_forward += r.ms_forward;
@@ -197,6 +201,7 @@ int cmd_train(int argc, char **argv) {
         if (ckpt_due && !simulating(&t)) save_checkpoint(&t);
         if (stop) break;
     }
+    sdp_watchdog_stop(t.watchdog);
     if (interrupted) {
         report_interrupt(&t, interrupted);
         if (t.metrics) fclose(t.metrics);

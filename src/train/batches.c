@@ -192,6 +192,7 @@ sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI
         if (batches_val_batch(s, v, &b) == 0) continue; /* a share shorter than the others */
         sdp_metrics mt;
         m->ops->forward(m, &b, false, &mt);
+        sdp_watchdog_beat(s->watchdog);
         total.loss += mt.loss, total.count += mt.count, total.correct += mt.correct;
     }
     double v[3] = {total.loss, total.count, total.correct};

@@ -9,6 +9,7 @@
 #include "sdp/data.h"
 #include "sdp/images.h"
 #include "sdp/model.h"
+#include "sdp/watchdog.h"
 #include "train_opts.h"
 
 typedef struct {
@@ -26,8 +27,9 @@ typedef struct {
     int *tokens, *targets, *labels;
     float *pixels;
     bool has_val;
-    int rank, world; /* this worker, whose share of the validation data is its own */
-    int fed_vocab;   /* batches_fed: the vocabulary the options give */
+    int rank, world;        /* this worker, whose share of the validation data is its own */
+    int fed_vocab;          /* batches_fed: the vocabulary the options give */
+    sdp_watchdog *watchdog; /* beaten at every batch (NULL: none) */
 } batch_source;
 
 /* Opens the run's data for worker rank of world: its training stream and its share of the

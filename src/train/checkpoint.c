@@ -63,6 +63,7 @@ static void stream_gathered(trainer *t, sdp_st_writer *w, const float *local, bo
     for (size_t lo = 0; lo < numel; lo += window) {
         const size_t hi = numel - lo < window ? numel : lo + window;
         sdp_sync_gather_range(&t->sync, local, state_compact, lo, hi, win, &t->io_mem);
+        sdp_watchdog_beat(t->watchdog);
         if (!is_rank0(t)) continue;
         if (recalibrated_stats) copy_recalibrated_stats(t, lo, hi, win);
         sdp_st_writer_append(w, win, (hi - lo) * sizeof(float));

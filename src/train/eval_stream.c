@@ -217,6 +217,7 @@ static void run_chunk(streamer *s, uint64_t first, int n, batch_fn get, bool tra
             sdp_batch b = {.B = t->data.B, .T = t->data.T};
             if (stem || head) get(t, first + (uint64_t)k, &b);
             run_batch(s, &b, s->stream + (size_t)k * s->floats, stem, training, head ? out : NULL);
+            sdp_watchdog_beat(t->watchdog);
         }
         if (training) exchange_recal(s, false); /* the statistics this block updated */
         drop(s);

@@ -79,6 +79,10 @@ const opt_spec TRAIN_OPTS[] = {
      0},
     {"stop-after", OPT_INT, F(stop_after), "0",
      "stop (with a checkpoint) after this many steps of this invocation; resume later", 0},
+    {"stall-timeout", OPT_FLOAT, F(stall_timeout), "0",
+     "end the job when a rank makes no progress for this many seconds (a rank stopped or dead, a "
+     "host or link down); 0 = 10 times the slowest step, at least 60 s; -1 = never",
+     -1},
     {"seed", OPT_INT, F(seed), "1337", "seed for initialisation and data order", 0},
     {"threads", OPT_INT, F(threads), "0", "threads per worker; 0 = cores / workers on the node", 0},
     {"gemm", OPT_STR, F(gemm), "dnnl", "GEMM provider: dnnl or openblas", 0},
@@ -105,11 +109,12 @@ const opt_spec TRAIN_OPTS[] = {
 bool train_opt_may_change_on_resume(const char *name) {
     /* The checkpoint holds the full model and optimizer state, so the plan may change too: every
      * worker re-slices what it owns. */
-    static const char *ok[] = {"steps",       "stop-after",     "log-every",  "val-every",
-                               "val-batches", "ckpt-every",     "threads",    "gemm",
-                               "resume",      "check-replicas", "sdp-mask",   "sdp-unit",
-                               "sdp-owners",  "sdp-coverage",   "sdp-assign", "sdp-chunks",
-                               "sdp-seed",    "branch-scale",   "device",     "precision"};
+    static const char *ok[] = {"steps",        "stop-after",     "log-every",  "val-every",
+                               "val-batches",  "ckpt-every",     "threads",    "gemm",
+                               "resume",       "check-replicas", "sdp-mask",   "sdp-unit",
+                               "sdp-owners",   "sdp-coverage",   "sdp-assign", "sdp-chunks",
+                               "sdp-seed",     "branch-scale",   "device",     "precision",
+                               "stall-timeout"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;
     return false;

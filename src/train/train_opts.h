@@ -30,6 +30,7 @@ typedef struct {
     double sdp_coverage;
     /* run */
     int log_every, val_every, val_batches, ckpt_every, stop_after, seed, threads;
+    double stall_timeout;
     char out[OPT_STR_MAX], resume[OPT_STR_MAX], gemm[OPT_STR_MAX];
     bool overwrite;
     /* device and simulation */

@@ -153,6 +153,7 @@ trainer_step_result trainer_step(trainer *t) {
             t->next_batch(t->next_batch_ctx, &b);
         else
             batches_next(&t->data, &b);
+        sdp_watchdog_beat(t->watchdog);
         double t0 = now_ms();
         sdp_metrics mt;
         m->ops->forward(m, &b, true, &mt);
@@ -169,6 +170,7 @@ trainer_step_result trainer_step(trainer *t) {
     }
     m->layer_done = NULL;
     double t2 = now_ms();
+    sdp_watchdog_beat(t->watchdog);
     finish_gradients(t, local, &r);
     SDP_CHECK(isfinite(r.grad_norm),
               "the gradient norm became %g at step %ld: training diverged; lower --lr or raise "
@@ -180,6 +182,7 @@ trainer_step_result trainer_step(trainer *t) {
     device_optim_step(t, r.lr);
     device_sample_peak(t);
     if (t->plan.cfg.mask == SDP_MASK_BACKWARD && sync) sdp_sync_publish(&t->sync, m->params);
+    sdp_watchdog_beat(t->watchdog);
     const double end = now_ms();
     r.ms_sync = t3 - t2;
     r.ms_update = end - t3;

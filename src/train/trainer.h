@@ -47,7 +47,8 @@ typedef struct {
     double examples_seen, flops_done;          /* tokens or images, over all workers */
     uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
     FILE *metrics;
-    int run_lock; /* rank 0: the run directory's lock (run_dir_claim), held to the end */
+    int run_lock;           /* rank 0: the run directory's lock (run_dir_claim), held to the end */
+    sdp_watchdog *watchdog; /* --stall-timeout: beaten at every micro-batch, batch and window */
     /* Where training batches come from: NULL, the data's loader; else this function, set before
      * trainer_build, which then reads no data (tests and benchmarks feed batches of their own;
      * there is no validation data). */

@@ -1,0 +1,102 @@
+#include "sdp/watchdog.h"
+
+#include "sdp/check.h"
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Times are microseconds of the monotonic clock, kept in atomics: the training thread writes
+ * them while the watchdog thread reads them. */
+struct sdp_watchdog {
+    pthread_t thread;
+    double fixed_s; /* > 0: the fixed limit; 0: automatic */
+    int rank;
+    atomic_llong last_us;    /* the last beat */
+    atomic_llong longest_us; /* the longest gap between two beats so far */
+    atomic_bool measuring, armed, stopping;
+};
+
+static long long now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static double limit_s(const sdp_watchdog *w) {
+    if (w->fixed_s > 0) return w->fixed_s;
+    const double auto_s = 10.0 * 1e-6 * (double)atomic_load(&w->longest_us);
+    return auto_s > SDP_WATCHDOG_MIN_S ? auto_s : SDP_WATCHDOG_MIN_S;
+}
+
+/* The rank is stuck: say so and end the job. MPI_Abort reaches the launcher, which ends every
+ * rank; should it block (its own connection may be what is down), SIGALRM's default action ends
+ * this process a few seconds later, which the launcher sees too. */
+static _Noreturn void end_job(const sdp_watchdog *w, double waited_s) {
+    fprintf(stderr,
+            "sdp: rank %d made no progress for %.0f s (--stall-timeout %s%.0f s): another rank "
+            "is stopped or dead, or its host or link is down; ending the job\n",
+            w->rank, waited_s, w->fixed_s > 0 ? "" : "auto, ", limit_s(w));
+    fflush(stderr);
+    alarm(5);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
+static void *watch(void *arg) {
+    sdp_watchdog *w = arg;
+    const struct timespec tick = {0, 200 * 1000 * 1000};
+    while (!atomic_load(&w->stopping)) {
+        nanosleep(&tick, NULL);
+        if (!atomic_load(&w->armed)) continue;
+        const double waited = 1e-6 * (double)(now_us() - atomic_load(&w->last_us));
+        if (waited > limit_s(w)) end_job(w, waited);
+    }
+    return NULL;
+}
+
+sdp_watchdog *sdp_watchdog_start(double limit_s, int rank) {
+    if (limit_s < 0) return NULL;
+    sdp_watchdog *w = calloc(1, sizeof *w);
+    SDP_CHECK(w, "out of memory");
+    w->fixed_s = limit_s;
+    w->rank = rank;
+    atomic_store(&w->last_us, now_us());
+    SDP_CHECK(pthread_create(&w->thread, NULL, watch, w) == 0,
+              "cannot start the watchdog thread: pass --stall-timeout -1 to run without it");
+    return w;
+}
+
+void sdp_watchdog_begin(sdp_watchdog *w) {
+    if (!w) return;
+    atomic_store(&w->last_us, now_us());
+    atomic_store(&w->measuring, true);
+    if (w->fixed_s > 0) atomic_store(&w->armed, true);
+}
+
+void sdp_watchdog_beat(sdp_watchdog *w) {
+    if (!w) return;
+    const long long now = now_us(), gap = now - atomic_load(&w->last_us);
+    if (atomic_load(&w->measuring) && gap > atomic_load(&w->longest_us))
+        atomic_store(&w->longest_us, gap);
+    atomic_store(&w->last_us, now);
+}
+
+void sdp_watchdog_arm(sdp_watchdog *w) {
+    if (!w) return;
+    sdp_watchdog_beat(w);
+    atomic_store(&w->armed, true);
+}
+
+void sdp_watchdog_stop(sdp_watchdog *w) {
+    if (!w) return;
+    atomic_store(&w->stopping, true);
+    pthread_join(w->thread, NULL);
+    free(w);
+}
