@@ -93,6 +93,49 @@ else
   fail "srun --mpi=pmix -n 4 failed: $(grep -m2 -iE 'error|fatal' "$WORK/srun.log")"
 fi
 
+# A rank stopped with SIGSTOP under srun: alive, so Slurm sees nothing wrong, and every other rank
+# waits in a collective. The ranks' watchdogs (--stall-timeout) end the step within seconds.
+cat >"$WORK/rank.sh" <<'SH'
+#!/bin/bash
+echo $$ >"$PID_DIR/rank.$SLURM_PROCID"
+exec "$@"
+SH
+chmod +x "$WORK/rank.sh"
+export PID_DIR="$WORK/pids"; mkdir -p "$PID_DIR"
+L=(train --data "$WORK/text.txt" --layers 2 --heads 4 --width 32 --seq-len 16 --batch 2
+   --steps 1000000 --val-every 0 --log-every 100 --threads 1 --ckpt-every 4 --sdp-mask backward
+   --sdp-coverage 0.5 --stall-timeout 3)
+timeout 120 srun --mpi=pmix -n 4 --overcommit "$WORK/rank.sh" "$SDP_BIN" "${L[@]}" --out "$WORK/stall" \
+  >"$WORK/stall.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do
+  [ "$(ls "$PID_DIR" | wc -l)" -eq 4 ] && [ -s "$WORK/stall/optim.safetensors" ] && break; sleep 0.1
+done
+if [ "$(ls "$PID_DIR" | wc -l)" -eq 4 ] && kill -STOP "$(cat "$PID_DIR/rank.2")"; then
+  t0=$(date +%s%N) n=0
+  while kill -0 $job 2>/dev/null && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  if kill -0 $job 2>/dev/null; then
+    fail "srun with a stopped rank: still running 30 s later"; kill $job
+  elif grep -q "made no progress" "$WORK/stall.log"; then
+    pass "srun with a stopped rank: the step ended after $ms ms ($(grep -m1 -o 'rank [0-9]* made no progress for [0-9]* s' "$WORK/stall.log"))"
+  else
+    fail "srun with a stopped rank: ended without the watchdog's message: $(tail -2 "$WORK/stall.log")"
+  fi
+  wait $job 2>/dev/null
+  sleep 1
+  left=0
+  for f in "$PID_DIR"/rank.*; do
+    p=$(cat "$f"); if kill -0 "$p" 2>/dev/null; then left=$((left + 1)); kill -KILL "$p"; fi
+  done
+  [ $left -eq 0 ] && pass "srun with a stopped rank: no rank left running" ||
+    fail "srun with a stopped rank: $left ranks left running"
+  checkpoint_whole "srun with a stopped rank" "$WORK/stall"
+else
+  fail "srun with a stopped rank: the run never wrote its first checkpoint: $(tail -2 "$WORK/stall.log")"
+  kill $job 2>/dev/null
+fi
+
 # sbatch of a script that runs mpirun inside the allocation.
 cat >"$WORK/job.sh" <<JOB
 #!/bin/bash
