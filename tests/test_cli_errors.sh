@@ -16,7 +16,7 @@ expect_error "unknown command" "unknown command" "$SDP_BIN" frobnicate
 expect_error "warmup beyond steps" "--warmup" "$SDP_BIN" train "${T[@]}" --warmup 5
 expect_error "odd head size for llama" "even head size" "$SDP_BIN" train "${T[@]}" --model llama --width 6 --heads 2
 expect_error "vocab smaller than data" "smaller than the data's vocabulary" "$SDP_BIN" train "${T[@]}" --vocab 10
-expect_error "sequence longer than data" "need at least" "$SDP_BIN" train "${T[@]}" --seq-len 30000 --batch 4
+expect_error "sequence longer than data" "holds 0 sequences of 30001 tokens" "$SDP_BIN" train "${T[@]}" --seq-len 30000 --batch 4
 
 # llm.c shards: wrong magic, truncated, wrong version.
 python3 - "$WORK" <<'PY'
@@ -60,4 +60,15 @@ expect_error "resume from a non-run" "not a run directory" "$SDP_BIN" train --re
 expect_error "changing the model on resume" "cannot change when resuming" "$SDP_BIN" train --resume "$WORK/run" --width 32
 expect_error "eval without a run" "needs --run" "$SDP_BIN" eval
 expect_error "val-data with text" "--val-data is for llm.c shards" "$SDP_BIN" train "${T[@]}" --val-data "$WORK/x_*.bin"
+
+# Data too small for the batch names the file and the split; nothing is left behind.
+printf a >"$WORK/one.txt"
+expect_error "a one-byte text file" "the training split of --data '$WORK/one.txt' holds 0 sequences" \
+  "$SDP_BIN" train "${T[@]}" --data "$WORK/one.txt" --out "$WORK/tiny"
+expect_error "a validation split too small" "the validation split (--val-frac 0.001) of --data" \
+  "$SDP_BIN" train "${T[@]}" --val-frac 0.001 --out "$WORK/tiny"
+# A learning rate that a float cannot hold fails before the run directory is made.
+expect_error "a learning rate beyond float" "--lr expects a number from 0 to" \
+  "$SDP_BIN" train "${T[@]}" --lr 1e39 --out "$WORK/tiny"
+[ ! -e "$WORK/tiny" ] && pass "the failed runs left no run directory" || fail "left $(ls -A "$WORK/tiny")"
 finish

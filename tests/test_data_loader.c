@@ -319,6 +319,10 @@ static void test_too_small(void **state) {
     dataset d;
     make_dataset(&d, lens, 3, T_TEST);
     assert_int_equal(d.nseq, 7);
+    /* The count callers check first, to name the data in their error: the loader's own. */
+    assert_int_equal(sdp_loader_count(&d.tokens, T_TEST), 7);
+    assert_int_equal(sdp_loader_count(&d.tokens, 30), 1);
+    assert_int_equal(sdp_loader_count(&d.tokens, 31), 0);
     init_args a = {&d.tokens, 4, T_TEST, 2};
     tu_expect_fatal(init_loader, &a,
                     "dataset has 7 sequences of T+1 = 6 tokens; need at least world*B = 2*4 = 8");

@@ -67,6 +67,9 @@ typedef struct {
     sdp_loader_pos pos;
 } sdp_loader;
 
+/* The sequences of T + 1 tokens a loader over src takes (none crosses a span's end). Callers
+ * that know where the data came from check it first, to name the file in the error. */
+size_t sdp_loader_count(const sdp_tokens *src, int T);
 void sdp_loader_init(sdp_loader *L, const sdp_tokens *src, int B, int T, int rank, int world,
                      uint64_t seed, bool shuffle, sdp_mem *mem);
 void sdp_loader_free(sdp_loader *L, sdp_mem *mem);

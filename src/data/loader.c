@@ -8,6 +8,13 @@
 /* Sequences are numbered globally in span order: sequence j of span k is number
  * seq_span[k] + j and covers tokens [j*T, j*T + T] of that span, so no sequence crosses the
  * boundary between two shards (or two splits). */
+size_t sdp_loader_count(const sdp_tokens *src, int T) {
+    size_t total = 0;
+    for (int k = 0; k < src->nspans; k++)
+        if (src->spans[k].n > (size_t)T) total += (src->spans[k].n - 1) / (size_t)T;
+    return total;
+}
+
 static void count_sequences(sdp_loader *L, sdp_mem *mem) {
     const sdp_tokens *src = L->src;
     L->seq_span = sdp_alloc(mem, SDP_MEM_DATA, (size_t)(src->nspans + 1) * sizeof *L->seq_span);

@@ -4,6 +4,7 @@
 #include "sdp/check.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- opening ------------------------------------------------------------------------------ */
@@ -38,9 +39,36 @@ static void open_images(batch_source *s, const train_opts *o, int rank, int worl
     s->has_val = s->test_img.n > 0;
 }
 
+/* Every worker takes B sequences per batch: fewer than world * B in a split is an error that names
+ * the data (`what`) and the options that set the sizes. */
+static void check_sequences(const sdp_tokens *src, const char *what, int B, int T, int world) {
+    const size_t n = sdp_loader_count(src, T), need = (size_t)world * (size_t)B;
+    SDP_CHECK(n >= need,
+              "%s holds %zu sequences of %d tokens (--seq-len %d plus the next token), and %d "
+              "worker(s) x --batch %d need %zu: use a smaller --batch or --seq-len, or more data",
+              what, n, T + 1, T, world, B, need);
+}
+
+/* What the validation split is, for errors. */
+static void describe_val(char *out, size_t n, const train_opts *o, bool whole_file) {
+    if (whole_file)
+        snprintf(out, n, "--data '%s'", o->data);
+    else if (o->val_data[0])
+        snprintf(out, n, "--val-data '%s'", o->val_data);
+    else
+        snprintf(out, n, "the validation split (--val-frac %g) of --data '%s'", o->val_frac,
+                 o->data);
+}
+
 /* The validation loader over s->val_tok (when it has tokens) and the batch buffers. */
-static void open_token_batches(batch_source *s, const train_opts *o, sdp_mem *mem) {
+static void open_token_batches(batch_source *s, const train_opts *o, bool whole_file,
+                               sdp_mem *mem) {
     s->has_val = s->val_tok.ntokens > 0;
+    if (s->has_val) {
+        char what[2 * OPT_STR_MAX];
+        describe_val(what, sizeof what, o, whole_file);
+        check_sequences(&s->val_tok, what, s->B, s->T, s->world);
+    }
     if (s->has_val)
         sdp_loader_init(&s->val_tl, &s->val_tok, s->B, s->T, s->rank, s->world, (uint64_t)o->seed,
                         false, mem);
@@ -52,9 +80,12 @@ static void open_token_batches(batch_source *s, const train_opts *o, sdp_mem *me
 static void open_tokens(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
     run_load_data(o, &s->train_tok, &s->val_tok, mem);
     /* Loaders first: they reject data too small for the batch before any model exists. */
+    char what[OPT_STR_MAX + 64];
+    snprintf(what, sizeof what, "the training split of --data '%s'", o->data);
+    check_sequences(&s->train_tok, what, s->B, s->T, world);
     sdp_loader_init(&s->train_tl, &s->train_tok, s->B, s->T, rank, world, (uint64_t)o->seed, true,
                     mem);
-    open_token_batches(s, o, mem);
+    open_token_batches(s, o, false, mem);
 }
 
 void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
@@ -79,7 +110,7 @@ void batches_open_file(batch_source *s, const train_opts *o, int rank, int world
     s->world = world;
     /* Without a validation split to fill, all of o->data is read as one (training) split. */
     run_load_data(o, &s->val_tok, NULL, mem);
-    open_token_batches(s, o, mem);
+    open_token_batches(s, o, true, mem);
 }
 
 /* ---- training batches ----------------------------------------------------------------------- */

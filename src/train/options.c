@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,8 +31,10 @@ bool opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_
     }
     case OPT_FLOAT: {
         double v = strtod(value, &end);
-        if (!*value || *end || errno || !isfinite(v) || v < s->min) {
-            snprintf(err, errlen, "--%s expects a number >= %g, got '%s'", s->name, s->min, value);
+        /* Most of these values become floats: above FLT_MAX they would be infinite. */
+        if (!*value || *end || errno || !isfinite(v) || v < s->min || v > FLT_MAX) {
+            snprintf(err, errlen, "--%s expects a number from %g to %g, got '%s'", s->name, s->min,
+                     (double)FLT_MAX, value);
             return false;
         }
         *(double *)field(opts, s) = v;
