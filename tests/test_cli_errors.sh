@@ -7,7 +7,7 @@ T=(--data "$WORK/text.txt" --layers 1 --heads 2 --width 16 --seq-len 16 --batch 
 expect_error "missing data file" "nope.txt" "$SDP_BIN" train --data "$WORK/nope.txt" --steps 1
 expect_error "no data given" "--data" "$SDP_BIN" train --steps 1
 expect_error "heads not dividing width" "does not divide" "$SDP_BIN" train "${T[@]}" --heads 3
-expect_error "negative size" "--layers expects an integer >= 1" "$SDP_BIN" train "${T[@]}" --layers -2
+expect_error "negative size" "--layers expects an integer from 1 to 2147483647" "$SDP_BIN" train "${T[@]}" --layers -2
 expect_error "non-numeric size" "--batch expects an integer" "$SDP_BIN" train "${T[@]}" --batch abc
 expect_error "unknown model" "unknown --model 'bert'" "$SDP_BIN" train "${T[@]}" --model bert
 expect_error "unknown optimizer" "unknown --optimizer" "$SDP_BIN" train "${T[@]}" --optimizer lion
@@ -70,5 +70,6 @@ expect_error "a validation split too small" "the validation split (--val-frac 0.
 # A learning rate that a float cannot hold fails before the run directory is made.
 expect_error "a learning rate beyond float" "--lr expects a number from 0 to" \
   "$SDP_BIN" train "${T[@]}" --lr 1e39 --out "$WORK/tiny"
+expect_error "sdp plan with a typo in --world" "at most 65536" "$SDP_BIN" plan --world 100000000
 [ ! -e "$WORK/tiny" ] && pass "the failed runs left no run directory" || fail "left $(ls -A "$WORK/tiny")"
 finish

@@ -297,6 +297,7 @@ static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
 }
 
 int cmd_plan(int argc, char **argv) {
+    enum { PLAN_MAX_WORLD = 65536 };
     plan_opts o;
     memset(&o, 0, sizeof o);
     opt_spec *specs = plan_specs();
@@ -304,6 +305,12 @@ int cmd_plan(int argc, char **argv) {
                "usage: sdp plan --world N [model and SDP options]\n"
                "Predicts each worker's memory by category and bytes sent per step, without "
                "allocating.");
+    /* Each worker's plan is built and printed: about 0.3 ms a worker for a small model, so this
+     * bound keeps the worst case near 20 s (a typo of a few zeros would otherwise run for hours).
+     */
+    SDP_CHECK(o.world <= PLAN_MAX_WORLD,
+              "--world %d is more workers than sdp plan models (at most %d): use a smaller N",
+              o.world, PLAN_MAX_WORLD);
     SDP_CHECK(!strcmp(o.dtype, "fp32") || !strcmp(o.dtype, "bf16"),
               "unknown --dtype '%s': use fp32 or bf16", o.dtype);
     SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",

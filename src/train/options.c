@@ -22,8 +22,8 @@ bool opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_
     case OPT_INT: {
         long v = strtol(value, &end, 10);
         if (!*value || *end || errno || v < s->min || v > 2147483647L) {
-            snprintf(err, errlen, "--%s expects an integer >= %g, got '%s'", s->name, s->min,
-                     value);
+            snprintf(err, errlen, "--%s expects an integer from %g to 2147483647, got '%s'",
+                     s->name, s->min, value);
             return false;
         }
         *(int *)field(opts, s) = (int)v;
