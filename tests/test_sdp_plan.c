@@ -828,7 +828,7 @@ static size_t *brute_group_elems(const sdp_plan *p, const sdp_layout *L) {
     for (int i = 0; i < L->nparams; i++) {
         const sdp_param *t = &L->params[i];
         if (t->block < 0) {
-            int u = sdp_subnet_shared_unit(p, L, i);
+            int u = sdp_plan_shared_unit(p, L, i);
             if (u >= 0) elems[p->units[u].owner_group] += t->numel;
             continue;
         }

@@ -81,6 +81,12 @@ bool sdp_plan_owns(const sdp_plan *p, int unit, int rank);
 /* Index of the unit owning chunk `atom` of group `group` in block `block`, or the block unit of
  * `block` (group < 0), or -1 when that part of the model is shared. */
 int sdp_plan_unit_of(const sdp_plan *p, int block, int group, int atom);
+/* The unit that owns shared tensor i of the full layout: -1 (every worker) except for stem
+ * tensors under backward masking with block units, which belong to the first droppable block's
+ * unit: its owners are the only workers whose backward pass reaches the stem, and they publish
+ * it to the others. */
+int sdp_plan_shared_unit(const sdp_plan *p, const sdp_layout *full, int i);
+
 /* Elements of every unit (unit_elems[nunits]) and of the shared part (shared may be NULL), from
  * tensor shapes alone. trained_only leaves out non-trained tensors (running statistics). */
 void sdp_plan_unit_elems(const sdp_plan *p, const sdp_layout *full, bool trained_only,

@@ -37,12 +37,6 @@ void sdp_subnet_map_build(sdp_subnet_map *m, const sdp_layout *full, const sdp_l
                           const sdp_plan *p, int rank, bool compact);
 void sdp_subnet_map_free(sdp_subnet_map *m);
 
-/* The unit that owns shared tensor i of the full layout: -1 (every worker) except for stem
- * tensors under backward masking with block units, which belong to the first droppable block's
- * unit: its owners are the only workers whose backward pass reaches the stem, and they publish
- * it to the others. */
-int sdp_subnet_shared_unit(const sdp_plan *p, const sdp_layout *full, int i);
-
 /* Whether `rank` owns a run (shared runs are owned by everyone). */
 bool sdp_run_owned(const sdp_run *r, const sdp_plan *p, int rank);
 

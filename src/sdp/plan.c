@@ -24,7 +24,6 @@
 
 #include "sdp/check.h"
 #include "sdp/rng.h"
-#include "sdp/subnet.h" /* the stem's unit under backward masking, for unit sizes */
 
 #include <math.h>
 #include <stdlib.h>
@@ -566,6 +565,17 @@ int sdp_plan_unit_of(const sdp_plan *p, int block, int group, int atom) {
     return first + atom / w;
 }
 
+int sdp_plan_shared_unit(const sdp_plan *p, const sdp_layout *full, int i) {
+    if (p->cfg.mask != SDP_MASK_BACKWARD || p->cfg.unit != SDP_UNIT_BLOCK ||
+        !sdp_param_is_stem(full, i))
+        return -1;
+    for (int b = 0; b < full->nblocks; b++) {
+        int u = sdp_plan_unit_of(p, b, -1, 0);
+        if (u >= 0) return u;
+    }
+    return -1;
+}
+
 /* A group's tensors hold the same number of elements per atom, so a chunk of w atoms holds w
  * times that. */
 void sdp_plan_unit_elems(const sdp_plan *p, const sdp_layout *full, bool trained_only,
@@ -581,7 +591,7 @@ void sdp_plan_unit_elems(const sdp_plan *p, const sdp_layout *full, bool trained
         if (trained_only && t->buffer) continue;
         total += t->numel;
         if (t->block < 0) {
-            int u = sdp_subnet_shared_unit(p, full, i);
+            int u = sdp_plan_shared_unit(p, full, i);
             if (u >= 0) stem[u] += t->numel;
             continue;
         }

@@ -42,7 +42,7 @@ static double *unit_elems_in_blocks(const sdp_plan *p, const sdp_layout *full, m
     for (int u = 0; u < p->nunits; u++) unit[u] = (double)raw[u];
     for (int i = 0; i < full->nparams; i++) {
         if (full->params[i].buffer || !sdp_param_is_stem(full, i)) continue;
-        const int u = sdp_subnet_shared_unit(p, full, i);
+        const int u = sdp_plan_shared_unit(p, full, i);
         if (u >= 0) unit[u] -= (double)full->params[i].numel;
         for (int r = 0; r < s->world; r++) s->stem[r] |= u < 0 || sdp_plan_owns(p, u, r);
     }
@@ -146,7 +146,7 @@ typedef struct {
 /* The owner group the stem goes with (backward masking with block units), or -1. */
 static int stem_group(const sdp_plan *p, const sdp_layout *full) {
     for (int i = 0; i < full->nparams && sdp_param_is_stem(full, i); i++) {
-        const int u = sdp_subnet_shared_unit(p, full, i);
+        const int u = sdp_plan_shared_unit(p, full, i);
         if (u >= 0) return p->units[u].owner_group;
     }
     return -1;

@@ -168,7 +168,7 @@ void sdp_subnet_map_build(sdp_subnet_map *m, const sdp_layout *full, const sdp_l
         SDP_ASSERT(fp && fp->ndim == lp->ndim);
         if (lp->block < 0) { /* stem or head */
             push(&l, lp->offset, fp->offset, lp->numel,
-                 sdp_subnet_shared_unit(p, full, (int)(fp - full->params)), pi, lp->buffer);
+                 sdp_plan_shared_unit(p, full, (int)(fp - full->params)), pi, lp->buffer);
             continue;
         }
         const int fb = full_block_index(full, local->blocks[lp->block].global_index);
@@ -192,17 +192,6 @@ void sdp_subnet_map_build(sdp_subnet_map *m, const sdp_layout *full, const sdp_l
 void sdp_subnet_map_free(sdp_subnet_map *m) {
     free(m->runs);
     memset(m, 0, sizeof *m);
-}
-
-int sdp_subnet_shared_unit(const sdp_plan *p, const sdp_layout *full, int i) {
-    if (p->cfg.mask != SDP_MASK_BACKWARD || p->cfg.unit != SDP_UNIT_BLOCK ||
-        !sdp_param_is_stem(full, i))
-        return -1;
-    for (int b = 0; b < full->nblocks; b++) {
-        int u = sdp_plan_unit_of(p, b, -1, 0);
-        if (u >= 0) return u;
-    }
-    return -1;
 }
 
 bool sdp_run_owned(const sdp_run *r, const sdp_plan *p, int rank) {
