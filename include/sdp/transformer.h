@@ -1,9 +1,14 @@
-/* GPT-2-style and LLaMA-style decoder-only transformers and the ViT encoder, one implementation.
- *   gpt:   learned positions, LayerNorm, GELU MLP, biases, tied embeddings.
- *   llama: RoPE, RMSNorm, SwiGLU MLP, no biases, untied LM head.
- *   vit:   images cut into patches (a strided conv), a class token, learned positions, gpt's
- *          layers with bidirectional attention, and a classifier on the class token's output
- *          (HF ViTForImageClassification names; src/models/vit.c).
+/* GPT-2-style and LLaMA-style decoder-only transformers and the ViT encoder: each a stem, one
+ * shared layer stack and a head.
+ *   gpt:   token + learned position embedding; LayerNorm, GELU MLP, biases; final LayerNorm and
+ *          the LM head tied to the token embedding (src/models/gpt.c).
+ *   llama: token embedding; RoPE, RMSNorm, SwiGLU MLP, no biases; final RMSNorm and an untied LM
+ *          head (src/models/llama.c).
+ *   vit:   images cut into patches (a strided conv), a class token, learned positions; gpt's
+ *          layers with bidirectional attention; a final LayerNorm and a classifier on the class
+ *          token's output (HF ViTForImageClassification names; src/models/vit.c).
+ * The layers (src/models/tf_stack.c) know only the options of sdp_tf_layer_opts, fixed when the
+ * model is built; the style picks the family, and so the stem, the head and those options, once.
  * A model may be a subnetwork of a larger one: fewer layers (each keeps its global index, so
  * tensor names match the full model) and fewer heads or MLP neurons per layer. */
 #ifndef SDP_TRANSFORMER_H
@@ -16,6 +21,17 @@
 #include "sdp/model.h"
 
 typedef enum { SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT } sdp_tf_style;
+
+/* What a layer computes, beyond its shape: chosen by the family when the model is built. */
+typedef enum { SDP_TF_LAYERNORM, SDP_TF_RMSNORM } sdp_tf_norm;
+typedef enum { SDP_TF_GELU, SDP_TF_SWIGLU } sdp_tf_mlp;
+typedef struct {
+    sdp_tf_norm norm; /* both norms of every layer */
+    sdp_tf_mlp mlp;   /* swiglu: fc holds gate then up, 2F wide */
+    bool rope;        /* rotary positions on q and k, of base rope_theta */
+    float rope_theta;
+    bool causal; /* attention to earlier positions only */
+} sdp_tf_layer_opts;
 
 typedef struct {
     sdp_tf_style style;
@@ -49,25 +65,31 @@ typedef struct {
     float *out;                       /* residual after the MLP branch [N, C] */
 } sdp_tf_layer_acts;
 
-/* Offsets (in elements) of tensors in the flat buffers; -1 when the style has none. llama's
+/* Offsets (in elements) of tensors in the flat buffers; -1 when the family has none. llama's
  * q/k/v and gate/up projections are declared back to back, so each group is one contiguous
  * matrix and runs as one GEMM. */
 typedef struct {
     long ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_fc, b_fc, w_proj, b_proj;
 } sdp_tf_layer_offsets;
 
-/* vit: wte is the patch projection's weight, wpe the position table, lm_head the classifier. */
+/* vit: wte is the patch projection's weight, wpe the position table, lm_head the classifier
+ * (its other tensors are in its own part, src/models/vit.c). */
 typedef struct {
     long wte, wpe, lnf_w, lnf_b, lm_head;
-    long patch_b, cls, head_b; /* vit only (-1 otherwise) */
     sdp_tf_layer_offsets *layers;
 } sdp_tf_offsets;
+
+/* The family's stem and head (src/models/transformer_internal.h), and the ViT's own part. */
+struct sdp_tf_family;
+struct sdp_tf_vit;
 
 /* Every buffer below (parameters, gradients, activations) is memory of the model's backend: host
  * memory on the CPU backend, device memory on CUDA; read it from the host with be->download. */
 typedef struct {
-    sdp_tf_config cfg;              /* of the full model */
-    sdp_tf_offsets off;             /* of parameters */
+    sdp_tf_config cfg;                  /* of the full model */
+    const struct sdp_tf_family *family; /* set once, when the model is built */
+    sdp_tf_layer_opts opts;             /* of every layer */
+    sdp_tf_offsets off;                 /* of parameters */
     sdp_tf_offsets goff;            /* of gradients (-1: this worker computes no gradient there) */
     bool own_grads;                 /* grads was allocated by the model */
     const sdp_grad_slices *gslices; /* per tensor, for SDP_GRAD_SLICED gradients */
@@ -87,7 +109,7 @@ typedef struct {
     float *embed;          /* [N, C] residual stream entering layer 0 */
     sdp_tf_layer_acts *layers;
     /* SDP_MODEL_INFER: every layer's buffers are views of shared_set's, which owns each buffer
-     * once (see alloc_infer_acts in transformer.c); the outputs alternate between shared_set.out
+     * once (see alloc_infer_acts in tf_stack.c); the outputs alternate between shared_set.out
      * (even layers) and embed (odd layers) */
     bool shared_acts;
     sdp_tf_layer_acts shared_set;
@@ -96,15 +118,10 @@ typedef struct {
     float *losses; /* [N] */
     /* gradient work buffers, reused across layers */
     float *d_res, *d_branch, *d_norm, *d_att, *d_qkv, *d_fc, *d_act;
-    float *attn_scratch; /* NULL where the backend keeps its own */
-    /* vit */
-    float *images;     /* [B, in_channels, S, S] the last forward's images, uploaded */
-    float *patches;    /* [B, P, C] patch embeddings, then their gradients */
-    float *patch_rows; /* [B * P, in_channels * patch^2] the patches gathered for the projection
-                        * GEMM, kept from forward to backward (the projection's input) */
-    float *pooled;     /* [B, C] the class token's output, the classifier's input */
-    int n_correct;     /* argmax hits of the last forward with labels */
-    int n_targets;     /* non-ignored targets in the last forward */
+    float *attn_scratch;    /* NULL where the backend keeps its own */
+    struct sdp_tf_vit *vit; /* vit's tensors and buffers (src/models/vit.c); NULL otherwise */
+    int n_correct;          /* argmax hits of the last forward with labels (a classifier head) */
+    int n_targets;          /* non-ignored targets in the last forward */
     int last_B, last_T;
     bool has_targets; /* probs hold probabilities of a forward with targets */
 } sdp_tf;

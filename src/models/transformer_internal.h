@@ -1,5 +1,8 @@
-/* What the transformer's core (transformer.c) shares with the ViT's image stem and classifier head
- * (vit.c). Not part of the public interface. */
+/* What the transformer's families (gpt.c, llama.c, vit.c), its layer stack (tf_stack.c) and its
+ * public entry points (transformer.c) share: the helpers of tf_common.c, and the table through
+ * which transformer.c reaches a family's stem and head. Not part of the public interface.
+ * Calls run downward only: transformer.c -> families -> tf_tokens.c -> tf_stack.c ->
+ * tf_common.c. */
 #ifndef SDP_TRANSFORMER_INTERNAL_H
 #define SDP_TRANSFORMER_INTERNAL_H
 
@@ -14,21 +17,68 @@ static inline float *tf_grad(const sdp_tf *m, long off) {
     return off < 0 ? NULL : m->grads + off;
 }
 
-/* The style's norm (LayerNorm, or RMSNorm for llama) over n rows of the residual width. */
-void tf_norm_fwd(const sdp_tf *m, float *out, float *mean, float *rstd, const float *x, long w,
-                 long b, int n);
-void tf_norm_bwd(const sdp_tf *m, float *dx, const float *dout, const float *x, const float *mean,
-                 const float *rstd, long w, long gw, long gb, int n);
+/* A family's stem and head, composed with the stack into the whole forward and backward. A family
+ * reads either tokens or images: the other kind's entries are NULL. */
+struct sdp_tf_family {
+    void (*stem_tokens)(sdp_tf *m, const int *inputs, int B, int T);
+    double (*head_tokens)(sdp_tf *m, const float *x, const int *targets, int B, int T);
+    double (*forward_tokens)(sdp_tf *m, const int *inputs, const int *targets, int B, int T);
+    void (*stem_images)(sdp_tf *m, const float *images, int B);
+    double (*head_images)(sdp_tf *m, const float *x, const int *labels, int B);
+    double (*forward_images)(sdp_tf *m, const float *images, const int *labels, int B);
+    void (*backward)(sdp_tf *m, float dloss);              /* head, stack, then stem */
+    void (*use_grads)(sdp_tf *m, const long *grad_offset); /* its own part's; may be NULL */
+    void (*destroy)(sdp_tf *m);                            /* its own part; may be NULL */
+    double (*train_flops)(const sdp_tf *m, int T);
+};
 
-/* Every layer over the residual stream x [B*T, C]; returns the top layer's output. */
-const float *tf_layers_forward(sdp_tf *m, const float *x, int B, int T);
-/* With d_res holding dL/d(top output), runs the layers' backward down to the backward floor,
- * leaving dL/d(input of the lowest layer run) in d_res. */
-void tf_layers_backward(sdp_tf *m, int B, int T);
+/* ---- describing the parameters ------------------------------------------------------------- */
 
-/* vit.c: its buffers (in create and destroy), and the gradients of its stem from d_res. */
-void tf_vit_alloc(sdp_tf *m);
-void tf_vit_free(sdp_tf *m);
-void tf_vit_backward(sdp_tf *m, float dloss);
+enum { TF_GROUP_ATTN = 0, TF_GROUP_MLP = 1 };
+
+typedef struct {
+    sdp_layout *L;
+    int block; /* -1: the stem or the head */
+} tf_adder;
+
+/* Adds a tensor of one or two dimensions and returns its offset. */
+long tf_add(tf_adder *a, const char *name, int ndim, int64_t d0, int64_t d1, int group, int axis,
+            int segments, bool decay, sdp_init_kind init, float std);
+/* Adds a shared tensor of any shape (not in a group) and returns its offset. */
+long tf_add_nd(tf_adder *a, const char *name, int ndim, const int64_t *shape, bool decay,
+               sdp_init_kind init, float std);
+/* Starts a layout of the shape's layers; every offset of o is -1 until described. */
+tf_adder tf_describe_begin(sdp_layout *L, const sdp_tf_shape *s, sdp_tf_offsets *o);
+/* Local layer i becomes block i, named prefix.<global index>, with its heads and neurons; the
+ * tensors added next are the layer's. */
+void tf_describe_block(tf_adder *a, const sdp_tf_config *c, const sdp_tf_shape *s, int i,
+                       const char *prefix);
+
+/* ---- building ------------------------------------------------------------------------------ */
+
+/* The parts every family shares, in the order they are allocated. cfg is already finished.
+ * whole_sequence: every example is the model's seq_len rows (vit), whatever T says. */
+void tf_begin(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
+              bool whole_sequence, const sdp_backend *be);
+/* Once the layout is described: the parameters and, in training mode, the gradients. */
+void tf_alloc_params(sdp_tf *m, sdp_model_mode mode);
+float *tf_acts(sdp_tf *m, size_t n);
+int *tf_ints(sdp_tf *m, size_t n);
+/* The head's buffers for `rows` rows of the residual stream: norm and logits. */
+void tf_head_alloc(sdp_tf *m, size_t rows);
+/* Frees what tf_begin, tf_alloc_params and tf_head_alloc made, and the head's targets (the
+ * family's part and the stack are freed before). */
+void tf_free_common(sdp_tf *m);
+
+/* The gradient offset of the tensor at param_off (-1 for -1). */
+long tf_grad_offset_of(const sdp_layout *L, long param_off, const long *grad_offset);
+
+/* ---- norms --------------------------------------------------------------------------------- */
+
+/* LayerNorm (weight w, bias b) or RMSNorm (weight w) over n rows of the residual width. */
+void tf_norm_fwd(const sdp_tf *m, sdp_tf_norm kind, float *out, float *mean, float *rstd,
+                 const float *x, long w, long b, int n);
+void tf_norm_bwd(const sdp_tf *m, sdp_tf_norm kind, float *dx, const float *dout, const float *x,
+                 const float *mean, const float *rstd, long w, long gw, long gb, int n);
 
 #endif

@@ -1,5 +1,6 @@
 /* The transformer (gpt and llama styles on tokens, vit on images) behind the generic model
- * interface (sdp/model.h), on the configuration's backend. */
+ * interface (sdp/model.h), on the configuration's backend. Token and image models have tables of
+ * their own, chosen by the family when the model is built. */
 #include "sdp/check.h"
 #include "sdp/model.h"
 #include "sdp/transformer.h"
@@ -22,20 +23,32 @@ static void destroy(sdp_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-static void forward(sdp_model *m, const sdp_batch *b, bool training, sdp_metrics *out) {
-    (void)training; /* no batch statistics, no dropout */
+static void check_tokens(const sdp_tf *t, const sdp_batch *b) {
+    SDP_CHECK(b->tokens, "%s: the batch has no tokens: feed text or token shards",
+              sdp_tf_style_name(t->cfg.style));
+}
+
+static void check_images(const sdp_batch *b) {
+    SDP_CHECK(b->images, "vit: the batch has no images: feed an image dataset "
+                         "(Fashion-MNIST or CIFAR)");
+}
+
+/* No batch statistics, no dropout: training changes nothing in the forward. */
+static void forward_tokens(sdp_model *m, const sdp_batch *b, bool training, sdp_metrics *out) {
+    (void)training;
     sdp_tf *t = tf(m);
-    if (t->cfg.style == SDP_STYLE_VIT) {
-        SDP_CHECK(b->images, "vit: the batch has no images: feed an image dataset "
-                             "(Fashion-MNIST or CIFAR)");
-        out->loss = sdp_tf_forward_images(t, b->images, b->labels, b->B);
-        out->correct = t->n_correct;
-    } else {
-        SDP_CHECK(b->tokens, "%s: the batch has no tokens: feed text or token shards",
-                  sdp_tf_style_name(t->cfg.style));
-        out->loss = sdp_tf_forward(t, b->tokens, b->targets, b->B, b->T);
-        out->correct = 0;
-    }
+    check_tokens(t, b);
+    out->loss = sdp_tf_forward(t, b->tokens, b->targets, b->B, b->T);
+    out->correct = 0;
+    out->count = t->n_targets;
+}
+
+static void forward_images(sdp_model *m, const sdp_batch *b, bool training, sdp_metrics *out) {
+    (void)training;
+    sdp_tf *t = tf(m);
+    check_images(b);
+    out->loss = sdp_tf_forward_images(t, b->images, b->labels, b->B);
+    out->correct = t->n_correct;
     out->count = t->n_targets;
 }
 
@@ -55,59 +68,79 @@ static double train_flops_per_example(const sdp_model *m) {
     return sdp_tf_train_flops_per_token(tf(m), tf(m)->T);
 }
 
-static bool is_vit(const sdp_tf *t) {
-    return t->cfg.style == SDP_STYLE_VIT;
-}
-
-/* Rows of the residual stream per example: a ViT's are its patches and class token. */
-static int stream_rows(const sdp_tf *t, const sdp_batch *b) {
-    return is_vit(t) ? t->T : b->T;
-}
-
 static size_t stream_floats(const sdp_model *m) {
     const sdp_tf *t = tf(m);
     return (size_t)t->B * t->T * t->cfg.d_model;
 }
 
-static void forward_stem(sdp_model *m, const sdp_batch *b, bool training, float *x) {
+/* The stages copy the stem's output out of the model: the stream is the caller's. A token model's
+ * stream has the batch's T rows per example, a ViT's its patches and class token (the model's T).
+ */
+static void forward_stem_tokens(sdp_model *m, const sdp_batch *b, bool training, float *x) {
     (void)training;
     sdp_tf *t = tf(m);
-    if (is_vit(t)) {
-        SDP_CHECK(b->images, "vit: the batch has no images: feed an image dataset "
-                             "(Fashion-MNIST or CIFAR)");
-        sdp_tf_stem_images(t, b->images, b->B);
-    } else {
-        SDP_CHECK(b->tokens, "%s: the batch has no tokens: feed text or token shards",
-                  sdp_tf_style_name(t->cfg.style));
-        sdp_tf_stem_tokens(t, b->tokens, b->B, b->T);
-    }
-    const size_t n = (size_t)b->B * stream_rows(t, b) * t->cfg.d_model;
+    check_tokens(t, b);
+    sdp_tf_stem_tokens(t, b->tokens, b->B, b->T);
+    const size_t n = (size_t)b->B * b->T * t->cfg.d_model;
     t->be->copy_rows(t->be, x, 0, t->embed, 0, 1, n);
 }
 
-static void forward_block(sdp_model *m, int i, const sdp_batch *b, bool training, float *x) {
+static void forward_stem_images(sdp_model *m, const sdp_batch *b, bool training, float *x) {
     (void)training;
     sdp_tf *t = tf(m);
-    sdp_tf_layer_forward(t, i, x, b->B, stream_rows(t, b));
+    check_images(b);
+    sdp_tf_stem_images(t, b->images, b->B);
+    const size_t n = (size_t)b->B * t->T * t->cfg.d_model;
+    t->be->copy_rows(t->be, x, 0, t->embed, 0, 1, n);
 }
 
-static void forward_head(sdp_model *m, const sdp_batch *b, bool training, const float *x,
-                         sdp_metrics *out) {
+static void forward_block_tokens(sdp_model *m, int i, const sdp_batch *b, bool training, float *x) {
+    (void)training;
+    sdp_tf_layer_forward(tf(m), i, x, b->B, b->T);
+}
+
+static void forward_block_images(sdp_model *m, int i, const sdp_batch *b, bool training, float *x) {
+    (void)training;
+    sdp_tf_layer_forward(tf(m), i, x, b->B, tf(m)->T);
+}
+
+static void forward_head_tokens(sdp_model *m, const sdp_batch *b, bool training, const float *x,
+                                sdp_metrics *out) {
     (void)training;
     sdp_tf *t = tf(m);
-    if (is_vit(t)) {
-        out->loss = sdp_tf_head_images(t, x, b->labels, b->B);
-        out->correct = t->n_correct;
-    } else {
-        out->loss = sdp_tf_head_tokens(t, x, b->targets, b->B, b->T);
-        out->correct = 0;
-    }
+    out->loss = sdp_tf_head_tokens(t, x, b->targets, b->B, b->T);
+    out->correct = 0;
     out->count = t->n_targets;
 }
 
-static const sdp_model_ops OPS = {
-    destroy,       forward,      backward,      use_grads,   train_flops_per_example,
-    stream_floats, forward_stem, forward_block, forward_head};
+static void forward_head_images(sdp_model *m, const sdp_batch *b, bool training, const float *x,
+                                sdp_metrics *out) {
+    (void)training;
+    sdp_tf *t = tf(m);
+    out->loss = sdp_tf_head_images(t, x, b->labels, b->B);
+    out->correct = t->n_correct;
+    out->count = t->n_targets;
+}
+
+static const sdp_model_ops TOKEN_OPS = {destroy,
+                                        forward_tokens,
+                                        backward,
+                                        use_grads,
+                                        train_flops_per_example,
+                                        stream_floats,
+                                        forward_stem_tokens,
+                                        forward_block_tokens,
+                                        forward_head_tokens};
+
+static const sdp_model_ops IMAGE_OPS = {destroy,
+                                        forward_images,
+                                        backward,
+                                        use_grads,
+                                        train_flops_per_example,
+                                        stream_floats,
+                                        forward_stem_images,
+                                        forward_block_images,
+                                        forward_head_images};
 
 static sdp_tf_config tf_config(const sdp_model_config *c) {
     sdp_tf_config t = {0};
@@ -144,7 +177,7 @@ static void describe_full(sdp_layout *full, const sdp_model_config *c) {
 }
 
 static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spec *spec, int B,
-                   int T, sdp_model_mode mode) {
+                   int T, sdp_model_mode mode, const sdp_model_ops *ops) {
     SDP_CHECK(c->backend,
               "%s: no backend in the model configuration: the caller creates one "
               "(sdp_backend_cpu on the CPU)",
@@ -162,12 +195,23 @@ static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spe
     sdp_tf_create(&impl->tf, &t, &shape, B, T, mode, c->backend);
     sdp_tf_shape_free(&shape);
     memset(m, 0, sizeof *m);
-    m->ops = &OPS;
+    m->ops = ops;
     m->impl = impl;
     m->layout = &impl->tf.layout;
     m->params = impl->tf.params;
 }
 
-const sdp_model_family SDP_FAMILY_GPT = {"gpt", false, finish_config, describe_full, create};
-const sdp_model_family SDP_FAMILY_LLAMA = {"llama", false, finish_config, describe_full, create};
-const sdp_model_family SDP_FAMILY_VIT = {"vit", true, finish_config, describe_full, create};
+static void create_tokens(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spec *spec,
+                          int B, int T, sdp_model_mode mode) {
+    create(m, c, spec, B, T, mode, &TOKEN_OPS);
+}
+
+static void create_images(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spec *spec,
+                          int B, int T, sdp_model_mode mode) {
+    create(m, c, spec, B, T, mode, &IMAGE_OPS);
+}
+
+const sdp_model_family SDP_FAMILY_GPT = {"gpt", false, finish_config, describe_full, create_tokens};
+const sdp_model_family SDP_FAMILY_LLAMA = {"llama", false, finish_config, describe_full,
+                                           create_tokens};
+const sdp_model_family SDP_FAMILY_VIT = {"vit", true, finish_config, describe_full, create_images};

@@ -1,0 +1,92 @@
+/* GPT-2: token embeddings plus learned positions; layers of LayerNorm, causal attention and a
+ * GELU MLP, with biases; a final LayerNorm and the LM head tied to the token embeddings. HF GPT-2
+ * names (weights in nn.Linear's [out, in], docs/checkpoints.md). */
+#include "models/tf_families.h"
+#include "models/tf_stack.h"
+#include "models/tf_tokens.h"
+
+#include <math.h>
+#include <stdio.h>
+
+static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, int F,
+                           sdp_tf_layer_offsets *o) {
+    const int C = c->d_model, hs = C / c->n_head, D = H * hs;
+    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+    char n[SDP_NAME_MAX];
+#define NAME(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", gl, suffix), n)
+    *o = (sdp_tf_layer_offsets){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    o->ln1_w = tf_add(a, NAME("ln_1.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+    o->ln1_b = tf_add(a, NAME("ln_1.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->w_qkv = tf_add(a, NAME("attn.c_attn.weight"), 2, 3 * D, C, TF_GROUP_ATTN, 0, 3, true,
+                      SDP_INIT_NORMAL, std);
+    o->b_qkv = tf_add(a, NAME("attn.c_attn.bias"), 1, 3 * D, 0, TF_GROUP_ATTN, 0, 3, false,
+                      SDP_INIT_ZEROS, 0);
+    o->w_o = tf_add(a, NAME("attn.c_proj.weight"), 2, C, D, TF_GROUP_ATTN, 1, 1, true,
+                    SDP_INIT_NORMAL, proj_std);
+    o->b_o = tf_add(a, NAME("attn.c_proj.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->ln2_w = tf_add(a, NAME("ln_2.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+    o->ln2_b = tf_add(a, NAME("ln_2.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->w_fc =
+        tf_add(a, NAME("mlp.c_fc.weight"), 2, F, C, TF_GROUP_MLP, 0, 1, true, SDP_INIT_NORMAL, std);
+    o->b_fc =
+        tf_add(a, NAME("mlp.c_fc.bias"), 1, F, 0, TF_GROUP_MLP, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->w_proj = tf_add(a, NAME("mlp.c_proj.weight"), 2, C, F, TF_GROUP_MLP, 1, 1, true,
+                       SDP_INIT_NORMAL, proj_std);
+    o->b_proj = tf_add(a, NAME("mlp.c_proj.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+#undef NAME
+}
+
+void tf_gpt_describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *s,
+                     sdp_tf_offsets *o) {
+    const int C = c->d_model, Vp = c->vocab_padded;
+    tf_adder a = tf_describe_begin(L, s, o);
+    o->wte =
+        tf_add(&a, "transformer.wte.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL, 0.02f);
+    o->wpe = tf_add(&a, "transformer.wpe.weight", 2, c->seq_len, C, -1, 0, 1, false,
+                    SDP_INIT_NORMAL, 0.01f);
+    for (int i = 0; i < s->n_layer; i++) {
+        tf_describe_block(&a, c, s, i, "transformer.h");
+        sdp_tf_layer_offsets lo;
+        describe_layer(&a, c, s->layer_id[i], s->n_head[i], s->d_ff[i], &lo);
+        if (o->layers) o->layers[i] = lo;
+    }
+    a.block = -1;
+    o->lnf_w = tf_add(&a, "transformer.ln_f.weight", 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
+    o->lnf_b = tf_add(&a, "transformer.ln_f.bias", 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->lm_head = o->wte; /* tied */
+}
+
+static double head(sdp_tf *m, const float *x, const int *targets, int B, int T) {
+    return tf_lm_head(m, SDP_TF_LAYERNORM, x, targets, B, T);
+}
+
+static double forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T) {
+    tf_tokens_stem(m, inputs, B, T);
+    return head(m, tf_stack_forward(m, m->embed, B, T), targets, B, T);
+}
+
+static void backward(sdp_tf *m, float dloss) {
+    const int B = m->last_B, T = m->last_T;
+    tf_lm_head_backward(m, SDP_TF_LAYERNORM, dloss);
+    tf_stack_backward(m, B, T);
+    if (m->backward_floor < 0) tf_tokens_stem_backward(m, B, T);
+    m->has_targets = false; /* probs now hold gradients */
+}
+
+static const struct sdp_tf_family GPT = {
+    .stem_tokens = tf_tokens_stem,
+    .head_tokens = head,
+    .forward_tokens = forward,
+    .backward = backward,
+    .destroy = tf_tokens_free,
+    .train_flops = tf_tokens_train_flops,
+};
+
+void tf_gpt_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
+                   sdp_model_mode mode, const sdp_backend *be) {
+    tf_begin(m, cfg, shape, B, T, false, be);
+    m->family = &GPT;
+    m->opts = (sdp_tf_layer_opts){.norm = SDP_TF_LAYERNORM, .mlp = SDP_TF_GELU, .causal = true};
+    tf_gpt_describe(&m->layout, &m->cfg, &m->shape, &m->off);
+    tf_tokens_build(m, mode);
+}

@@ -1,0 +1,197 @@
+/* What every transformer family shares: shapes, the helpers that describe a layout, the buffers
+ * built the same way for every family, and the norms. Calls nothing above it. */
+#include "models/transformer_internal.h"
+#include "sdp/check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- shapes -------------------------------------------------------------------------------- */
+
+void sdp_tf_shape_full(sdp_tf_shape *s, const sdp_tf_config *cfg) {
+    int L = cfg->n_layer;
+    s->n_layer = L;
+    s->layer_id = calloc((size_t)L, sizeof(int));
+    s->n_head = calloc((size_t)L, sizeof(int));
+    s->d_ff = calloc((size_t)L, sizeof(int));
+    s->branch_scale = calloc((size_t)L, sizeof(float));
+    SDP_CHECK(s->layer_id && s->n_head && s->d_ff && s->branch_scale, "out of memory");
+    for (int i = 0; i < L; i++) {
+        s->layer_id[i] = i;
+        s->n_head[i] = cfg->n_head;
+        s->d_ff[i] = cfg->d_ff;
+        s->branch_scale[i] = 1.0f;
+    }
+}
+
+void sdp_tf_shape_free(sdp_tf_shape *s) {
+    free(s->layer_id);
+    free(s->n_head);
+    free(s->d_ff);
+    free(s->branch_scale);
+    memset(s, 0, sizeof *s);
+}
+
+void sdp_tf_shape_from_keep(sdp_tf_shape *s, const sdp_tf_config *cfg, int nblocks,
+                            const bool *keep, const int (*kept)[SDP_MAX_GROUPS],
+                            const float *scale) {
+    SDP_ASSERT(nblocks == cfg->n_layer);
+    sdp_tf_shape_full(s, cfg);
+    int n = 0;
+    for (int b = 0; b < nblocks; b++) {
+        if (!keep[b]) continue;
+        s->layer_id[n] = b;
+        s->n_head[n] = kept[b][0];
+        s->d_ff[n] = kept[b][1];
+        s->branch_scale[n] = scale[b];
+        n++;
+    }
+    s->n_layer = n;
+}
+
+static void shape_copy(sdp_tf_shape *dst, const sdp_tf_shape *src) {
+    sdp_tf_config tmp = {.n_layer = src->n_layer};
+    sdp_tf_shape_full(dst, &tmp);
+    for (int i = 0; i < src->n_layer; i++) {
+        dst->layer_id[i] = src->layer_id[i];
+        dst->n_head[i] = src->n_head[i];
+        dst->d_ff[i] = src->d_ff[i];
+        dst->branch_scale[i] = src->branch_scale[i];
+    }
+}
+
+/* ---- describing the parameters ------------------------------------------------------------- */
+
+long tf_add(tf_adder *a, const char *name, int ndim, int64_t d0, int64_t d1, int group, int axis,
+            int segments, bool decay, sdp_init_kind init, float std) {
+    int64_t shape[2] = {d0, d1};
+    int i =
+        sdp_layout_add(a->L, name, ndim, shape, a->block, group, axis, segments, decay, init, std);
+    return (long)a->L->params[i].offset;
+}
+
+long tf_add_nd(tf_adder *a, const char *name, int ndim, const int64_t *shape, bool decay,
+               sdp_init_kind init, float std) {
+    int i = sdp_layout_add(a->L, name, ndim, shape, a->block, -1, 0, 1, decay, init, std);
+    return (long)a->L->params[i].offset;
+}
+
+tf_adder tf_describe_begin(sdp_layout *L, const sdp_tf_shape *s, sdp_tf_offsets *o) {
+    sdp_layout_init(L, s->n_layer);
+    o->wte = o->wpe = o->lnf_w = o->lnf_b = o->lm_head = -1;
+    return (tf_adder){L, -1};
+}
+
+void tf_describe_block(tf_adder *a, const sdp_tf_config *c, const sdp_tf_shape *s, int i,
+                       const char *prefix) {
+    sdp_block *b = &a->L->blocks[i];
+    snprintf(b->name, sizeof b->name, "%s.%d", prefix, s->layer_id[i]);
+    b->global_index = s->layer_id[i];
+    b->droppable = true;
+    b->ngroups = 2;
+    b->groups[TF_GROUP_ATTN] = (sdp_group){"attn", s->n_head[i], c->d_model / c->n_head};
+    b->groups[TF_GROUP_MLP] = (sdp_group){"mlp", s->d_ff[i], 1};
+    a->block = i;
+}
+
+/* ---- building ------------------------------------------------------------------------------ */
+
+void tf_begin(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
+              bool whole_sequence, const sdp_backend *be) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    SDP_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive (got %d, %d)", B,
+              T);
+    if (whole_sequence) T = m->cfg.seq_len;
+    SDP_CHECK(T <= m->cfg.seq_len, "sequence length %d exceeds the model's maximum %d", T,
+              m->cfg.seq_len);
+    if (shape)
+        shape_copy(&m->shape, shape);
+    else
+        sdp_tf_shape_full(&m->shape, &m->cfg);
+    m->head_size = m->cfg.d_model / m->cfg.n_head;
+    m->be = be;
+    SDP_CHECK(
+        (double)B * T *
+                (m->cfg.d_model > m->cfg.vocab_padded ? m->cfg.d_model : m->cfg.vocab_padded) <
+            0x1p31,
+        "a batch of %d x %d is too large for this model's activations: lower --batch or "
+        "--seq-len",
+        B, T);
+    m->B = B;
+    m->T = T;
+    m->off.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->off.layers);
+    SDP_CHECK(m->off.layers, "out of memory");
+}
+
+void tf_alloc_params(sdp_tf *m, sdp_model_mode mode) {
+    const sdp_backend *be = m->be;
+    m->params = be->alloc(be, SDP_MEM_PARAMS, m->layout.numel * sizeof(float));
+    m->own_grads = mode == SDP_MODEL_TRAIN;
+    m->backward_floor = -1;
+    if (m->own_grads) m->grads = be->alloc(be, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
+    m->goff = m->off;
+    m->goff.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->goff.layers);
+    SDP_CHECK(m->goff.layers, "out of memory");
+    memcpy(m->goff.layers, m->off.layers, (size_t)m->shape.n_layer * sizeof *m->goff.layers);
+}
+
+float *tf_acts(sdp_tf *m, size_t n) {
+    return m->be->alloc(m->be, SDP_MEM_ACTS, n * sizeof(float));
+}
+
+int *tf_ints(sdp_tf *m, size_t n) {
+    return m->be->alloc(m->be, SDP_MEM_ACTS, n * sizeof(int));
+}
+
+void tf_head_alloc(sdp_tf *m, size_t rows) {
+    const size_t C = (size_t)m->cfg.d_model, Vp = (size_t)m->cfg.vocab_padded;
+    m->lnf = tf_acts(m, rows * C);
+    m->lnf_mean = tf_acts(m, rows);
+    m->lnf_rstd = tf_acts(m, rows);
+    m->probs = tf_acts(m, rows * Vp);
+    m->losses = tf_acts(m, rows);
+}
+
+void tf_free_common(sdp_tf *m) {
+    const sdp_backend *be = m->be;
+    if (!m->own_grads) m->grads = NULL; /* the caller's (sdp_tf_use_grads) */
+    float *bufs[] = {m->params, m->grads, m->lnf, m->lnf_mean, m->lnf_rstd, m->probs, m->losses};
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) be->free(be, bufs[j]);
+    be->free(be, m->targets);
+    free(m->off.layers);
+    free(m->goff.layers);
+    sdp_layout_free(&m->layout);
+    sdp_tf_shape_free(&m->shape);
+    memset(m, 0, sizeof *m);
+}
+
+long tf_grad_offset_of(const sdp_layout *L, long param_off, const long *grad_offset) {
+    if (param_off < 0) return -1;
+    for (int i = 0; i < L->nparams; i++)
+        if ((long)L->params[i].offset == param_off) return grad_offset[i];
+    SDP_ASSERT(0);
+    return -1;
+}
+
+/* ---- norms --------------------------------------------------------------------------------- */
+
+void tf_norm_fwd(const sdp_tf *m, sdp_tf_norm kind, float *out, float *mean, float *rstd,
+                 const float *x, long w, long b, int N) {
+    if (kind == SDP_TF_LAYERNORM)
+        m->be->layernorm_fwd(m->be, out, mean, rstd, x, tf_param(m, w), tf_param(m, b), N,
+                             m->cfg.d_model);
+    else
+        m->be->rmsnorm_fwd(m->be, out, rstd, x, tf_param(m, w), N, m->cfg.d_model);
+}
+
+void tf_norm_bwd(const sdp_tf *m, sdp_tf_norm kind, float *dx, const float *dout, const float *x,
+                 const float *mean, const float *rstd, long w, long gw, long gb, int N) {
+    if (kind == SDP_TF_LAYERNORM)
+        m->be->layernorm_bwd(m->be, dx, tf_grad(m, gw), tf_grad(m, gb), dout, x, tf_param(m, w),
+                             mean, rstd, N, m->cfg.d_model);
+    else
+        m->be->rmsnorm_bwd(m->be, dx, tf_grad(m, gw), dout, x, tf_param(m, w), rstd, N,
+                           m->cfg.d_model);
+}

@@ -1,0 +1,320 @@
+/* The transformer's layer stack: every layer's forward and backward, and their buffers. A layer
+ * is pre-norm, x += s * attn(norm1(x)) then x += s * mlp(norm2(x)), of the heads and MLP neurons
+ * its shape keeps; m->opts, fixed when the model is built, says which norm and MLP, whether RoPE
+ * turns q and k and whether attention is causal. Biases are there where the family declared them
+ * (an offset of -1 runs without). Calls nothing above it (tf_common.c only). */
+#include "models/tf_stack.h"
+
+#include "sdp/check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define P tf_param
+#define G tf_grad
+
+/* The fc output's width for F neurons: SwiGLU's gate and up are one [N, 2F] GEMM. */
+static size_t fc_width(const sdp_tf *m, size_t F) {
+    return m->opts.mlp == SDP_TF_SWIGLU ? 2 * F : F;
+}
+
+/* ---- buffers ------------------------------------------------------------------------------- */
+
+/* One layer's forward activations, for H heads of attention width D and F MLP neurons. */
+static void alloc_acts_set(sdp_tf *m, sdp_tf_layer_acts *a, int H, size_t D, size_t F) {
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    a->ln1 = tf_acts(m, N * C);
+    a->ln1_mean = tf_acts(m, N);
+    a->ln1_rstd = tf_acts(m, N);
+    a->qkv = tf_acts(m, N * 3 * D);
+    a->att = tf_acts(m, N * D);
+    a->lse = tf_acts(m, (size_t)m->B * H * m->T);
+    a->mid = tf_acts(m, N * C);
+    a->ln2 = tf_acts(m, N * C);
+    a->ln2_mean = tf_acts(m, N);
+    a->ln2_rstd = tf_acts(m, N);
+    a->fc = tf_acts(m, N * fc_width(m, F));
+    a->act = tf_acts(m, N * F);
+    a->out = tf_acts(m, N * C);
+}
+
+/* Training keeps every layer's activations: the backward reads them all. */
+static void alloc_layer_acts(sdp_tf *m, int i) {
+    alloc_acts_set(m, &m->layers[i], m->shape.n_head[i], (size_t)m->shape.n_head[i] * m->head_size,
+                   (size_t)m->shape.d_ff[i]);
+}
+
+/* A forward-only pass needs one layer's activations at a time, and the layer below's output: one
+ * set of buffers, sized for the widest layer, serves every layer, and the outputs alternate
+ * between two buffers (layer i reads layer i-1's while writing its own, and that residual is the
+ * only thing that crosses layers). The embeddings take the buffer of the odd layers' outputs:
+ * layer 1 overwrites them only after layer 0 has read them. Inside a layer, buffers whose values
+ * are dead share memory (layer_forward's order): ln1, then att (written once ln1 has been
+ * projected), then ln2 (once att has been projected) take one; qkv, then fc (once attention has
+ * read qkv) another, where GELU then runs in place (act is fc; SwiGLU's output is narrower than
+ * its input, so LLaMA keeps act apart); the two norms' statistics one pair. So an inference
+ * model holds about 7 B*T*C floats of activations for GPT, whatever its depth, where training
+ * keeps about 16 B*T*C per layer. */
+static void alloc_infer_acts(sdp_tf *m) {
+    int H = 0;
+    size_t D = 0, F = 0;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        if (m->shape.n_head[i] > H) H = m->shape.n_head[i];
+        if ((size_t)m->shape.d_ff[i] > F) F = (size_t)m->shape.d_ff[i];
+    }
+    D = (size_t)H * m->head_size;
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    const size_t fc = fc_width(m, F);
+    /* The buffers, each once: shared_set owns them (the aliases stay NULL in it) */
+    sdp_tf_layer_acts *own = &m->shared_set;
+    memset(own, 0, sizeof *own);
+    own->ln1 = tf_acts(m, N * (D > C ? D : C));
+    own->ln1_mean = tf_acts(m, N);
+    own->ln1_rstd = tf_acts(m, N);
+    own->qkv = tf_acts(m, N * (3 * D > fc ? 3 * D : fc));
+    own->lse = tf_acts(m, (size_t)m->B * H * m->T);
+    own->mid = tf_acts(m, N * C);
+    const bool swiglu = m->opts.mlp == SDP_TF_SWIGLU;
+    if (swiglu) own->act = tf_acts(m, N * F);
+    own->out = tf_acts(m, N * C);
+    sdp_tf_layer_acts set = *own;
+    set.att = set.ln2 = own->ln1;
+    set.ln2_mean = own->ln1_mean;
+    set.ln2_rstd = own->ln1_rstd;
+    set.fc = own->qkv;
+    if (!swiglu) set.act = own->qkv;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        m->layers[i] = set;
+        if (i % 2) m->layers[i].out = m->embed;
+    }
+    m->shared_acts = true;
+}
+
+/* Backward work buffers are shared by all layers, so they are sized for the widest one. */
+static void alloc_backward_buffers(sdp_tf *m) {
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    size_t D = 0, F = 0;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        size_t d = (size_t)m->shape.n_head[i] * m->head_size, f = (size_t)m->shape.d_ff[i];
+        if (d > D) D = d;
+        if (f > F) F = f;
+    }
+    m->d_res = tf_acts(m, N * C);
+    m->d_branch = tf_acts(m, N * C);
+    m->d_norm = tf_acts(m, N * C);
+    m->d_att = tf_acts(m, N * D);
+    m->d_qkv = tf_acts(m, N * 3 * D);
+    m->d_fc = tf_acts(m, N * fc_width(m, F));
+    m->d_act = tf_acts(m, N * F);
+}
+
+void tf_stack_alloc(sdp_tf *m, sdp_model_mode mode) {
+    m->embed = tf_acts(m, (size_t)m->B * m->T * m->cfg.d_model);
+    m->layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->layers);
+    SDP_CHECK(m->layers, "out of memory");
+    if (mode == SDP_MODEL_INFER)
+        alloc_infer_acts(m);
+    else
+        for (int i = 0; i < m->shape.n_layer; i++) alloc_layer_acts(m, i);
+}
+
+void tf_stack_alloc_backward(sdp_tf *m, sdp_model_mode mode) {
+    const sdp_backend *be = m->be;
+    if (mode != SDP_MODEL_INFER) alloc_backward_buffers(m);
+    int max_heads = 0;
+    for (int i = 0; i < m->shape.n_layer; i++)
+        if (m->shape.n_head[i] > max_heads) max_heads = m->shape.n_head[i];
+    const size_t attn_scratch =
+        be->attention_scratch_bytes(be, m->B, m->T, max_heads, m->head_size);
+    if (attn_scratch) m->attn_scratch = be->alloc(be, SDP_MEM_SCRATCH, attn_scratch);
+}
+
+void tf_stack_free(sdp_tf *m) {
+    const sdp_backend *be = m->be;
+    /* an inference model's layers share one set (alloc_infer_acts), freed once */
+    const int nsets = m->shared_acts ? 1 : m->shape.n_layer;
+    for (int i = 0; i < nsets; i++) {
+        sdp_tf_layer_acts *a = m->shared_acts ? &m->shared_set : &m->layers[i];
+        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse, a->mid,
+                         a->ln2, a->ln2_mean, a->ln2_rstd, a->fc,  a->act, a->out};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) be->free(be, bufs[j]);
+    }
+    float *bufs[] = {m->embed, m->d_res, m->d_branch, m->d_norm,      m->d_att,
+                     m->d_qkv, m->d_fc,  m->d_act,    m->attn_scratch};
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) be->free(be, bufs[j]);
+    free(m->layers);
+    m->layers = NULL;
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+/* Weight gradients of owned slices only, as one GEMM per slice. The weight at param offset w may
+ * be a fused matrix of several tensors stacked along rows (llama's q/k/v, gate/up): each tensor's
+ * slices are shifted by its first row in the fused matrix. */
+static void sliced_weight_grads(const sdp_tf *m, long w, const float *dout, const float *inp, int n,
+                                int ic, int oc) {
+    const sdp_layout *L = &m->layout;
+    for (int p = 0; p < L->nparams; p++) {
+        const long off = (long)L->params[p].offset;
+        if (off < w || off >= w + (long)oc * ic) continue;
+        const sdp_grad_slices *s = &m->gslices[p];
+        const long row0 = (off - w) / ic;
+        for (int i = 0; i < s->n; i++) {
+            if (s->axis == 0) /* dW[rows] += dout[:, rows]^T inp */
+                m->be->gemm(m->be, true, false, (int)s->len[i], ic, n, 1.0f,
+                            dout + row0 + s->start[i], oc, inp, ic, 1.0f, m->grads + s->dst[i],
+                            (int)s->ld[i]);
+            else /* dW[:, cols] += dout^T inp[:, cols] */
+                m->be->gemm(m->be, true, false, oc, (int)s->len[i], n, 1.0f, dout, oc,
+                            inp + s->start[i], ic, 1.0f, m->grads + s->dst[i], (int)s->ld[i]);
+        }
+    }
+}
+
+static void sliced_bias_grads(const sdp_tf *m, long b, const float *dout, int n, int oc) {
+    const sdp_layout *L = &m->layout;
+    for (int p = 0; p < L->nparams; p++) {
+        const long off = (long)L->params[p].offset;
+        if (off < b || off >= b + oc) continue;
+        const sdp_grad_slices *s = &m->gslices[p];
+        for (int i = 0; i < s->n; i++)
+            m->be->bias_slice_bwd(m->be, m->grads + s->dst[i], dout, n, oc,
+                                  (int)(off - b + s->start[i]), (int)s->len[i]);
+    }
+}
+
+/* A linear layer's backward, honouring whole, absent (-1) and sliced gradients. */
+static void linear_bwd(const sdp_tf *m, float *dinp, const float *dout, const float *inp, long w,
+                       long gw, long b, long gb, int n, int ic, int oc) {
+    m->be->linear_bwd(m->be, dinp, G(m, gw), G(m, gb), dout, inp, P(m, w), n, ic, oc);
+    if (gw == SDP_GRAD_SLICED) sliced_weight_grads(m, w, dout, inp, n, ic, oc);
+    if (gb == SDP_GRAD_SLICED) sliced_bias_grads(m, b, dout, n, oc);
+}
+
+/* Each branch's projection is written into `out` first and then folded into the residual, so no
+ * extra [N, C] buffer is needed per layer. */
+static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
+    const sdp_tf_layer_offsets *o = &m->off.layers[i];
+    sdp_tf_layer_acts *a = &m->layers[i];
+    const int N = B * T, C = m->cfg.d_model, H = m->shape.n_head[i], hs = m->head_size;
+    const int D = H * hs, F = m->shape.d_ff[i];
+    const size_t NC = (size_t)N * C;
+    const float s = m->shape.branch_scale[i];
+    const sdp_tf_layer_opts *op = &m->opts;
+    const bool swiglu = op->mlp == SDP_TF_SWIGLU;
+    const sdp_backend *be = m->be;
+
+    if (H > 0) {
+        tf_norm_fwd(m, op->norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, N);
+        be->linear_fwd(be, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), N, C, 3 * D);
+        if (op->rope) be->rope_fwd(be, a->qkv, B, T, H, hs, op->rope_theta);
+        be->attention_fwd(be, a->att, a->lse, a->qkv, B, T, H, hs, op->causal, m->attn_scratch);
+        be->linear_fwd(be, a->out, a->att, P(m, o->w_o), P(m, o->b_o), N, D, C);
+        be->residual_fwd(be, a->mid, x, a->out, s, NC);
+    } else {
+        be->copy_rows(be, a->mid, 0, x, 0, 1, NC);
+    }
+    if (F > 0) {
+        tf_norm_fwd(m, op->norm, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, o->ln2_w, o->ln2_b, N);
+        be->linear_fwd(be, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C,
+                       (int)fc_width(m, (size_t)F));
+        if (swiglu)
+            be->swiglu_fwd(be, a->act, a->fc, N, F);
+        else
+            be->gelu_fwd(be, a->act, a->fc, (size_t)N * F);
+        be->linear_fwd(be, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), N, F, C);
+        be->residual_fwd(be, a->out, a->mid, a->out, s, NC);
+    } else {
+        be->copy_rows(be, a->out, 0, a->mid, 0, 1, NC);
+    }
+}
+
+const float *tf_stack_forward(sdp_tf *m, const float *x, int B, int T) {
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        layer_forward(m, i, x, B, T);
+        x = m->layers[i].out;
+    }
+    return x;
+}
+
+void sdp_tf_layer_forward(sdp_tf *m, int i, float *x, int B, int T) {
+    SDP_ASSERT(i >= 0 && i < m->shape.n_layer && B <= m->B && T <= m->T);
+    layer_forward(m, i, x, B, T);
+    const size_t NC = (size_t)B * T * m->cfg.d_model;
+    m->be->copy_rows(m->be, x, 0, m->layers[i].out, 0, 1, NC);
+}
+
+const float *tf_stack_top(const sdp_tf *m) {
+    const int L = m->shape.n_layer;
+    return L > 0 ? m->layers[L - 1].out : m->embed;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+static void zero(const sdp_tf *m, float *x, size_t n) {
+    m->be->zero(m->be, x, n * sizeof(float));
+}
+
+/* On entry d_res holds dL/d(layer output); on exit dL/d(layer input). */
+static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
+    const sdp_tf_layer_offsets *o = &m->off.layers[i], *go = &m->goff.layers[i];
+    const sdp_tf_layer_acts *a = &m->layers[i];
+    const int N = B * T, C = m->cfg.d_model, H = m->shape.n_head[i], hs = m->head_size;
+    const int D = H * hs, F = m->shape.d_ff[i];
+    const size_t NC = (size_t)N * C;
+    const float s = m->shape.branch_scale[i];
+    const sdp_tf_layer_opts *op = &m->opts;
+    const bool swiglu = op->mlp == SDP_TF_SWIGLU;
+    const int fc = (int)fc_width(m, (size_t)F);
+    const sdp_backend *be = m->be;
+
+    if (F > 0) { /* out = mid + s * proj(act(fc(norm2(mid)))) */
+        zero(m, m->d_branch, NC);
+        be->residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
+        zero(m, m->d_act, (size_t)N * F);
+        linear_bwd(m, m->d_act, m->d_branch, a->act, o->w_proj, go->w_proj, o->b_proj, go->b_proj,
+                   N, F, C);
+        zero(m, m->d_fc, (size_t)N * fc);
+        if (swiglu)
+            be->swiglu_bwd(be, m->d_fc, m->d_act, a->fc, N, F);
+        else
+            be->gelu_bwd(be, m->d_fc, m->d_act, a->fc, (size_t)N * F);
+        zero(m, m->d_norm, NC);
+        linear_bwd(m, m->d_norm, m->d_fc, a->ln2, o->w_fc, go->w_fc, o->b_fc, go->b_fc, N, C, fc);
+        tf_norm_bwd(m, op->norm, m->d_res, m->d_norm, a->mid, a->ln2_mean, a->ln2_rstd, o->ln2_w,
+                    go->ln2_w, go->ln2_b, N);
+    }
+    if (H > 0) { /* mid = x + s * o_proj(attention(qkv(norm1(x)))) */
+        zero(m, m->d_branch, NC);
+        be->residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
+        zero(m, m->d_att, (size_t)N * D);
+        linear_bwd(m, m->d_att, m->d_branch, a->att, o->w_o, go->w_o, o->b_o, go->b_o, N, D, C);
+        zero(m, m->d_qkv, (size_t)N * 3 * D);
+        be->attention_bwd(be, m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, op->causal,
+                          m->attn_scratch);
+        if (op->rope) be->rope_bwd(be, m->d_qkv, B, T, H, hs, op->rope_theta);
+        zero(m, m->d_norm, NC);
+        linear_bwd(m, m->d_norm, m->d_qkv, a->ln1, o->w_qkv, go->w_qkv, o->b_qkv, go->b_qkv, N, C,
+                   3 * D);
+        tf_norm_bwd(m, op->norm, m->d_res, m->d_norm, x, a->ln1_mean, a->ln1_rstd, o->ln1_w,
+                    go->ln1_w, go->ln1_b, N);
+    }
+}
+
+void tf_stack_backward(sdp_tf *m, int B, int T) {
+    const int floor = m->backward_floor > 0 ? m->backward_floor : 0;
+    for (int i = m->shape.n_layer - 1; i >= floor; i--) {
+        layer_backward(m, i, i > 0 ? m->layers[i - 1].out : m->embed, B, T);
+        if (m->layer_done) m->layer_done(m->layer_done_ctx, i);
+    }
+}
+
+void tf_stack_flops(const sdp_tf *m, int T, double *layers, double *attn) {
+    const double C = m->cfg.d_model, hs = m->head_size;
+    *layers = *attn = 0;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        const double D = m->shape.n_head[i] * hs, F = m->shape.d_ff[i];
+        *layers += 3 * D * C + D * C + (m->opts.mlp == SDP_TF_SWIGLU ? 3 : 2) * F * C;
+        *attn += 2.0 * T * D; /* q.k and p.v per token, counted over the full T as PaLM does */
+    }
+}

@@ -1,0 +1,85 @@
+/* The stem and head of the token models (gpt, llama): token embeddings, with learned positions
+ * where the family declared a position table; the final norm and the LM head over the padded
+ * vocabulary, tied to the token embeddings where the family made lm_head the same offset as wte.
+ * Calls down into the stack (tf_stack.c) and the shared helpers only. */
+#include "models/tf_tokens.h"
+
+#include "models/tf_stack.h"
+#include "sdp/check.h"
+
+#define P tf_param
+#define G tf_grad
+
+void tf_tokens_build(sdp_tf *m, sdp_model_mode mode) {
+    const size_t N = (size_t)m->B * m->T;
+    tf_alloc_params(m, mode);
+    m->inputs = tf_ints(m, N);
+    m->targets = tf_ints(m, N);
+    tf_stack_alloc(m, mode);
+    tf_head_alloc(m, N);
+    tf_stack_alloc_backward(m, mode);
+}
+
+void tf_tokens_free(sdp_tf *m) {
+    m->be->free(m->be, m->inputs);
+}
+
+void tf_tokens_stem(sdp_tf *m, const int *inputs, int B, int T) {
+    SDP_ASSERT(B <= m->B && T <= m->T && B * T <= m->B * m->T);
+    const int N = B * T, V = m->cfg.vocab, C = m->cfg.d_model;
+    for (int i = 0; i < N; i++)
+        SDP_CHECK(inputs[i] >= 0 && inputs[i] < V,
+                  "token id %d is outside the model's vocabulary of %d: the data does not match "
+                  "the model (check --vocab)",
+                  inputs[i], V);
+    const sdp_backend *be = m->be;
+    be->upload(be, m->inputs, inputs, (size_t)N * sizeof(int));
+    m->last_B = B;
+    m->last_T = T;
+    be->embed_fwd(be, m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
+}
+
+void tf_tokens_stem_backward(sdp_tf *m, int B, int T) {
+    m->be->embed_bwd(m->be, G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T,
+                     m->cfg.d_model);
+}
+
+double tf_lm_head(sdp_tf *m, sdp_tf_norm norm, const float *x, const int *targets, int B, int T) {
+    const int N = B * T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded, C = m->cfg.d_model;
+    const sdp_backend *be = m->be;
+    m->last_B = B;
+    m->last_T = T;
+    tf_norm_fwd(m, norm, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->off.lnf_w, m->off.lnf_b, N);
+    be->linear_fwd(be, m->probs, m->lnf, P(m, m->off.lm_head), NULL, N, C, Vp);
+    m->has_targets = targets != NULL;
+    if (!targets) return 0.0;
+    int counted = 0;
+    for (int i = 0; i < N; i++) {
+        SDP_CHECK(targets[i] < V, "target id %d is outside the vocabulary of %d", targets[i], V);
+        counted += targets[i] >= 0;
+    }
+    be->upload(be, m->targets, targets, (size_t)N * sizeof(int));
+    m->n_targets = counted;
+    return be->softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, N, V, Vp);
+}
+
+void tf_lm_head_backward(sdp_tf *m, sdp_tf_norm norm, float dloss) {
+    const int N = m->last_B * m->last_T, C = m->cfg.d_model;
+    const int V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
+    const size_t NC = (size_t)N * C;
+    const sdp_backend *be = m->be;
+    be->softmax_xent_bwd(be, m->probs, m->probs, m->targets, dloss, N, V, Vp);
+    be->zero(be, m->d_norm, NC * sizeof(float));
+    be->linear_bwd(be, m->d_norm, G(m, m->goff.lm_head), NULL, m->probs, m->lnf,
+                   P(m, m->off.lm_head), N, C, Vp);
+    be->zero(be, m->d_res, NC * sizeof(float));
+    tf_norm_bwd(m, norm, m->d_res, m->d_norm, tf_stack_top(m), m->lnf_mean, m->lnf_rstd,
+                m->off.lnf_w, m->goff.lnf_w, m->goff.lnf_b, N);
+}
+
+double tf_tokens_train_flops(const sdp_tf *m, int T) {
+    const double C = m->cfg.d_model;
+    double layers, attn;
+    tf_stack_flops(m, T, &layers, &attn);
+    return 6.0 * (layers + C * m->cfg.vocab_padded) + 6.0 * attn;
+}
