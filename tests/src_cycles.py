@@ -76,11 +76,14 @@ def include_graph(src):
     return graph
 
 
-def call_graph(build):
+def call_graph(root, build):
     objects = []
     for d, _, files in os.walk(os.path.join(build, "CMakeFiles")):
         objects += [os.path.join(d, f) for f in files if f.endswith(".o") and "/src/" in d + "/"]
     defined, used = {}, collections.defaultdict(set)
+    # An object whose source is gone (a file deleted since this build dir last built) is stale.
+    objects = [o for o in objects
+               if os.path.exists(os.path.join(root, re.sub(r".*?\.dir/", "", o)[: -len(".o")]))]
     for obj in objects:
         name = re.sub(r".*?\.dir/", "", obj)[: -len(".o")]
         out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
@@ -105,7 +108,7 @@ def main():
         sys.exit("usage: src_cycles.py SOURCE_DIR BUILD_DIR")
     src, build = os.path.join(sys.argv[1], "src"), sys.argv[2]
     includes = include_graph(src)
-    calls, nobj = call_graph(build)
+    calls, nobj = call_graph(sys.argv[1], build)
     if nobj == 0:
         sys.exit(f"src_cycles: no object files of src/ under {build}/CMakeFiles: build first")
     bad = 0
