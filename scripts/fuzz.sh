@@ -9,6 +9,7 @@
 #   SDP_FUZZ_SECONDS=3600 bash scripts/fuzz.sh    # a long run
 #   SDP_FUZZ_RUNS=10000000 SDP_FUZZ_SECONDS=86400 bash scripts/fuzz.sh  # 10M executions each
 #   SDP_FUZZ_TARGETS="idx text" bash scripts/fuzz.sh
+#   SDP_FUZZ_TIMEOUT=60 ...   # on a loaded machine, where a stalled process would count as a hang
 #
 # Readers fail with sdp_fatal on bad bytes, which the harness takes back (fuzz/harness.h),
 # releasing what they held (fuzz/ledger.c); LeakSanitizer reports what an accepted input leaves.
@@ -17,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${SDP_FUZZ_SECONDS:-15}
 RUNS_GOAL=${SDP_FUZZ_RUNS:-0} # stop a target at this many executions (0: only the time limit)
+TIMEOUT=${SDP_FUZZ_TIMEOUT:-5} # seconds one input may take before it counts as a hang
 TARGETS=${SDP_FUZZ_TARGETS:-"safetensors shards text cifar idx config run_dir"}
 command -v clang >/dev/null || { echo "fuzz: clang not found: apt-get install clang libclang-rt-14-dev" >&2; exit 1; }
 mkdir -p build-fuzz
@@ -37,7 +39,7 @@ for t in $TARGETS; do
     left=$((end - SECONDS))
     [ "$RUNS_GOAL" = 0 ] || [ $((RUNS_GOAL - runs)) -ge $chunk ] || chunk=$((RUNS_GOAL - runs))
     log=build-fuzz/$t.log
-    if ! "build-fuzz/fuzz_$t" -runs=$chunk -max_total_time=$left -timeout=5 -rss_limit_mb=2048 \
+    if ! "build-fuzz/fuzz_$t" -runs=$chunk -max_total_time=$left -timeout=$TIMEOUT -rss_limit_mb=2048 \
          -malloc_limit_mb=1024 -max_len=100000 -print_final_stats=1 \
          -artifact_prefix="$crashes/" "$corpus" "build-fuzz/seeds/$t" >"$log" 2>&1; then
       status="CRASH: $(grep -m1 -E 'ERROR|runtime error|deadly' "$log" | head -c 160); reproducer: $(ls -t "$crashes" | head -1 | sed "s|^|$crashes/|")"
