@@ -12,6 +12,7 @@ set(SDP_TEST_ENV
     "OMPI_MCA_rmaps_base_oversubscribe=1" "OMP_NUM_THREADS=1")
 
 file(GLOB SDP_C_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.c)
+list(FILTER SDP_C_TESTS EXCLUDE REGEX "test_backend_ops\\.c$") # below: it takes an argument
 foreach(src ${SDP_C_TESTS})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
@@ -36,3 +37,10 @@ foreach(src ${SDP_SH_TESTS})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${SDP_TEST_ENV}" TIMEOUT 600
                                            SKIP_RETURN_CODE 77)
 endforeach()
+
+# Every op of the backend table against the CPU backend: on the emulated device here (bitwise),
+# and on CUDA where the CUDA backend is built (CMakeLists.txt links it there and adds that test).
+add_executable(test_backend_ops ${CMAKE_SOURCE_DIR}/tests/test_backend_ops.c)
+target_link_libraries(test_backend_ops PRIVATE sdpcore)
+add_test(NAME test_backend_ops_emulated COMMAND test_backend_ops emulated)
+set_tests_properties(test_backend_ops_emulated PROPERTIES ENVIRONMENT "${SDP_TEST_ENV}" TIMEOUT 300)
