@@ -6,7 +6,7 @@
  * alike. Usage: bench_conv [threads] [repeats] [dnnl|im2col|both] */
 #include "sdp/bench.h"
 #include "sdp/check.h"
-#include "sdp/ops_vision.h"
+#include "sdp/backend.h"
 #include "sdp/rng.h"
 
 #include <omp.h>
@@ -59,29 +59,30 @@ typedef struct {
     float *inp, *w, *out, *dout, *dinp, *dw, *scratch;
 } buffers;
 
-static void run_pass(const sdp_conv_plan *plan, const buffers *b, pass p) {
+static void run_pass(const sdp_backend *cpu, const void *plan, const buffers *b, pass p) {
     switch (p) {
     case FWD:
-        sdp_conv2d_fwd(plan, b->out, b->inp, b->w, NULL, b->scratch);
+        sdp_conv2d_fwd(cpu, plan, b->out, b->inp, b->w, NULL, b->scratch);
         return;
     case BWD_DATA:
-        sdp_conv2d_bwd(plan, b->dinp, NULL, NULL, b->dout, NULL, b->w, b->scratch);
+        sdp_conv2d_bwd(cpu, plan, b->dinp, NULL, NULL, b->dout, NULL, b->w, b->scratch);
         return;
     default:
-        sdp_conv2d_bwd(plan, NULL, b->dw, NULL, b->dout, b->inp, NULL, b->scratch);
+        sdp_conv2d_bwd(cpu, plan, NULL, b->dw, NULL, b->dout, b->inp, NULL, b->scratch);
         return;
     }
 }
 
 /* The algorithms take turns call by call, so that both see the same load on a shared machine. */
-static void bench_layer(const layer *l, const bool use[NALGOS], int repeats, double peak) {
+static void bench_layer(const sdp_backend *cpu, const layer *l, const bool use[NALGOS], int repeats,
+                        double peak) {
     const sdp_conv_shape *s = &l->shape;
-    sdp_conv_plan plans[NALGOS];
+    void *plans[NALGOS] = {NULL};
     size_t scratch = 0;
     for (int a = 0; a < NALGOS; a++) {
         if (!use[a]) continue;
-        sdp_conv_plan_init(&plans[a], s, ALGOS[a], SDP_GEMM_DNNL);
-        size_t need = sdp_conv_scratch_floats(&plans[a]);
+        plans[a] = sdp_conv_plan_create(cpu, s, ALGOS[a]);
+        size_t need = sdp_conv_scratch_bytes(cpu, plans[a]) / sizeof(float);
         scratch = need > scratch ? need : scratch;
     }
     int OH = (s->H + 2 * s->pad_h - s->KH) / s->stride_h + 1;
@@ -100,7 +101,7 @@ static void bench_layer(const layer *l, const bool use[NALGOS], int repeats, dou
             for (int a = 0; a < NALGOS; a++) {
                 if (!use[a]) continue;
                 double t0 = now();
-                run_pass(&plans[a], &b, p);
+                run_pass(cpu, plans[a], &b, p);
                 double dt = now() - t0;
                 if (r >= 0 && dt < best[a][p]) best[a][p] = dt;
             }
@@ -113,8 +114,8 @@ static void bench_layer(const layer *l, const bool use[NALGOS], int repeats, dou
             printf(" | %7.2f ms %6.1f GFLOP/s %3.0f%%", 1e3 * best[a][p], gflops,
                    100 * gflops / peak);
         }
-        printf("   scratch %.1f MiB\n", sdp_conv_scratch_floats(&plans[a]) * 4.0 / (1 << 20));
-        sdp_conv_plan_free(&plans[a]);
+        printf("   scratch %.1f MiB\n", sdp_conv_scratch_bytes(cpu, plans[a]) / (double)(1 << 20));
+        sdp_conv_plan_free(cpu, plans[a]);
     }
     free(b.inp), free(b.w), free(b.out), free(b.dout), free(b.dinp), free(b.dw), free(b.scratch);
 }
@@ -138,8 +139,11 @@ int main(int argc, char **argv) {
            "backward weights");
     bool use[NALGOS];
     for (int a = 0; a < NALGOS; a++) use[a] = both || ALGOS[a] == only;
+    sdp_mem mem = {0};
+    sdp_backend *cpu = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
     for (size_t k = 0; k < sizeof LAYERS / sizeof LAYERS[0]; k++)
-        bench_layer(&LAYERS[k], use, repeats, peak);
+        bench_layer(cpu, &LAYERS[k], use, repeats, peak);
+    sdp_backend_destroy(cpu);
     double peak_after = sdp_measure_sgemm_peak(SDP_GEMM_DNNL, PEAK_SIZE, repeats);
     printf("sgemm peak again at the end: %.1f GFLOP/s (a large change means a busy machine)\n",
            peak_after);

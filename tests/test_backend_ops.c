@@ -8,11 +8,12 @@
  *                               max |dut - cpu| / (|cpu| + rms(cpu)) within 1e-5 for elementwise
  *                               results, 1e-4 for reductions; exits 77 without a GPU
  *
- * Inputs are random, uploaded to the backend under test from the reference's buffers (host
- * memory), so both sides start from the same bits; outputs start from the same random values
- * too, so backward ops are checked to accumulate, and are downloaded and compared. A backward op
- * gets the reference forward's saved values (mean, rstd, lse, ...) as inputs, so each op is
- * checked alone.
+ * Every op is called through its checked entry point (sdp_<op>(be, ...), sdp/ops.h), as the
+ * models call it. Inputs are random, uploaded to the backend under test from the reference's
+ * buffers (host memory), so both sides start from the same bits; outputs start from the same random
+ * values too, so backward ops are checked to accumulate, and are downloaded and compared. A
+ * backward op gets the reference forward's saved values (mean, rstd, lse, ...) as inputs, so each
+ * op is checked alone.
  *
  * Coverage is checked, not assumed: every function-pointer slot of sdp_backend must be claimed
  * exactly once, by a case below, by the harness (which uses the memory entries on every case),
@@ -187,7 +188,7 @@ static void case_gemm(harness *h) {
             buf C = rnd(h, (size_t)M * ldc);
             float beta = t == 3 ? 0.0f : 0.5f;
             EACH(h, be, s)
-            be->gemm(be, ta, tb, M, N, K, 0.75f, A.p[s], lda, B.p[s], ldb, beta, C.p[s], ldc);
+            sdp_gemm(be, ta, tb, M, N, K, 0.75f, A.p[s], lda, B.p[s], ldb, beta, C.p[s], ldc);
             check(h, "C", C);
             free_all(h);
             h->shapes++;
@@ -200,8 +201,8 @@ static void case_linear_fwd(harness *h) {
         int n = shapes[i][0], ic = shapes[i][1], oc = shapes[i][2];
         buf inp = rnd(h, (size_t)n * ic), w = rnd(h, (size_t)oc * ic), b = rnd(h, oc);
         buf out = rnd(h, (size_t)n * oc), out2 = rnd(h, (size_t)n * oc);
-        EACH(h, be, s) be->linear_fwd(be, out.p[s], inp.p[s], w.p[s], b.p[s], n, ic, oc);
-        EACH(h, be, s) be->linear_fwd(be, out2.p[s], inp.p[s], w.p[s], NULL, n, ic, oc);
+        EACH(h, be, s) sdp_linear_fwd(be, out.p[s], inp.p[s], w.p[s], b.p[s], n, ic, oc);
+        EACH(h, be, s) sdp_linear_fwd(be, out2.p[s], inp.p[s], w.p[s], NULL, n, ic, oc);
         check(h, "out", out);
         check(h, "out (no bias)", out2);
         free_all(h);
@@ -219,7 +220,7 @@ static void case_linear_bwd(harness *h) {
             buf dw = rnd(h, (size_t)oc * ic), db = rnd(h, oc);
             bool gi = mask != 6, gw = mask != 4;
             EACH(h, be, s)
-            be->linear_bwd(be, gi ? dinp.p[s] : NULL, gw ? dw.p[s] : NULL, gw ? db.p[s] : NULL,
+            sdp_linear_bwd(be, gi ? dinp.p[s] : NULL, gw ? dw.p[s] : NULL, gw ? db.p[s] : NULL,
                            dout.p[s], inp.p[s], w.p[s], n, ic, oc);
             check(h, "dinp", dinp);
             check(h, "dw", dw);
@@ -235,7 +236,7 @@ static void case_bias_slice_bwd(harness *h) {
     for (int i = 0; i < 3; i++) {
         int n = shapes[i][0], ld = shapes[i][1], col0 = shapes[i][2], len = shapes[i][3];
         buf dout = rnd(h, (size_t)n * ld), db = rnd(h, len);
-        EACH(h, be, s) be->bias_slice_bwd(be, db.p[s], dout.p[s], n, ld, col0, len);
+        EACH(h, be, s) sdp_bias_slice_bwd(be, db.p[s], dout.p[s], n, ld, col0, len);
         check(h, "dbias", db);
         free_all(h);
         h->shapes++;
@@ -253,9 +254,9 @@ static void rows_case(harness *h, bool add) {
         EACH(h, be, s) {
             float *d = dst.p[s] + 1, *sp = src.p[s] + ld_src - cols;
             if (add)
-                be->add_rows(be, d, ld_dst, sp, ld_src, rows - 1, cols);
+                sdp_add_rows(be, d, ld_dst, sp, ld_src, rows - 1, cols);
             else
-                be->copy_rows(be, d, ld_dst, sp, ld_src, rows - 1, cols);
+                sdp_copy_rows(be, d, ld_dst, sp, ld_src, rows - 1, cols);
         }
         check(h, "dst", dst);
         free_all(h);
@@ -276,7 +277,7 @@ static void case_scale(harness *h) {
     static const float factors[] = {0.3f, 1.0f, -2.5f};
     for (int i = 0; i < 3; i++) {
         buf x = rnd(h, sizes[i]);
-        EACH(h, be, s) be->scale(be, x.p[s], sizes[i], factors[i]);
+        EACH(h, be, s) sdp_scale(be, x.p[s], sizes[i], factors[i]);
         check(h, "x", x);
         free_all(h);
         h->shapes++;
@@ -287,8 +288,8 @@ static void case_sumsq(harness *h) {
     static const size_t sizes[] = {1, 1000, 70001};
     for (int i = 0; i < 3; i++) {
         buf x = rnd(h, sizes[i]);
-        double v[2];
-        EACH(h, be, s) v[s] = be->sumsq(be, x.p[s], sizes[i]);
+        double v[2] = {0, 0};
+        EACH(h, be, s) v[s] = sdp_sumsq(be, x.p[s], sizes[i]);
         check_value(h, "sum of squares", v);
         free_all(h);
         h->shapes++;
@@ -317,9 +318,9 @@ static void optim_case(harness *h, sdp_opt_kind kind) {
             buf p = rnd(h, np), g = rnd(h, ng), m = rnd(h, ns), v = uni(h, ns, 0.1f, 1.0f);
             EACH(h, be, s) {
                 if (kind == SDP_OPT_ADAMW)
-                    be->adamw_update(be, &cfg, t, m.p[s], v.p[s], p.p[s], g.p[s], segs, 3, 0.01f);
+                    sdp_adamw_update(be, &cfg, t, m.p[s], v.p[s], p.p[s], g.p[s], segs, 3, 0.01f);
                 else
-                    be->sgd_update(be, &cfg, t, m.p[s], p.p[s], g.p[s], segs, 3, 0.01f);
+                    sdp_sgd_update(be, &cfg, t, m.p[s], p.p[s], g.p[s], segs, 3, 0.01f);
             }
             check(h, "params", p);
             check(h, kind == SDP_OPT_ADAMW ? "m" : "momentum", m);
@@ -350,7 +351,7 @@ static void case_embed_fwd(harness *h) {
             buf wte = rnd(h, (size_t)V * C), wpe = rnd(h, (size_t)T * C);
             buf out = rnd(h, (size_t)B * T * C);
             EACH(h, be, s)
-            be->embed_fwd(be, out.p[s], tok.p[s], wte.p[s], pos ? wpe.p[s] : NULL, B, T, C);
+            sdp_embed_fwd(be, out.p[s], tok.p[s], wte.p[s], pos ? wpe.p[s] : NULL, B, T, C);
             check(h, "out", out);
             free_all(h);
             h->shapes++;
@@ -366,7 +367,7 @@ static void case_embed_bwd(harness *h) {
             buf dwte = rnd(h, (size_t)V * C), dwpe = rnd(h, (size_t)T * C);
             buf dout = rnd(h, (size_t)B * T * C);
             EACH(h, be, s)
-            be->embed_bwd(be, dwte.p[s], pos ? dwpe.p[s] : NULL, dout.p[s], tok.p[s], B, T, C);
+            sdp_embed_bwd(be, dwte.p[s], pos ? dwpe.p[s] : NULL, dout.p[s], tok.p[s], B, T, C);
             check(h, "dwte", dwte);
             check(h, "dwpe", dwpe);
             free_all(h);
@@ -382,7 +383,7 @@ static void case_layernorm_fwd(harness *h) {
         buf inp = rnd(h, (size_t)n * C), w = rnd(h, C), b = rnd(h, C);
         buf out = rnd(h, (size_t)n * C), mean = rnd(h, n), rstd = rnd(h, n);
         EACH(h, be, s)
-        be->layernorm_fwd(be, out.p[s], mean.p[s], rstd.p[s], inp.p[s], w.p[s], b.p[s], n, C);
+        sdp_layernorm_fwd(be, out.p[s], mean.p[s], rstd.p[s], inp.p[s], w.p[s], b.p[s], n, C);
         check(h, "out", out);
         check(h, "mean", mean);
         check(h, "rstd", rstd);
@@ -399,7 +400,7 @@ static void case_layernorm_bwd(harness *h) {
             buf mean = rnd(h, n), rstd = uni(h, n, 0.5f, 2.0f);
             buf dinp = rnd(h, (size_t)n * C), dw = rnd(h, C), db = rnd(h, C);
             EACH(h, be, s)
-            be->layernorm_bwd(be, dinp.p[s], all ? dw.p[s] : NULL, all ? db.p[s] : NULL, dout.p[s],
+            sdp_layernorm_bwd(be, dinp.p[s], all ? dw.p[s] : NULL, all ? db.p[s] : NULL, dout.p[s],
                               inp.p[s], w.p[s], mean.p[s], rstd.p[s], n, C);
             check(h, "dinp", dinp);
             check(h, "dw", dw);
@@ -414,7 +415,7 @@ static void case_rmsnorm_fwd(harness *h) {
         int n = NORM_SHAPES[i][0], C = NORM_SHAPES[i][1];
         buf inp = rnd(h, (size_t)n * C), w = rnd(h, C);
         buf out = rnd(h, (size_t)n * C), rstd = rnd(h, n);
-        EACH(h, be, s) be->rmsnorm_fwd(be, out.p[s], rstd.p[s], inp.p[s], w.p[s], n, C);
+        EACH(h, be, s) sdp_rmsnorm_fwd(be, out.p[s], rstd.p[s], inp.p[s], w.p[s], n, C);
         check(h, "out", out);
         check(h, "rstd", rstd);
         free_all(h);
@@ -429,7 +430,7 @@ static void case_rmsnorm_bwd(harness *h) {
             buf inp = rnd(h, (size_t)n * C), w = rnd(h, C), dout = rnd(h, (size_t)n * C);
             buf rstd = uni(h, n, 0.5f, 2.0f), dinp = rnd(h, (size_t)n * C), dw = rnd(h, C);
             EACH(h, be, s)
-            be->rmsnorm_bwd(be, dinp.p[s], all ? dw.p[s] : NULL, dout.p[s], inp.p[s], w.p[s],
+            sdp_rmsnorm_bwd(be, dinp.p[s], all ? dw.p[s] : NULL, dout.p[s], inp.p[s], w.p[s],
                             rstd.p[s], n, C);
             check(h, "dinp", dinp);
             check(h, "dw", dw);
@@ -447,7 +448,7 @@ static void case_gelu_fwd(harness *h) {
         for (int in_place = 0; in_place < 2; in_place++) {
             size_t n = ELEMS[i];
             buf inp = make(h, n, 3.0f, 0), out = in_place ? inp : rnd(h, n);
-            EACH(h, be, s) be->gelu_fwd(be, out.p[s], inp.p[s], n);
+            EACH(h, be, s) sdp_gelu_fwd(be, out.p[s], inp.p[s], n);
             check(h, in_place ? "out (in place)" : "out", out);
             free_all(h);
             h->shapes++;
@@ -458,7 +459,7 @@ static void case_gelu_bwd(harness *h) {
     for (int i = 0; i < 3; i++) {
         size_t n = ELEMS[i];
         buf inp = make(h, n, 3.0f, 0), dout = rnd(h, n), dinp = rnd(h, n);
-        EACH(h, be, s) be->gelu_bwd(be, dinp.p[s], dout.p[s], inp.p[s], n);
+        EACH(h, be, s) sdp_gelu_bwd(be, dinp.p[s], dout.p[s], inp.p[s], n);
         check(h, "dinp", dinp);
         free_all(h);
         h->shapes++;
@@ -471,7 +472,7 @@ static void case_swiglu_fwd(harness *h) {
     for (int i = 0; i < 3; i++) {
         int n = SWIGLU_SHAPES[i][0], F = SWIGLU_SHAPES[i][1];
         buf inp = make(h, (size_t)n * 2 * F, 3.0f, 0), out = rnd(h, (size_t)n * F);
-        EACH(h, be, s) be->swiglu_fwd(be, out.p[s], inp.p[s], n, F);
+        EACH(h, be, s) sdp_swiglu_fwd(be, out.p[s], inp.p[s], n, F);
         check(h, "out", out);
         free_all(h);
         h->shapes++;
@@ -483,7 +484,7 @@ static void case_swiglu_bwd(harness *h) {
         int n = SWIGLU_SHAPES[i][0], F = SWIGLU_SHAPES[i][1];
         buf inp = make(h, (size_t)n * 2 * F, 3.0f, 0), dout = rnd(h, (size_t)n * F);
         buf dinp = rnd(h, (size_t)n * 2 * F);
-        EACH(h, be, s) be->swiglu_bwd(be, dinp.p[s], dout.p[s], inp.p[s], n, F);
+        EACH(h, be, s) sdp_swiglu_bwd(be, dinp.p[s], dout.p[s], inp.p[s], n, F);
         check(h, "dinp", dinp);
         free_all(h);
         h->shapes++;
@@ -495,7 +496,7 @@ static void case_residual_fwd(harness *h) {
         for (int alias = 0; alias < 2; alias++) { /* out = a, as the residual stream runs */
             size_t n = ELEMS[i];
             buf a = rnd(h, n), b = rnd(h, n), out = alias ? a : rnd(h, n);
-            EACH(h, be, s) be->residual_fwd(be, out.p[s], a.p[s], b.p[s], 0.7f, n);
+            EACH(h, be, s) sdp_residual_fwd(be, out.p[s], a.p[s], b.p[s], 0.7f, n);
             check(h, alias ? "out (= a)" : "out", out);
             free_all(h);
             h->shapes++;
@@ -509,7 +510,7 @@ static void case_residual_bwd(harness *h) {
             /* da from zeros once: zero's result shows in it */
             buf da = both ? rnd(h, n) : zeros(h, n), db = rnd(h, n), dout = rnd(h, n);
             EACH(h, be, s)
-            be->residual_bwd(be, da.p[s], both ? db.p[s] : NULL, dout.p[s], 0.7f, n);
+            sdp_residual_bwd(be, da.p[s], both ? db.p[s] : NULL, dout.p[s], 0.7f, n);
             check(h, "da", da);
             check(h, "db", db);
             free_all(h);
@@ -524,7 +525,7 @@ static const int ATT_SHAPES[][5] = {
 
 static buf att_scratch(harness *h, int B, int T, int H, int hs) {
     size_t bytes[2];
-    EACH(h, be, s) bytes[s] = be->attention_scratch_bytes(be, B, T, H, hs);
+    EACH(h, be, s) bytes[s] = sdp_attention_scratch_bytes(be, B, T, H, hs);
     return scratch(h, bytes);
 }
 
@@ -537,7 +538,7 @@ static void case_attention_fwd(harness *h) {
         buf qkv = rnd(h, rows * 3 * D), out = rnd(h, rows * D), lse = rnd(h, (size_t)B * H * T);
         buf sc = att_scratch(h, B, T, H, hs);
         EACH(h, be, s)
-        be->attention_fwd(be, out.p[s], lse.p[s], qkv.p[s], B, T, H, hs, causal, sc.p[s]);
+        sdp_attention_fwd(be, out.p[s], lse.p[s], qkv.p[s], B, T, H, hs, causal, sc.p[s]);
         check(h, "out", out);
         check(h, "lse", lse);
         free_all(h);
@@ -556,11 +557,11 @@ static void case_attention_bwd(harness *h) {
         buf sc = att_scratch(h, B, T, H, hs);
         /* out and lse as the reference's forward saves them, on both sides */
         const sdp_backend *ref = h->be[0], *dut = h->be[1];
-        ref->attention_fwd(ref, out.p[0], lse.p[0], qkv.p[0], B, T, H, hs, causal, sc.p[0]);
+        sdp_attention_fwd(ref, out.p[0], lse.p[0], qkv.p[0], B, T, H, hs, causal, sc.p[0]);
         dut->upload(dut, out.p[1], out.p[0], rows * D * sizeof(float));
         dut->upload(dut, lse.p[1], lse.p[0], lse.n * sizeof(float));
         EACH(h, be, s)
-        be->attention_bwd(be, dqkv.p[s], dout.p[s], qkv.p[s], out.p[s], lse.p[s], B, T, H, hs,
+        sdp_attention_bwd(be, dqkv.p[s], dout.p[s], qkv.p[s], out.p[s], lse.p[s], B, T, H, hs,
                           causal, sc.p[s]);
         check(h, "dqkv", dqkv);
         free_all(h);
@@ -575,9 +576,9 @@ static void rope_case(harness *h, bool bwd) {
         buf qkv = rnd(h, (size_t)B * T * 3 * H * hs);
         EACH(h, be, s) {
             if (bwd)
-                be->rope_bwd(be, qkv.p[s], B, T, H, hs, 500.0f);
+                sdp_rope_bwd(be, qkv.p[s], B, T, H, hs, 500.0f);
             else
-                be->rope_fwd(be, qkv.p[s], B, T, H, hs, 10000.0f);
+                sdp_rope_fwd(be, qkv.p[s], B, T, H, hs, 10000.0f);
         }
         check(h, bwd ? "dqkv" : "qkv", qkv);
         free_all(h);
@@ -604,10 +605,10 @@ static void case_softmax_xent_fwd(harness *h) {
             buf logits = make(h, (size_t)n * Vp, 4.0f, 0), losses = rnd(h, n);
             buf probs = alias ? logits : rnd(h, (size_t)n * Vp);
             ibuf tg = ints(h, n, 0, V, true);
-            double sum[2];
+            double sum[2] = {0, 0};
             EACH(h, be, s)
             sum[s] =
-                be->softmax_xent_fwd(be, losses.p[s], probs.p[s], logits.p[s], tg.p[s], n, V, Vp);
+                sdp_softmax_xent_fwd(be, losses.p[s], probs.p[s], logits.p[s], tg.p[s], n, V, Vp);
             check_value(h, "summed loss", sum);
             check(h, "losses", losses);
             check(h, "probs", probs);
@@ -624,7 +625,7 @@ static void case_softmax_xent_bwd(harness *h) {
             buf dlogits = alias ? probs : rnd(h, (size_t)n * Vp);
             ibuf tg = ints(h, n, 0, V, true);
             EACH(h, be, s)
-            be->softmax_xent_bwd(be, dlogits.p[s], probs.p[s], tg.p[s], 0.25f, n, V, Vp);
+            sdp_softmax_xent_bwd(be, dlogits.p[s], probs.p[s], tg.p[s], 0.25f, n, V, Vp);
             check(h, "dlogits", dlogits);
             free_all(h);
             h->shapes++;
@@ -640,8 +641,8 @@ static void case_count_correct(harness *h) {
         if (K > 1) logits.p[0][1] = logits.p[0][0] = 9.0f;
         h->be[1]->upload(h->be[1], logits.p[1], logits.p[0], logits.n * sizeof(float));
         ibuf labels = ints(h, n, 0, K, true);
-        double hits[2];
-        EACH(h, be, s) hits[s] = be->count_correct(be, logits.p[s], labels.p[s], n, K, ld);
+        double hits[2] = {0, 0};
+        EACH(h, be, s) hits[s] = sdp_count_correct(be, logits.p[s], labels.p[s], n, K, ld);
         check_value(h, "hits", hits);
         free_all(h);
         h->shapes++;
@@ -656,7 +657,7 @@ static void case_patch_gather(harness *h) {
         int B = shapes[i][0], C = shapes[i][1], H = shapes[i][2], W = shapes[i][3];
         int p = shapes[i][4];
         buf img = rnd(h, (size_t)B * C * H * W), rows = rnd(h, (size_t)B * C * H * W);
-        EACH(h, be, s) be->patch_gather(be, rows.p[s], img.p[s], B, C, H, W, p);
+        EACH(h, be, s) sdp_patch_gather(be, rows.p[s], img.p[s], B, C, H, W, p);
         check(h, "rows", rows);
         free_all(h);
         h->shapes++;
@@ -670,7 +671,7 @@ static void case_vit_embed_fwd(harness *h) {
         int B = VIT_SHAPES[i][0], T = VIT_SHAPES[i][1], C = VIT_SHAPES[i][2];
         buf patches = rnd(h, (size_t)B * (T - 1) * C), cls = rnd(h, C), pos = rnd(h, (size_t)T * C);
         buf embed = rnd(h, (size_t)B * T * C);
-        EACH(h, be, s) be->vit_embed_fwd(be, embed.p[s], patches.p[s], cls.p[s], pos.p[s], B, T, C);
+        EACH(h, be, s) sdp_vit_embed_fwd(be, embed.p[s], patches.p[s], cls.p[s], pos.p[s], B, T, C);
         check(h, "embed", embed);
         free_all(h);
         h->shapes++;
@@ -684,7 +685,7 @@ static void case_vit_embed_bwd(harness *h) {
             buf dpatches = rnd(h, (size_t)B * (T - 1) * C), dcls = rnd(h, C);
             buf dpos = rnd(h, (size_t)T * C), dembed = rnd(h, (size_t)B * T * C);
             EACH(h, be, s)
-            be->vit_embed_bwd(be, dpatches.p[s], all ? dcls.p[s] : NULL, all ? dpos.p[s] : NULL,
+            sdp_vit_embed_bwd(be, dpatches.p[s], all ? dcls.p[s] : NULL, all ? dpos.p[s] : NULL,
                               dembed.p[s], B, T, C);
             check(h, "dpatches", dpatches);
             check(h, "dcls", dcls);
@@ -713,8 +714,8 @@ static conv_bufs conv_setup(harness *h, const sdp_conv_shape *c) {
     conv_bufs k;
     size_t bytes[2];
     EACH(h, be, s) {
-        k.plan[s] = be->conv_plan_create(be, c, SDP_CONV_DNNL);
-        bytes[s] = be->conv_scratch_bytes(be, k.plan[s]);
+        k.plan[s] = sdp_conv_plan_create(be, c, SDP_CONV_DNNL);
+        bytes[s] = sdp_conv_scratch_bytes(be, k.plan[s]);
     }
     int OH = (c->H + 2 * c->pad_h - c->KH) / c->stride_h + 1;
     int OW = (c->W + 2 * c->pad_w - c->KW) / c->stride_w + 1;
@@ -728,7 +729,7 @@ static conv_bufs conv_setup(harness *h, const sdp_conv_shape *c) {
 
 static void conv_done(harness *h, conv_bufs *k) {
     free_all(h);
-    EACH(h, be, s) be->conv_plan_free(be, k->plan[s]);
+    EACH(h, be, s) sdp_conv_plan_free(be, k->plan[s]);
     h->shapes++;
 }
 
@@ -738,7 +739,7 @@ static void case_conv2d_fwd(harness *h) {
             conv_bufs k = conv_setup(h, &CONV_SHAPES[i]);
             buf b = rnd(h, CONV_SHAPES[i].OC);
             EACH(h, be, s)
-            be->conv2d_fwd(be, k.plan[s], k.out.p[s], k.inp.p[s], k.w.p[s], bias ? b.p[s] : NULL,
+            sdp_conv2d_fwd(be, k.plan[s], k.out.p[s], k.inp.p[s], k.w.p[s], bias ? b.p[s] : NULL,
                            k.sc.p[s]);
             check(h, "out", k.out);
             conv_done(h, &k);
@@ -753,7 +754,7 @@ static void case_conv2d_bwd(harness *h) {
             buf dinp = rnd(h, k.inp.n), dw = rnd(h, k.w.n), db = rnd(h, c->OC);
             bool gi = mask != 6, gw = mask != 4;
             EACH(h, be, s)
-            be->conv2d_bwd(be, k.plan[s], gi ? dinp.p[s] : NULL, gw ? dw.p[s] : NULL,
+            sdp_conv2d_bwd(be, k.plan[s], gi ? dinp.p[s] : NULL, gw ? dw.p[s] : NULL,
                            gw ? db.p[s] : NULL, k.out.p[s], gw ? k.inp.p[s] : NULL,
                            gi ? k.w.p[s] : NULL, k.sc.p[s]);
             check(h, "dinp", dinp);
@@ -773,7 +774,7 @@ static void case_batchnorm_fwd_train(harness *h) {
             buf inp = make(h, n, 2.0f, 0), g = rnd(h, C), b = rnd(h, C), out = rnd(h, n);
             buf mean = rnd(h, C), rstd = rnd(h, C), rm = rnd(h, C), rv = uni(h, C, 0.5f, 2.0f);
             EACH(h, be, s)
-            be->batchnorm_fwd_train(be, out.p[s], mean.p[s], rstd.p[s], running ? rm.p[s] : NULL,
+            sdp_batchnorm_fwd_train(be, out.p[s], mean.p[s], rstd.p[s], running ? rm.p[s] : NULL,
                                     running ? rv.p[s] : NULL, inp.p[s], g.p[s], b.p[s], B, C, H, W);
             check(h, "out", out);
             check(h, "mean", mean);
@@ -793,7 +794,7 @@ static void case_batchnorm_fwd_eval(harness *h) {
             buf inp = rnd(h, n), g = rnd(h, C), b = rnd(h, C), out = in_place ? inp : rnd(h, n);
             buf rm = rnd(h, C), rv = uni(h, C, 0.5f, 2.0f);
             EACH(h, be, s)
-            be->batchnorm_fwd_eval(be, out.p[s], inp.p[s], rm.p[s], rv.p[s], g.p[s], b.p[s], B, C,
+            sdp_batchnorm_fwd_eval(be, out.p[s], inp.p[s], rm.p[s], rv.p[s], g.p[s], b.p[s], B, C,
                                    H, W);
             check(h, in_place ? "out (in place)" : "out", out);
             free_all(h);
@@ -809,7 +810,7 @@ static void case_batchnorm_bwd(harness *h) {
             buf inp = rnd(h, n), g = rnd(h, C), dout = rnd(h, n), dinp = rnd(h, n);
             buf mean = rnd(h, C), rstd = uni(h, C, 0.5f, 2.0f), dg = rnd(h, C), db = rnd(h, C);
             EACH(h, be, s)
-            be->batchnorm_bwd(be, dinp.p[s], all ? dg.p[s] : NULL, all ? db.p[s] : NULL, dout.p[s],
+            sdp_batchnorm_bwd(be, dinp.p[s], all ? dg.p[s] : NULL, all ? db.p[s] : NULL, dout.p[s],
                               inp.p[s], g.p[s], mean.p[s], rstd.p[s], B, C, H, W);
             check(h, "dinp", dinp);
             check(h, "dgamma", dg);
@@ -824,7 +825,7 @@ static void case_relu_fwd(harness *h) {
         for (int in_place = 0; in_place < 2; in_place++) {
             size_t n = ELEMS[i];
             buf inp = rnd(h, n), out = in_place ? inp : rnd(h, n);
-            EACH(h, be, s) be->relu_fwd(be, out.p[s], inp.p[s], n);
+            EACH(h, be, s) sdp_relu_fwd(be, out.p[s], inp.p[s], n);
             check(h, in_place ? "out (in place)" : "out", out);
             free_all(h);
             h->shapes++;
@@ -835,7 +836,7 @@ static void case_relu_bwd(harness *h) {
     for (int i = 0; i < 3; i++) {
         size_t n = ELEMS[i];
         buf out = rnd(h, n), dout = rnd(h, n), dinp = rnd(h, n);
-        EACH(h, be, s) be->relu_bwd(be, dinp.p[s], dout.p[s], out.p[s], n);
+        EACH(h, be, s) sdp_relu_bwd(be, dinp.p[s], dout.p[s], out.p[s], n);
         check(h, "dinp", dinp);
         free_all(h);
         h->shapes++;
@@ -853,13 +854,13 @@ static void pool_case(harness *h, bool global, bool bwd) {
         buf inp = rnd(h, nin), out = rnd(h, nout);
         EACH(h, be, s) {
             if (global && bwd)
-                be->global_avgpool_bwd(be, inp.p[s], out.p[s], B, C, H, W);
+                sdp_global_avgpool_bwd(be, inp.p[s], out.p[s], B, C, H, W);
             else if (global)
-                be->global_avgpool_fwd(be, out.p[s], inp.p[s], B, C, H, W);
+                sdp_global_avgpool_fwd(be, out.p[s], inp.p[s], B, C, H, W);
             else if (bwd)
-                be->avgpool_bwd(be, inp.p[s], out.p[s], B, C, H, W, k);
+                sdp_avgpool_bwd(be, inp.p[s], out.p[s], B, C, H, W, k);
             else
-                be->avgpool_fwd(be, out.p[s], inp.p[s], B, C, H, W, k);
+                sdp_avgpool_fwd(be, out.p[s], inp.p[s], B, C, H, W, k);
         }
         check(h, bwd ? "dinp" : "out", bwd ? inp : out);
         free_all(h);

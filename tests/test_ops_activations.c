@@ -46,14 +46,15 @@ static void check_gelu(size_t n, size_t samples) {
     double *ref = malloc(n * sizeof(double));
     pointwise_ctx c = {n, to_double(x, n), to_double(r, n)};
 
-    sdp_gelu_fwd(out, x, n);
+    sdp_gelu_fwd(tu_cpu(SDP_GEMM_DNNL), out, x, n);
     for (size_t i = 0; i < n; i++) ref[i] = gelu_ref(c.x[i]);
     assert_true(tu_err_ratio(out, ref, n, 1e-6, 1e-5) <= 1);
 
-    sdp_gelu_bwd(dinp, r, x, n);
+    sdp_gelu_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, r, x, n);
     assert_true(gc_grad_err("gelu dinp", dinp, dinp0, gelu_loss, c.x, n, &c, samples, 1e-4, 1e-5,
                             1e-4) <= 1);
-    sdp_gelu_bwd(NULL, r, x, n); /* a masked gradient: nothing to do, nothing to crash */
+    sdp_gelu_bwd(tu_cpu(SDP_GEMM_DNNL), NULL, r, x,
+                 n); /* a masked gradient: nothing to do, nothing to crash */
 
     free(x), free(r), free(out), free(dinp0), free(dinp), free(ref), free(c.x), free(c.r);
 }
@@ -97,15 +98,15 @@ static void check_swiglu(int n, int F, size_t samples) {
     double *ref = malloc(nout * sizeof(double));
     swiglu_ctx c = {n, F, to_double(inp, nin), to_double(r, nout)};
 
-    sdp_swiglu_fwd(out, inp, n, F);
+    sdp_swiglu_fwd(tu_cpu(SDP_GEMM_DNNL), out, inp, n, F);
     for (int i = 0; i < n; i++)
         for (int f = 0; f < F; f++) ref[(size_t)i * F + f] = swiglu_ref(&c, i, f);
     assert_true(tu_err_ratio(out, ref, nout, 1e-6, 1e-5) <= 1);
 
-    sdp_swiglu_bwd(dinp, r, inp, n, F);
+    sdp_swiglu_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, r, inp, n, F);
     assert_true(gc_grad_err("swiglu dinp", dinp, dinp0, swiglu_loss, c.inp, nin, &c, samples, 1e-4,
                             1e-5, 1e-4) <= 1);
-    sdp_swiglu_bwd(NULL, r, inp, n, F);
+    sdp_swiglu_bwd(tu_cpu(SDP_GEMM_DNNL), NULL, r, inp, n, F);
 
     free(inp), free(r), free(out), free(dinp0), free(dinp), free(ref), free(c.inp), free(c.r);
 }
@@ -117,8 +118,8 @@ static void test_gelu_in_place(void **state) {
     for (int k = 0; k < 2; k++) {
         const size_t n = sizes[k];
         float *x = random_floats(n, 11 + k, 2.0f), *y = malloc(n * sizeof(float));
-        sdp_gelu_fwd(y, x, n);
-        sdp_gelu_fwd(x, x, n);
+        sdp_gelu_fwd(tu_cpu(SDP_GEMM_DNNL), y, x, n);
+        sdp_gelu_fwd(tu_cpu(SDP_GEMM_DNNL), x, x, n);
         assert_memory_equal(x, y, n * sizeof(float));
         free(x);
         free(y);
@@ -154,23 +155,24 @@ static void check_residual(size_t n, float s, size_t samples) {
     double *ref = malloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++) ref[i] = c.a[i] + c.s * c.b[i];
 
-    sdp_residual_fwd(out, a, b, s, n);
+    sdp_residual_fwd(tu_cpu(SDP_GEMM_DNNL), out, a, b, s, n);
     assert_true(tu_err_ratio(out, ref, n, 1e-6, 1e-6) <= 1);
     float *in_place = malloc(n * sizeof(float));
     memcpy(in_place, a, n * sizeof(float));
-    sdp_residual_fwd(in_place, in_place, b, s, n); /* out aliases a */
+    sdp_residual_fwd(tu_cpu(SDP_GEMM_DNNL), in_place, in_place, b, s, n); /* out aliases a */
     assert_memory_equal(in_place, out, n * sizeof(float));
 
     float *da0 = random_floats(n, 10, 1.0f), *db0 = random_floats(n, 11, 1.0f);
     float *da = random_floats(n, 10, 1.0f), *db = random_floats(n, 11, 1.0f);
-    sdp_residual_bwd(da, db, r, s, n);
+    sdp_residual_bwd(tu_cpu(SDP_GEMM_DNNL), da, db, r, s, n);
     assert_true(gc_grad_err("residual da", da, da0, residual_loss, c.a, n, &c, samples, 1e-3, 1e-5,
                             1e-4) <= 1);
     assert_true(gc_grad_err("residual db", db, db0, residual_loss, c.b, n, &c, samples, 1e-3, 1e-5,
                             1e-4) <= 1);
     for (int mask = 0; mask < 4; mask++) {
         float *ga = random_floats(n, 10, 1.0f), *gb = random_floats(n, 11, 1.0f);
-        sdp_residual_bwd(mask & 1 ? ga : NULL, mask & 2 ? gb : NULL, r, s, n);
+        sdp_residual_bwd(tu_cpu(SDP_GEMM_DNNL), mask & 1 ? ga : NULL, mask & 2 ? gb : NULL, r, s,
+                         n);
         assert_memory_equal(ga, mask & 1 ? da : da0, n * sizeof(float));
         assert_memory_equal(gb, mask & 2 ? db : db0, n * sizeof(float));
         free(ga), free(gb);

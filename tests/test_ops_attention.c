@@ -22,7 +22,8 @@ static size_t out_len(shape s) {
 
 /* Scratch full of NaN: any entry the kernels read before writing would poison the results. */
 static float *poisoned_scratch(shape s) {
-    size_t n = sdp_attention_scratch_floats(s.T, s.hs);
+    size_t n =
+        sdp_attention_scratch_bytes(tu_cpu(SDP_GEMM_DNNL), s.B, s.T, s.H, s.hs) / sizeof(float);
     float *scratch = malloc(n * sizeof *scratch);
     for (size_t i = 0; i < n; i++) scratch[i] = NAN;
     return scratch;
@@ -91,7 +92,8 @@ static void check_forward(shape s, int threads) {
     tu_fill(qkv, n, &rng, 1.5f);
     tu_to_double(qkv_d, qkv, n);
 
-    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
+    sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional,
+                      scratch);
     ref_attention(out_d, lse_d, qkv_d, s);
     double e_out = tu_err_ratio(out, out_d, m, 1e-5, 1e-4);
     double e_lse = tu_err_ratio(lse, lse_d, nl, 1e-5, 1e-5);
@@ -131,8 +133,10 @@ static void check_backward(shape s, int threads, size_t checked) {
     tu_fill(before, n, &rng, 1.0f);
     memcpy(dqkv, before, n * sizeof *dqkv);
 
-    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
-    sdp_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
+    sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional,
+                      scratch);
+    sdp_attention_bwd(tu_cpu(SDP_GEMM_DNNL), dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs,
+                      !s.bidirectional, scratch);
 
     if (checked == 0 || checked > n) checked = n;
     /* Distinct entries: the first `checked` of a partial Fisher-Yates shuffle. */
@@ -194,9 +198,10 @@ static void test_thread_count_does_not_change_results(void **state) {
         out[i] = malloc(m * sizeof *out[i]);
         lse[i] = malloc(nl * sizeof *lse[i]);
         dqkv[i] = calloc(n, sizeof *dqkv[i]);
-        sdp_attention_fwd(out[i], lse[i], qkv, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
-        sdp_attention_bwd(dqkv[i], dout, qkv, out[i], lse[i], s.B, s.T, s.H, s.hs, !s.bidirectional,
-                          scratch);
+        sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), out[i], lse[i], qkv, s.B, s.T, s.H, s.hs,
+                          !s.bidirectional, scratch);
+        sdp_attention_bwd(tu_cpu(SDP_GEMM_DNNL), dqkv[i], dout, qkv, out[i], lse[i], s.B, s.T, s.H,
+                          s.hs, !s.bidirectional, scratch);
         free(scratch);
     }
     assert_memory_equal(out[0], out[1], m * sizeof *out[0]);
@@ -221,7 +226,8 @@ static void test_large_scores_stay_finite(void **state) {
     double *lse_d = malloc(nl * sizeof *lse_d);
     tu_fill(qkv, n, &rng, 12.0f); /* scores of several hundred */
     tu_to_double(qkv_d, qkv, n);
-    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional, scratch);
+    sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional,
+                      scratch);
     ref_attention(out_d, lse_d, qkv_d, s);
     double e_out = tu_err_ratio(out, out_d, m, 1e-3, 1e-3);
     double e_lse = tu_err_ratio(lse, lse_d, nl, 1e-3, 1e-5);
@@ -234,13 +240,13 @@ static void test_large_scores_stay_finite(void **state) {
 static void call_fwd_with_zero_heads(void *ctx) {
     (void)ctx;
     float x[48] = {0}, lse[4], scratch[4];
-    sdp_attention_fwd(x, lse, x, 1, 4, 0, 4, true, scratch);
+    sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), x, lse, x, 1, 4, 0, 4, true, scratch);
 }
 
 static void call_bwd_without_scratch(void *ctx) {
     (void)ctx;
     float x[12] = {0}, lse[1] = {0};
-    sdp_attention_bwd(x, x, x, x, lse, 1, 1, 1, 4, true, NULL);
+    sdp_attention_bwd(tu_cpu(SDP_GEMM_DNNL), x, x, x, x, lse, 1, 1, 1, 4, true, NULL);
 }
 
 static void test_bad_arguments_fail_clearly(void **state) {

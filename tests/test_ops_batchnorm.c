@@ -112,7 +112,8 @@ static void check_forward_train(dims d) {
     float *rv = malloc(d.C * sizeof(float));
     memcpy(rm, c.run_mean, d.C * sizeof(float));
     memcpy(rv, c.run_var, d.C * sizeof(float));
-    sdp_batchnorm_fwd_train(out, mean, rstd, rm, rv, c.inp, c.gamma, c.beta, d.B, d.C, d.H, d.W);
+    sdp_batchnorm_fwd_train(tu_cpu(SDP_GEMM_DNNL), out, mean, rstd, rm, rv, c.inp, c.gamma, c.beta,
+                            d.B, d.C, d.H, d.W);
 
     double *ref = malloc(c.n * sizeof(double)), *ref_mean = malloc(d.C * sizeof(double));
     double *ref_rstd = malloc(d.C * sizeof(double)), *ref_rm = malloc(d.C * sizeof(double));
@@ -140,8 +141,8 @@ static void check_forward_train(dims d) {
         sdp_set_threads(threads);
         float *out2 = malloc(c.n * sizeof(float)), *mean2 = malloc(d.C * sizeof(float));
         float *rstd2 = malloc(d.C * sizeof(float));
-        sdp_batchnorm_fwd_train(out2, mean2, rstd2, NULL, NULL, c.inp, c.gamma, c.beta, d.B, d.C,
-                                d.H, d.W);
+        sdp_batchnorm_fwd_train(tu_cpu(SDP_GEMM_DNNL), out2, mean2, rstd2, NULL, NULL, c.inp,
+                                c.gamma, c.beta, d.B, d.C, d.H, d.W);
         assert_memory_equal(out2, out, c.n * sizeof(float));
         assert_memory_equal(mean2, mean, d.C * sizeof(float));
         assert_memory_equal(rstd2, rstd, d.C * sizeof(float));
@@ -162,7 +163,8 @@ static void check_forward_eval(dims d) {
     bn_case c = make_case(d, 2);
     float *out = malloc(c.n * sizeof(float));
     double *ref = malloc(c.n * sizeof(double));
-    sdp_batchnorm_fwd_eval(out, c.inp, c.run_mean, c.run_var, c.gamma, c.beta, d.B, d.C, d.H, d.W);
+    sdp_batchnorm_fwd_eval(tu_cpu(SDP_GEMM_DNNL), out, c.inp, c.run_mean, c.run_var, c.gamma,
+                           c.beta, d.B, d.C, d.H, d.W);
     size_t hw = (size_t)d.H * d.W;
     for (int b = 0; b < d.B; b++)
         for (int ch = 0; ch < d.C; ch++)
@@ -176,7 +178,8 @@ static void check_forward_eval(dims d) {
     /* In place gives the same bits. */
     float *x = malloc(c.n * sizeof(float));
     memcpy(x, c.inp, c.n * sizeof(float));
-    sdp_batchnorm_fwd_eval(x, x, c.run_mean, c.run_var, c.gamma, c.beta, d.B, d.C, d.H, d.W);
+    sdp_batchnorm_fwd_eval(tu_cpu(SDP_GEMM_DNNL), x, x, c.run_mean, c.run_var, c.gamma, c.beta, d.B,
+                           d.C, d.H, d.W);
     assert_memory_equal(x, out, c.n * sizeof(float));
     free(out), free(ref), free(x);
     free_case(&c);
@@ -213,11 +216,11 @@ static void check_backward(dims d, size_t samples) {
     bn_case c = make_case(d, 3);
     float *out = malloc(c.n * sizeof(float)), *mean = malloc(d.C * sizeof(float));
     float *rstd = malloc(d.C * sizeof(float));
-    sdp_batchnorm_fwd_train(out, mean, rstd, NULL, NULL, c.inp, c.gamma, c.beta, d.B, d.C, d.H,
-                            d.W);
+    sdp_batchnorm_fwd_train(tu_cpu(SDP_GEMM_DNNL), out, mean, rstd, NULL, NULL, c.inp, c.gamma,
+                            c.beta, d.B, d.C, d.H, d.W);
     bn_grads before = grads_prefilled(&c), got = grads_prefilled(&c);
-    sdp_batchnorm_bwd(got.dinp, got.dgamma, got.dbeta, c.r, c.inp, c.gamma, mean, rstd, d.B, d.C,
-                      d.H, d.W);
+    sdp_batchnorm_bwd(tu_cpu(SDP_GEMM_DNNL), got.dinp, got.dgamma, got.dbeta, c.r, c.inp, c.gamma,
+                      mean, rstd, d.B, d.C, d.H, d.W);
     double h = 1e-4, atol = 1e-4, rtol = 1e-3;
     assert_true(gc_grad_err("dinp", got.dinp, before.dinp, train_loss, c.inp64, c.n, &c, samples, h,
                             atol, rtol) <= 1);
@@ -232,9 +235,9 @@ static void check_backward(dims d, size_t samples) {
         sdp_set_threads(threads);
         for (int mask = 0; mask < 8; mask++) {
             bn_grads g = grads_prefilled(&c);
-            sdp_batchnorm_bwd(mask & 1 ? g.dinp : NULL, mask & 2 ? g.dgamma : NULL,
-                              mask & 4 ? g.dbeta : NULL, c.r, c.inp, c.gamma, mean, rstd, d.B, d.C,
-                              d.H, d.W);
+            sdp_batchnorm_bwd(tu_cpu(SDP_GEMM_DNNL), mask & 1 ? g.dinp : NULL,
+                              mask & 2 ? g.dgamma : NULL, mask & 4 ? g.dbeta : NULL, c.r, c.inp,
+                              c.gamma, mean, rstd, d.B, d.C, d.H, d.W);
             assert_memory_equal(g.dinp, mask & 1 ? got.dinp : before.dinp, c.n * sizeof(float));
             assert_memory_equal(g.dgamma, mask & 2 ? got.dgamma : before.dgamma,
                                 d.C * sizeof(float));
@@ -258,13 +261,13 @@ static void test_backward(void **state) {
 static void single_value_per_channel(void *ctx) {
     (void)ctx;
     float x[2] = {1, 2}, y[2], m[2], rs[2], g[2] = {1, 1}, b[2] = {0, 0};
-    sdp_batchnorm_fwd_train(y, m, rs, NULL, NULL, x, g, b, 1, 2, 1, 1);
+    sdp_batchnorm_fwd_train(tu_cpu(SDP_GEMM_DNNL), y, m, rs, NULL, NULL, x, g, b, 1, 2, 1, 1);
 }
 
 static void running_mean_only(void *ctx) {
     (void)ctx;
     float x[4] = {1, 2, 3, 4}, y[4], m[1], rs[1], g[1] = {1}, b[1] = {0}, rm[1] = {0};
-    sdp_batchnorm_fwd_train(y, m, rs, rm, NULL, x, g, b, 2, 1, 1, 2);
+    sdp_batchnorm_fwd_train(tu_cpu(SDP_GEMM_DNNL), y, m, rs, rm, NULL, x, g, b, 2, 1, 1, 2);
 }
 
 static void test_errors(void **state) {

@@ -195,28 +195,27 @@ static void grads_free(grads *g) {
     for (int t = 0; t < T_NTENSORS; t++) free(g->g[t]);
 }
 
-static void run_backward(const sdp_conv_plan *plan, const conv_case *c, grads *g, int mask,
-                         float *scratch) {
+static void run_backward(const sdp_backend *cpu, const void *plan, const conv_case *c, grads *g,
+                         int mask, float *scratch) {
     float *dbias = c->d.with_bias && (mask & 4) ? g->g[T_BIAS] : NULL;
-    sdp_conv2d_bwd(plan, mask & 1 ? g->g[T_INP] : NULL, mask & 2 ? g->g[T_W] : NULL, dbias, c->r,
-                   c->x[T_INP], c->x[T_W], scratch);
+    sdp_conv2d_bwd(cpu, plan, mask & 1 ? g->g[T_INP] : NULL, mask & 2 ? g->g[T_W] : NULL, dbias,
+                   c->r, c->x[T_INP], c->x[T_W], scratch);
 }
 
 static void check_impl(const conv_case *c, sdp_conv_algo algo, sdp_gemm_provider gemm) {
-    sdp_conv_plan plan;
-    sdp_conv_plan_init(&plan, &c->d.s, algo, gemm);
-    assert_int_equal(plan.OH, c->OH);
-    assert_int_equal(plan.OW, c->OW);
+    const sdp_backend *cpu = tu_cpu(gemm);
+    void *plan = sdp_conv_plan_create(cpu, &c->d.s, algo);
     /* NaN scratch: any read of scratch that was not written first shows up in the results. */
-    float *scratch = alloc_floats(sdp_conv_scratch_floats(&plan), NAN);
+    size_t nscratch = sdp_conv_scratch_bytes(cpu, plan) / sizeof(float);
+    float *scratch = alloc_floats(nscratch, NAN);
 
     float *out = alloc_floats(c->n_out, NAN); /* output only: stale contents must not leak */
     const float *bias = c->d.with_bias ? c->x[T_BIAS] : NULL;
-    sdp_conv2d_fwd(&plan, out, c->x[T_INP], c->x[T_W], bias, scratch);
+    sdp_conv2d_fwd(cpu, plan, out, c->x[T_INP], c->x[T_W], bias, scratch);
     assert_true(tu_err_ratio(out, c->ref, c->n_out, 1e-4, 1e-4) <= 1);
 
     grads before = grads_prefilled(&c->d), got = grads_prefilled(&c->d);
-    run_backward(&plan, c, &got, 7, scratch);
+    run_backward(cpu, plan, c, &got, 7, scratch);
     for (int t = 0; t < T_NTENSORS; t++)
         if (t != T_BIAS || c->d.with_bias)
             assert_true(grad_err(t, got.g[t], before.g[t], &c->fd[t]) <= 1);
@@ -226,8 +225,8 @@ static void check_impl(const conv_case *c, sdp_conv_algo algo, sdp_gemm_provider
      * there by an earlier call can stand in for work this call skipped. */
     for (int mask = 0; mask < 8; mask++) {
         grads g = grads_prefilled(&c->d);
-        for (size_t i = 0; i < sdp_conv_scratch_floats(&plan); i++) scratch[i] = NAN;
-        run_backward(&plan, c, &g, mask, scratch);
+        for (size_t i = 0; i < nscratch; i++) scratch[i] = NAN;
+        run_backward(cpu, plan, c, &g, mask, scratch);
         for (int t = 0; t < T_NTENSORS; t++) {
             bool given = (mask >> t) & 1 && (t != T_BIAS || c->d.with_bias);
             assert_memory_equal(g.g[t], given ? got.g[t] : before.g[t],
@@ -237,7 +236,7 @@ static void check_impl(const conv_case *c, sdp_conv_algo algo, sdp_gemm_provider
     }
     grads_free(&before), grads_free(&got);
     free(out), free(scratch);
-    sdp_conv_plan_free(&plan);
+    sdp_conv_plan_free(cpu, plan);
 }
 
 /* Each algorithm on 1 and 2 threads; im2col with one GEMM provider per thread count. */
@@ -266,28 +265,26 @@ static void test_conv_large(void **state) {
 
 static void plan_too_large_kernel(void *ctx) {
     (void)ctx;
-    sdp_conv_plan plan;
-    sdp_conv_plan_init(&plan, &(sdp_conv_shape){1, 1, 4, 4, 1, 7, 7, 1, 1, 1, 1}, SDP_CONV_DNNL,
-                       SDP_GEMM_DNNL);
+    sdp_conv_plan_create(tu_cpu(SDP_GEMM_DNNL), &(sdp_conv_shape){1, 1, 4, 4, 1, 7, 7, 1, 1, 1, 1},
+                         SDP_CONV_DNNL);
 }
 
 static void plan_zero_stride(void *ctx) {
     (void)ctx;
-    sdp_conv_plan plan;
-    sdp_conv_plan_init(&plan, &(sdp_conv_shape){1, 1, 4, 4, 1, 3, 3, 0, 1, 1, 1}, SDP_CONV_IM2COL,
-                       SDP_GEMM_DNNL);
+    sdp_conv_plan_create(tu_cpu(SDP_GEMM_DNNL), &(sdp_conv_shape){1, 1, 4, 4, 1, 3, 3, 0, 1, 1, 1},
+                         SDP_CONV_IM2COL);
 }
 
 static void run_under_other_thread_count(void *ctx) {
     sdp_conv_algo algo = *(sdp_conv_algo *)ctx;
     sdp_set_threads(2);
-    sdp_conv_plan plan;
+    const sdp_backend *cpu = tu_cpu(SDP_GEMM_DNNL);
     sdp_conv_shape s = {1, 2, 5, 5, 2, 3, 3, 1, 1, 1, 1};
-    sdp_conv_plan_init(&plan, &s, algo, SDP_GEMM_DNNL);
-    float *scratch = alloc_floats(sdp_conv_scratch_floats(&plan), 0.0f);
+    void *plan = sdp_conv_plan_create(cpu, &s, algo);
+    float *scratch = alloc_floats(sdp_conv_scratch_bytes(cpu, plan) / sizeof(float), 0.0f);
     float x[50] = {0}, w[36] = {0}, y[50];
     sdp_set_threads(1);
-    sdp_conv2d_fwd(&plan, y, x, w, NULL, scratch);
+    sdp_conv2d_fwd(cpu, plan, y, x, w, NULL, scratch);
 }
 
 static void test_conv_errors(void **state) {

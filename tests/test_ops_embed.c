@@ -70,7 +70,8 @@ static void check_forward(dims d, bool with_wpe) {
     float *out = malloc(no * sizeof(float));
     double *ref = malloc(no * sizeof(double));
     for (size_t i = 0; i < no; i++) out[i] = NAN;
-    sdp_embed_fwd(out, c.tokens, c.wte, with_wpe ? c.wpe : NULL, d.B, d.T, d.C);
+    sdp_embed_fwd(tu_cpu(SDP_GEMM_DNNL), out, c.tokens, c.wte, with_wpe ? c.wpe : NULL, d.B, d.T,
+                  d.C);
     for (int i = 0; i < d.B * d.T; i++)
         for (int ch = 0; ch < d.C; ch++) ref[(size_t)i * d.C + ch] = ref_out(&c, i, ch);
     assert_true(tu_err_ratio(out, ref, no, 1e-6, 1e-6) <= 1);
@@ -99,7 +100,7 @@ static void check_backward(dims d, size_t samples) {
     size_t nte = (size_t)d.V * d.C, npe = (size_t)d.T * d.C;
     float *dwte0 = prefilled(nte, 1), *dwpe0 = prefilled(npe, 2);
     float *dwte = prefilled(nte, 1), *dwpe = prefilled(npe, 2);
-    sdp_embed_bwd(dwte, dwpe, c.r, c.tokens, d.B, d.T, d.C);
+    sdp_embed_bwd(tu_cpu(SDP_GEMM_DNNL), dwte, dwpe, c.r, c.tokens, d.B, d.T, d.C);
     double h = 1e-3, atol = 1e-5, rtol = 1e-4; /* sums of a few dozen terms at most */
     assert_true(gc_grad_err("dwte", dwte, dwte0, embed_loss, c.wte64, nte, &c, samples, h, atol,
                             rtol) <= 1);
@@ -108,9 +109,9 @@ static void check_backward(dims d, size_t samples) {
 
     /* Deterministic: a second run gives bitwise the same; NULL skips exactly one gradient. */
     float *dwte2 = prefilled(nte, 1), *dwpe2 = prefilled(npe, 2);
-    sdp_embed_bwd(dwte2, NULL, c.r, c.tokens, d.B, d.T, d.C);
-    sdp_embed_bwd(NULL, dwpe2, c.r, c.tokens, d.B, d.T, d.C);
-    sdp_embed_bwd(NULL, NULL, c.r, c.tokens, d.B, d.T, d.C);
+    sdp_embed_bwd(tu_cpu(SDP_GEMM_DNNL), dwte2, NULL, c.r, c.tokens, d.B, d.T, d.C);
+    sdp_embed_bwd(tu_cpu(SDP_GEMM_DNNL), NULL, dwpe2, c.r, c.tokens, d.B, d.T, d.C);
+    sdp_embed_bwd(tu_cpu(SDP_GEMM_DNNL), NULL, NULL, c.r, c.tokens, d.B, d.T, d.C);
     assert_memory_equal(dwte2, dwte, nte * sizeof(float));
     assert_memory_equal(dwpe2, dwpe, npe * sizeof(float));
     free(dwte0), free(dwpe0), free(dwte), free(dwpe), free(dwte2), free(dwpe2);
@@ -131,9 +132,9 @@ static void test_backward_same_for_any_thread_count(void **state) {
     size_t nte = (size_t)d.V * d.C;
     float *one = prefilled(nte, 3), *two = prefilled(nte, 3);
     sdp_set_threads(1);
-    sdp_embed_bwd(one, NULL, c.r, c.tokens, d.B, d.T, d.C);
+    sdp_embed_bwd(tu_cpu(SDP_GEMM_DNNL), one, NULL, c.r, c.tokens, d.B, d.T, d.C);
     sdp_set_threads(2);
-    sdp_embed_bwd(two, NULL, c.r, c.tokens, d.B, d.T, d.C);
+    sdp_embed_bwd(tu_cpu(SDP_GEMM_DNNL), two, NULL, c.r, c.tokens, d.B, d.T, d.C);
     assert_memory_equal(one, two, nte * sizeof(float));
     free(one), free(two);
     free_case(&c);
@@ -143,7 +144,7 @@ static void embed_negative_token(void *ctx) {
     (void)ctx;
     int tokens[2] = {0, -3};
     float wte[4] = {0}, out[4];
-    sdp_embed_fwd(out, tokens, wte, NULL, 1, 2, 2);
+    sdp_embed_fwd(tu_cpu(SDP_GEMM_DNNL), out, tokens, wte, NULL, 1, 2, 2);
 }
 
 static void test_negative_token_fails(void **state) {

@@ -48,7 +48,7 @@ static void check_one(sdp_gemm_provider prov, bool ta, bool tb, shape s, float a
             C0[(size_t)m * ldc + n] = n >= N ? PAD_SENTINEL : c_init_nan ? NAN : C0[m * ldc + n];
     memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
 
-    sdp_gemm(prov, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    sdp_gemm(tu_cpu(prov), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     gemm_ref(ref, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, ldc);
 
     double worst = 0;
@@ -110,8 +110,8 @@ static void test_empty_dimensions(void **state) {
         check_one(PROVIDERS[p], true, true, (shape){5, 6, 0}, 1.0f, 0.5f, false);
         check_one(PROVIDERS[p], false, true, (shape){5, 6, 0}, 1.0f, 0.0f, true);
         float c = 3.0f;
-        sdp_gemm(PROVIDERS[p], false, false, 0, 1, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, &c, 1);
-        sdp_gemm(PROVIDERS[p], false, false, 1, 0, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, &c, 1);
+        sdp_gemm(tu_cpu(PROVIDERS[p]), false, false, 0, 1, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, &c, 1);
+        sdp_gemm(tu_cpu(PROVIDERS[p]), false, false, 1, 0, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, &c, 1);
         assert_true(c == 3.0f);
     }
 }
@@ -126,8 +126,8 @@ static void test_deterministic(void **state) {
     tu_fill(A, M * K, &rng, 1.0f);
     tu_fill(B, K * N, &rng, 1.0f);
     for (int p = 0; p < 2; p++) {
-        sdp_gemm(PROVIDERS[p], false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C1, N);
-        sdp_gemm(PROVIDERS[p], false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C2, N);
+        sdp_gemm(tu_cpu(PROVIDERS[p]), false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C1, N);
+        sdp_gemm(tu_cpu(PROVIDERS[p]), false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C2, N);
         assert_memory_equal(C1, C2, sizeof(float) * M * N);
     }
     free(A);
@@ -138,16 +138,19 @@ static void test_deterministic(void **state) {
 
 static void gemm_short_lda(void *ctx) {
     float buf[64] = {0};
-    sdp_gemm(*(sdp_gemm_provider *)ctx, false, false, 4, 4, 4, 1.0f, buf, 3, buf, 4, 0.0f, buf, 4);
+    sdp_gemm(tu_cpu(*(sdp_gemm_provider *)ctx), false, false, 4, 4, 4, 1.0f, buf, 3, buf, 4, 0.0f,
+             buf, 4);
 }
 static void gemm_short_ldb_transposed(void *ctx) {
     float buf[64] = {0};
     /* B^T stored as [N=2, K=6]: its stride must be at least 6. */
-    sdp_gemm(*(sdp_gemm_provider *)ctx, false, true, 4, 2, 6, 1.0f, buf, 6, buf, 5, 0.0f, buf, 2);
+    sdp_gemm(tu_cpu(*(sdp_gemm_provider *)ctx), false, true, 4, 2, 6, 1.0f, buf, 6, buf, 5, 0.0f,
+             buf, 2);
 }
 static void gemm_short_ldc(void *ctx) {
     float buf[64] = {0};
-    sdp_gemm(*(sdp_gemm_provider *)ctx, false, false, 4, 4, 4, 1.0f, buf, 4, buf, 4, 0.0f, buf, 2);
+    sdp_gemm(tu_cpu(*(sdp_gemm_provider *)ctx), false, false, 4, 4, 4, 1.0f, buf, 4, buf, 4, 0.0f,
+             buf, 2);
 }
 static void set_zero_threads(void *ctx) {
     (void)ctx;

@@ -75,7 +75,7 @@ static void check_forward(sdp_gemm_provider prov, dims d, bool with_bias) {
     float *out = malloc(no * sizeof(float));
     double *ref = malloc(no * sizeof(double));
     for (size_t i = 0; i < no; i++) out[i] = NAN; /* output only: stale contents must not leak */
-    sdp_linear_fwd(prov, out, c.inp, c.w, with_bias ? c.b : NULL, d.n, d.ic, d.oc);
+    sdp_linear_fwd(tu_cpu(prov), out, c.inp, c.w, with_bias ? c.b : NULL, d.n, d.ic, d.oc);
     for (int i = 0; i < d.n; i++)
         for (int o = 0; o < d.oc; o++) ref[(size_t)i * d.oc + o] = ref_out(&c, i, o);
     assert_true(tu_err_ratio(out, ref, no, 1e-5, 1e-4) <= 1);
@@ -115,7 +115,7 @@ static void free_grads(grads *g) {
 static void check_backward(sdp_gemm_provider prov, dims d, size_t samples) {
     linear_case c = make_case(d, true, 21);
     grads before = prefilled_grads(d, 5), got = prefilled_grads(d, 5);
-    sdp_linear_bwd(prov, got.dinp, got.dw, got.db, c.r, c.inp, c.w, d.n, d.ic, d.oc);
+    sdp_linear_bwd(tu_cpu(prov), got.dinp, got.dw, got.db, c.r, c.inp, c.w, d.n, d.ic, d.oc);
     double h = 1e-3, atol = 1e-4, rtol = 1e-3; /* the loss is linear in each input */
     assert_true(gc_grad_err("dinp", got.dinp, before.dinp, linear_loss, c.inp64, (size_t)d.n * d.ic,
                             &c, samples, h, atol, rtol) <= 1);
@@ -126,7 +126,7 @@ static void check_backward(sdp_gemm_provider prov, dims d, size_t samples) {
 
     /* Same inputs, same threads: bitwise the same gradients. */
     grads again = prefilled_grads(d, 5);
-    sdp_linear_bwd(prov, again.dinp, again.dw, again.db, c.r, c.inp, c.w, d.n, d.ic, d.oc);
+    sdp_linear_bwd(tu_cpu(prov), again.dinp, again.dw, again.db, c.r, c.inp, c.w, d.n, d.ic, d.oc);
     assert_memory_equal(again.dinp, got.dinp, (size_t)d.n * d.ic * sizeof(float));
     assert_memory_equal(again.dw, got.dw, (size_t)d.oc * d.ic * sizeof(float));
     assert_memory_equal(again.db, got.db, d.oc * sizeof(float));
@@ -152,10 +152,11 @@ static void test_null_gradients_are_skipped(void **state) {
     linear_case c = make_case(d, true, 31);
     for (int p = 0; p < 2; p++) {
         grads full = prefilled_grads(d, 9);
-        sdp_linear_bwd(PROVIDERS[p], full.dinp, full.dw, full.db, c.r, c.inp, c.w, d.n, d.ic, d.oc);
+        sdp_linear_bwd(tu_cpu(PROVIDERS[p]), full.dinp, full.dw, full.db, c.r, c.inp, c.w, d.n,
+                       d.ic, d.oc);
         for (int mask = 0; mask < 8; mask++) {
             grads g = prefilled_grads(d, 9), orig = prefilled_grads(d, 9);
-            sdp_linear_bwd(PROVIDERS[p], mask & 1 ? g.dinp : NULL, mask & 2 ? g.dw : NULL,
+            sdp_linear_bwd(tu_cpu(PROVIDERS[p]), mask & 1 ? g.dinp : NULL, mask & 2 ? g.dw : NULL,
                            mask & 4 ? g.db : NULL, c.r, c.inp, c.w, d.n, d.ic, d.oc);
             assert_memory_equal(g.dinp, mask & 1 ? full.dinp : orig.dinp,
                                 (size_t)d.n * d.ic * sizeof(float));

@@ -118,7 +118,7 @@ static void check_layernorm_forward(dims d) {
     float *rstd = malloc(d.n * sizeof(float));
     double *ref = malloc(nx * sizeof(double)), *ref_mean = malloc(d.n * sizeof(double));
     double *ref_rstd = malloc(d.n * sizeof(double));
-    sdp_layernorm_fwd(out, mean, rstd, c.inp, c.w, c.b, d.n, d.C);
+    sdp_layernorm_fwd(tu_cpu(SDP_GEMM_DNNL), out, mean, rstd, c.inp, c.w, c.b, d.n, d.C);
     for (int i = 0; i < d.n; i++)
         layernorm_ref_row(&c, i, ref + (size_t)i * d.C, &ref_mean[i], &ref_rstd[i]);
     assert_true(tu_err_ratio(out, ref, nx, 1e-5, 1e-5) <= 1);
@@ -151,9 +151,10 @@ static void check_layernorm_backward(dims d, size_t samples) {
     size_t nx = (size_t)d.n * d.C;
     float *out = malloc(nx * sizeof(float)), *mean = malloc(d.n * sizeof(float));
     float *rstd = malloc(d.n * sizeof(float));
-    sdp_layernorm_fwd(out, mean, rstd, c.inp, c.w, c.b, d.n, d.C);
+    sdp_layernorm_fwd(tu_cpu(SDP_GEMM_DNNL), out, mean, rstd, c.inp, c.w, c.b, d.n, d.C);
     ln_grads before = ln_prefilled(d), got = ln_prefilled(d);
-    sdp_layernorm_bwd(got.dinp, got.dw, got.db, c.r, c.inp, c.w, mean, rstd, d.n, d.C);
+    sdp_layernorm_bwd(tu_cpu(SDP_GEMM_DNNL), got.dinp, got.dw, got.db, c.r, c.inp, c.w, mean, rstd,
+                      d.n, d.C);
     double h = 1e-4, atol = 1e-4, rtol = 1e-3;
     assert_true(gc_grad_err("dinp", got.dinp, before.dinp, layernorm_loss, c.inp64, nx, &c, samples,
                             h, atol, rtol) <= 1);
@@ -167,8 +168,9 @@ static void check_layernorm_backward(dims d, size_t samples) {
         sdp_set_threads(threads);
         for (int mask = 0; mask < 8; mask++) {
             ln_grads g = ln_prefilled(d);
-            sdp_layernorm_bwd(mask & 1 ? g.dinp : NULL, mask & 2 ? g.dw : NULL,
-                              mask & 4 ? g.db : NULL, c.r, c.inp, c.w, mean, rstd, d.n, d.C);
+            sdp_layernorm_bwd(tu_cpu(SDP_GEMM_DNNL), mask & 1 ? g.dinp : NULL,
+                              mask & 2 ? g.dw : NULL, mask & 4 ? g.db : NULL, c.r, c.inp, c.w, mean,
+                              rstd, d.n, d.C);
             assert_memory_equal(g.dinp, mask & 1 ? got.dinp : before.dinp, nx * sizeof(float));
             assert_memory_equal(g.dw, mask & 2 ? got.dw : before.dw, d.C * sizeof(float));
             assert_memory_equal(g.db, mask & 4 ? got.db : before.db, d.C * sizeof(float));
@@ -193,7 +195,7 @@ static void check_rmsnorm_forward(dims d) {
     size_t nx = (size_t)d.n * d.C;
     float *out = malloc(nx * sizeof(float)), *rstd = malloc(d.n * sizeof(float));
     double *ref = malloc(nx * sizeof(double)), *ref_rstd = malloc(d.n * sizeof(double));
-    sdp_rmsnorm_fwd(out, rstd, c.inp, c.w, d.n, d.C);
+    sdp_rmsnorm_fwd(tu_cpu(SDP_GEMM_DNNL), out, rstd, c.inp, c.w, d.n, d.C);
     for (int i = 0; i < d.n; i++) rmsnorm_ref_row(&c, i, ref + (size_t)i * d.C, &ref_rstd[i]);
     assert_true(tu_err_ratio(out, ref, nx, 1e-5, 1e-5) <= 1);
     assert_true(tu_err_ratio(rstd, ref_rstd, d.n, 1e-6, 1e-6) <= 1);
@@ -211,10 +213,10 @@ static void check_rmsnorm_backward(dims d, size_t samples) {
     norm_case c = make_case(d, 4);
     size_t nx = (size_t)d.n * d.C;
     float *out = malloc(nx * sizeof(float)), *rstd = malloc(d.n * sizeof(float));
-    sdp_rmsnorm_fwd(out, rstd, c.inp, c.w, d.n, d.C);
+    sdp_rmsnorm_fwd(tu_cpu(SDP_GEMM_DNNL), out, rstd, c.inp, c.w, d.n, d.C);
     float *dinp0 = prefilled(nx, 1), *dw0 = prefilled(d.C, 2);
     float *dinp = prefilled(nx, 1), *dw = prefilled(d.C, 2);
-    sdp_rmsnorm_bwd(dinp, dw, c.r, c.inp, c.w, rstd, d.n, d.C);
+    sdp_rmsnorm_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, dw, c.r, c.inp, c.w, rstd, d.n, d.C);
     double h = 1e-4, atol = 1e-4, rtol = 1e-3;
     assert_true(gc_grad_err("dinp", dinp, dinp0, rmsnorm_loss, c.inp64, nx, &c, samples, h, atol,
                             rtol) <= 1);
@@ -225,8 +227,8 @@ static void check_rmsnorm_backward(dims d, size_t samples) {
         sdp_set_threads(threads);
         for (int mask = 0; mask < 4; mask++) {
             float *gi = prefilled(nx, 1), *gw = prefilled(d.C, 2);
-            sdp_rmsnorm_bwd(mask & 1 ? gi : NULL, mask & 2 ? gw : NULL, c.r, c.inp, c.w, rstd, d.n,
-                            d.C);
+            sdp_rmsnorm_bwd(tu_cpu(SDP_GEMM_DNNL), mask & 1 ? gi : NULL, mask & 2 ? gw : NULL, c.r,
+                            c.inp, c.w, rstd, d.n, d.C);
             assert_memory_equal(gi, mask & 1 ? dinp : dinp0, nx * sizeof(float));
             assert_memory_equal(gw, mask & 2 ? dw : dw0, d.C * sizeof(float));
             free(gi), free(gw);

@@ -40,24 +40,25 @@ static void check_relu(size_t n, size_t samples) {
     /* Keep inputs at least 0.05 from the kink, so that differences with h = 1e-3 see one side. */
     for (size_t i = 0; i < n; i++) x[i] += x[i] >= 0 ? 0.05f : -0.05f;
     float *y = malloc(n * sizeof(float));
-    sdp_relu_fwd(y, x, n);
+    sdp_relu_fwd(tu_cpu(SDP_GEMM_DNNL), y, x, n);
     for (size_t i = 0; i < n; i++) assert_true(y[i] == (x[i] > 0 ? x[i] : 0.0f));
 
     float *before = random_floats(n, 3, 1.0f), *got = random_floats(n, 3, 1.0f);
-    sdp_relu_bwd(got, r, y, n);
+    sdp_relu_bwd(tu_cpu(SDP_GEMM_DNNL), got, r, y, n);
     relu_ctx c = {n, to_double(x, n), to_double(r, n)};
     assert_true(
         gc_grad_err("dinp", got, before, relu_loss, c.x, n, &c, samples, 1e-3, 1e-6, 1e-6) <= 1);
-    sdp_relu_bwd(NULL, r, y, n); /* no gradient wanted: nothing to do, nothing to crash */
+    sdp_relu_bwd(tu_cpu(SDP_GEMM_DNNL), NULL, r, y,
+                 n); /* no gradient wanted: nothing to do, nothing to crash */
 
     /* In place, and on either thread count: the same bits. */
     for (int threads = 1; threads <= 2; threads++) {
         sdp_set_threads(threads);
         float *z = malloc(n * sizeof(float)), *g = random_floats(n, 3, 1.0f);
         memcpy(z, x, n * sizeof(float));
-        sdp_relu_fwd(z, z, n);
+        sdp_relu_fwd(tu_cpu(SDP_GEMM_DNNL), z, z, n);
         assert_memory_equal(z, y, n * sizeof(float));
-        sdp_relu_bwd(g, r, z, n);
+        sdp_relu_bwd(tu_cpu(SDP_GEMM_DNNL), g, r, z, n);
         assert_memory_equal(g, got, n * sizeof(float));
         free(z), free(g);
     }
@@ -115,16 +116,16 @@ static double pool_loss(const double *x, void *ctx) {
 
 static void pool_fwd(const pool_dims *d, float *y, const float *x) {
     if (d->k)
-        sdp_avgpool_fwd(y, x, d->B, d->C, d->H, d->W, d->k);
+        sdp_avgpool_fwd(tu_cpu(SDP_GEMM_DNNL), y, x, d->B, d->C, d->H, d->W, d->k);
     else
-        sdp_global_avgpool_fwd(y, x, d->B, d->C, d->H, d->W);
+        sdp_global_avgpool_fwd(tu_cpu(SDP_GEMM_DNNL), y, x, d->B, d->C, d->H, d->W);
 }
 
 static void pool_bwd(const pool_dims *d, float *dx, const float *dy) {
     if (d->k)
-        sdp_avgpool_bwd(dx, dy, d->B, d->C, d->H, d->W, d->k);
+        sdp_avgpool_bwd(tu_cpu(SDP_GEMM_DNNL), dx, dy, d->B, d->C, d->H, d->W, d->k);
     else
-        sdp_global_avgpool_bwd(dx, dy, d->B, d->C, d->H, d->W);
+        sdp_global_avgpool_bwd(tu_cpu(SDP_GEMM_DNNL), dx, dy, d->B, d->C, d->H, d->W);
 }
 
 static void check_pool(const pool_dims *d) {
@@ -170,7 +171,7 @@ static void test_pool(void **state) {
 static void pool_larger_than_image(void *ctx) {
     (void)ctx;
     float x[20] = {0}, y[20];
-    sdp_avgpool_fwd(y, x, 1, 1, 4, 5, 5);
+    sdp_avgpool_fwd(tu_cpu(SDP_GEMM_DNNL), y, x, 1, 1, 4, 5, 5);
 }
 
 static void test_pool_errors(void **state) {

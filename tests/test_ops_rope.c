@@ -51,7 +51,7 @@ static void check_forward(shape s, int threads) {
     tu_to_double(xd, x, n);
     ref_rope(yd, xd, s);
 
-    sdp_rope_fwd(x, s.B, s.T, s.H, s.hs, s.theta);
+    sdp_rope_fwd(tu_cpu(SDP_GEMM_DNNL), x, s.B, s.T, s.H, s.hs, s.theta);
     double e = tu_err_ratio(x, yd, n, 1e-6, 1e-5);
     print_message("rope fwd B=%d T=%d H=%d hs=%d theta=%g: err ratio %.3g\n", s.B, s.T, s.H, s.hs,
                   (double)s.theta, e);
@@ -78,8 +78,8 @@ static void test_backward_inverts_forward(void **state) {
     float *x = malloc(n * sizeof *x), *orig = malloc(n * sizeof *orig);
     tu_fill(x, n, &rng, 1.0f);
     memcpy(orig, x, n * sizeof *x);
-    sdp_rope_fwd(x, s.B, s.T, s.H, s.hs, s.theta);
-    sdp_rope_bwd(x, s.B, s.T, s.H, s.hs, s.theta);
+    sdp_rope_fwd(tu_cpu(SDP_GEMM_DNNL), x, s.B, s.T, s.H, s.hs, s.theta);
+    sdp_rope_bwd(tu_cpu(SDP_GEMM_DNNL), x, s.B, s.T, s.H, s.hs, s.theta);
     assert_true(tu_err_ratio_ff(x, orig, n, 1e-6, 1e-6) <= 1);
     for (size_t i = 0; i < n; i++)
         if (is_v(s, i)) assert_true(x[i] == orig[i]);
@@ -116,7 +116,7 @@ static void check_backward(shape s) {
     loss_ctx ctx = {s, r, y};
     tu_fd_grad(ref_loss, xd, n, &ctx, 1e-5, grad);
 
-    sdp_rope_bwd(g, s.B, s.T, s.H, s.hs, s.theta);
+    sdp_rope_bwd(tu_cpu(SDP_GEMM_DNNL), g, s.B, s.T, s.H, s.hs, s.theta);
     double e = tu_err_ratio(g, grad, n, 1e-5, 1e-5);
     print_message("rope bwd B=%d T=%d H=%d hs=%d: err ratio %.3g\n", s.B, s.T, s.H, s.hs, e);
     assert_true(e <= 1);
@@ -142,7 +142,7 @@ static void check_relative_position(shape s) {
         memcpy(x + (size_t)t * 3 * D, u, (size_t)2 * D * sizeof *u);
         memset(x + (size_t)t * 3 * D + 2 * D, 0, (size_t)D * sizeof *x);
     }
-    sdp_rope_fwd(x, s.B, s.T, s.H, s.hs, s.theta);
+    sdp_rope_fwd(tu_cpu(SDP_GEMM_DNNL), x, s.B, s.T, s.H, s.hs, s.theta);
 
     double *at_distance = malloc((size_t)s.T * sizeof *at_distance); /* q_d . k_0 */
     for (int h = 0; h < s.H; h++)
@@ -168,13 +168,13 @@ static void test_scores_depend_only_on_distance(void **state) {
 static void call_rope_with_odd_head(void *ctx) {
     (void)ctx;
     float x[9] = {0};
-    sdp_rope_fwd(x, 1, 1, 1, 3, 10000.0f);
+    sdp_rope_fwd(tu_cpu(SDP_GEMM_DNNL), x, 1, 1, 1, 3, 10000.0f);
 }
 
 static void call_rope_with_zero_theta(void *ctx) {
     (void)ctx;
     float x[12] = {0};
-    sdp_rope_bwd(x, 1, 1, 1, 4, 0.0f);
+    sdp_rope_bwd(tu_cpu(SDP_GEMM_DNNL), x, 1, 1, 1, 4, 0.0f);
 }
 
 static void test_bad_arguments_fail_clearly(void **state) {

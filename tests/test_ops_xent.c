@@ -75,7 +75,8 @@ static void check_forward(dims d) {
     size_t nl = (size_t)d.n * d.Vp;
     float *losses = malloc(d.n * sizeof(float)), *probs = malloc(nl * sizeof(float));
     double *ref_losses = malloc(d.n * sizeof(double)), *ref_probs = malloc(nl * sizeof(double));
-    double total = sdp_softmax_xent_fwd(losses, probs, c.logits, c.targets, d.n, d.V, d.Vp);
+    double total = sdp_softmax_xent_fwd(tu_cpu(SDP_GEMM_DNNL), losses, probs, c.logits, c.targets,
+                                        d.n, d.V, d.Vp);
 
     double ref_total = 0;
     for (int i = 0; i < d.n; i++) {
@@ -95,7 +96,8 @@ static void check_forward(dims d) {
     /* probs may alias logits: the same bits as the separate-buffer call. */
     float *inplace = malloc(nl * sizeof(float)), *losses2 = malloc(d.n * sizeof(float));
     memcpy(inplace, c.logits, nl * sizeof(float));
-    double total2 = sdp_softmax_xent_fwd(losses2, inplace, inplace, c.targets, d.n, d.V, d.Vp);
+    double total2 = sdp_softmax_xent_fwd(tu_cpu(SDP_GEMM_DNNL), losses2, inplace, inplace,
+                                         c.targets, d.n, d.V, d.Vp);
     assert_memory_equal(inplace, probs, nl * sizeof(float));
     assert_memory_equal(losses2, losses, d.n * sizeof(float));
     assert_true(total2 == total);
@@ -114,11 +116,11 @@ static void check_backward(dims d, size_t samples) {
     xent_case c = make_case(d, 2);
     size_t nl = (size_t)d.n * d.Vp;
     float *losses = malloc(d.n * sizeof(float)), *probs = malloc(nl * sizeof(float));
-    sdp_softmax_xent_fwd(losses, probs, c.logits, c.targets, d.n, d.V, d.Vp);
+    sdp_softmax_xent_fwd(tu_cpu(SDP_GEMM_DNNL), losses, probs, c.logits, c.targets, d.n, d.V, d.Vp);
 
     float *dlogits = malloc(nl * sizeof(float)), *zeros = calloc(nl, sizeof(float));
     for (size_t i = 0; i < nl; i++) dlogits[i] = NAN; /* overwritten, not accumulated */
-    sdp_softmax_xent_bwd(dlogits, probs, c.targets, DLOSS, d.n, d.V, d.Vp);
+    sdp_softmax_xent_bwd(tu_cpu(SDP_GEMM_DNNL), dlogits, probs, c.targets, DLOSS, d.n, d.V, d.Vp);
     /* Padding columns and ignored rows do not enter the loss, so their differences are 0. */
     assert_true(gc_grad_err("dlogits", dlogits, zeros, xent_loss, c.logits64, nl, &c, samples, 1e-4,
                             1e-6, 1e-3) <= 1);
@@ -127,7 +129,7 @@ static void check_backward(dims d, size_t samples) {
             if (c.targets[i] < 0 || v >= d.V) assert_true(dlogits[(size_t)i * d.Vp + v] == 0.0f);
 
     /* dlogits may alias probs. */
-    sdp_softmax_xent_bwd(probs, probs, c.targets, DLOSS, d.n, d.V, d.Vp);
+    sdp_softmax_xent_bwd(tu_cpu(SDP_GEMM_DNNL), probs, probs, c.targets, DLOSS, d.n, d.V, d.Vp);
     assert_memory_equal(probs, dlogits, nl * sizeof(float));
 
     free(losses), free(probs), free(dlogits), free(zeros);
@@ -144,14 +146,14 @@ static void xent_target_too_large(void *ctx) {
     (void)ctx;
     float logits[8] = {0}, losses[2];
     int targets[2] = {1, 3};
-    sdp_softmax_xent_fwd(losses, logits, logits, targets, 2, 3, 4);
+    sdp_softmax_xent_fwd(tu_cpu(SDP_GEMM_DNNL), losses, logits, logits, targets, 2, 3, 4);
 }
 
 static void xent_vocab_above_padded(void *ctx) {
     (void)ctx;
     float probs[8] = {0};
     int targets[2] = {0, 0};
-    sdp_softmax_xent_bwd(probs, probs, targets, 1.0f, 2, 5, 4);
+    sdp_softmax_xent_bwd(tu_cpu(SDP_GEMM_DNNL), probs, probs, targets, 1.0f, 2, 5, 4);
 }
 
 static void test_bad_input_fails_clearly(void **state) {

@@ -69,17 +69,18 @@ static void test_sumsq_matches_reference(void **state) {
     float *x = malloc(n * sizeof(float));
     sdp_rng r = sdp_rng_make(7, 0);
     tu_fill(x, n, &r, 2.0f);
-    assert_close(sdp_sumsq(x, n), ref_sumsq(x, n), 1e-12);
+    assert_close(sdp_sumsq(tu_cpu(SDP_GEMM_DNNL), x, n), ref_sumsq(x, n), 1e-12);
     const size_t small[] = {1, 3, 255, 257, 1000};
-    for (int k = 0; k < 5; k++) assert_close(sdp_sumsq(x, small[k]), ref_sumsq(x, small[k]), 1e-12);
-    assert_true(sdp_sumsq(x, 0) == 0.0);
+    for (int k = 0; k < 5; k++)
+        assert_close(sdp_sumsq(tu_cpu(SDP_GEMM_DNNL), x, small[k]), ref_sumsq(x, small[k]), 1e-12);
+    assert_true(sdp_sumsq(tu_cpu(SDP_GEMM_DNNL), x, 0) == 0.0);
 
     /* The fixed partition makes the result independent of the thread count, bit for bit. */
     int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    double one = sdp_sumsq(x, n);
+    double one = sdp_sumsq(tu_cpu(SDP_GEMM_DNNL), x, n);
     omp_set_num_threads(3);
-    double three = sdp_sumsq(x, n);
+    double three = sdp_sumsq(tu_cpu(SDP_GEMM_DNNL), x, n);
     omp_set_num_threads(threads);
     assert_memory_equal(&one, &three, sizeof one);
     free(x);
@@ -96,7 +97,7 @@ static void test_clip_brings_norm_to_max(void **state) {
     assert_true(norm > 100 * max_norm);
     float s = sdp_clip_scale(norm, max_norm);
     assert_true(s < 1.0f);
-    sdp_scale(x, n, s);
+    sdp_scale(tu_cpu(SDP_GEMM_DNNL), x, n, s);
     assert_close(sqrt(ref_sumsq(x, n)), max_norm, 1e-5);
     free(x);
 }
@@ -120,9 +121,9 @@ static void test_scale_multiplies_in_place(void **state) {
     tu_fill(x, n, &r, 1.0f);
     const float s = 0.37f;
     for (size_t i = 0; i < n; i++) want[i] = (float)((double)x[i] * s);
-    sdp_scale(x, n, s);
+    sdp_scale(tu_cpu(SDP_GEMM_DNNL), x, n, s);
     assert_memory_equal(x, want, n * sizeof(float));
-    sdp_scale(x, 0, 2.0f);
+    sdp_scale(tu_cpu(SDP_GEMM_DNNL), x, 0, 2.0f);
     assert_memory_equal(x, want, n * sizeof(float));
     free(x), free(want);
 }

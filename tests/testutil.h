@@ -18,7 +18,19 @@
 
 #include <cmocka.h>
 
+#include "sdp/backend.h"
 #include "sdp/rng.h"
+
+/* The CPU backend with GEMMs by prov, over host memory counted in a tally of its own: how the op
+ * tests run each CPU kernel, through the checked entry points of sdp/ops.h. One per provider,
+ * made on first use, kept for the life of the test program. */
+static inline const sdp_backend *tu_cpu(sdp_gemm_provider prov) {
+    static sdp_mem mem[2];
+    static sdp_backend *be[2];
+    int i = prov == SDP_GEMM_OPENBLAS;
+    if (!be[i]) be[i] = sdp_backend_cpu(prov, &mem[i]);
+    return be[i];
+}
 
 static inline void tu_fill(float *x, size_t n, sdp_rng *r, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = scale * sdp_rng_normal(r);

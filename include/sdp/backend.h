@@ -1,15 +1,24 @@
-/* A compute backend: every kernel the models (gpt, llama, vit, resnet) call, and the memory their
+/* A compute backend: every op the models (gpt, llama, vit, resnet) run, and the memory their
  * buffers live in, as one table of function pointers. The model code is written once against
- * this table and runs on the CPU (sdp_backend_cpu: sdp/ops.h over host memory) or on a CUDA
- * device (sdp_backend_cuda: sdp/ops_cuda.h over device memory).
+ * this table and runs on the CPU (sdp_backend_cpu: the kernels of src/ops/cpu/ over host memory)
+ * or on a CUDA device (sdp_backend_cuda: those of src/ops/cuda/ over device memory).
  *
- * Every entry takes the backend as its first argument; the rest are those of the sdp/ops.h
- * kernel of the same name without the GEMM provider, and every array is backend memory (host
- * memory for the CPU, device memory for CUDA). The conventions of sdp/ops.h hold: backward kernels
+ * Where an op lives:
+ *  - declared here, once: its table entry is the signature every backend implements;
+ *  - called and checked through sdp_<op>(be, ...) of sdp/ops.h and sdp/ops_vision.h (the same
+ *    arguments), defined in src/ops/dispatch.c, which checks shapes and arguments and then runs
+ *    the entry: implementations may assume valid arguments;
+ *  - implemented by each backend (the CPU's kernel files fill in their own entries);
+ *  - tested by tests/test_backend_ops.c, every entry of a backend against the CPU's.
+ * The memory, communication and lifetime entries (alloc ... sync, comm_open ... allreduce_wait,
+ * destroy, bytes_in_use) are the backend's services, not ops: they are called as be->x(be, ...).
+ *
+ * Every entry takes the backend as its first argument, and every array is backend memory (host
+ * memory for the CPU, device memory for CUDA). The conventions of sdp/ops.h hold: backward ops
  * accumulate (+=) into the gradients they are given and skip NULL ones; softmax_xent_bwd alone
- * overwrites. Kernels run in call order; on CUDA they are asynchronous, and only the entries that
- * return a value computed from backend memory (softmax_xent_fwd, count_correct), download and
- * sync wait for them.
+ * overwrites. Ops run in call order; on CUDA they are asynchronous, and only the entries that
+ * return a value computed from backend memory (softmax_xent_fwd, count_correct, sumsq), download
+ * and sync wait for them.
  *
  * Host arrays cross only through upload and download. */
 #ifndef SDP_BACKEND_H
@@ -166,7 +175,7 @@ struct sdp_backend {
                           const float *dembed, int B, int T, int C);
 
     /* ---- vision (ResNet) ---- */
-    /* The kernels of sdp/ops_vision.h. A convolution runs through a plan, made once per shape by
+    /* The ops of sdp/ops_vision.h. A convolution runs through a plan, made once per shape by
      * conv_plan_create: algo picks the CPU implementation, and other backends choose their own.
      * Plans allocate nothing through be->mem, so they are made under a dry mem as well.
      * conv_scratch_bytes is the scratch conv2d_fwd and conv2d_bwd take (0 where the backend keeps
@@ -208,7 +217,7 @@ struct sdp_backend {
                      size_t ld_src, size_t rows, size_t cols);
 };
 
-/* The CPU backend: the kernels of sdp/ops.h with GEMMs by `gemm`, over host memory from
+/* The CPU backend: the kernels of src/ops/cpu/ with GEMMs by `gemm`, over host memory from
  * sdp_alloc counted in mem (which may be dry: then nothing is allocated or computed). */
 sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem);
 

@@ -1,13 +1,16 @@
-/* CPU kernels, fp32, row-major. Forward and backward of each building block.
+/* The ops every model runs, as checked entry points over a backend: sdp_<op>(be, ...) checks the
+ * shapes and arguments, failing with a message that names the op, then runs be-><op>, the entry of
+ * the same name in the backend table (sdp/backend.h, where each op's signature is declared). All
+ * arrays are the backend's memory. The entry points are defined in src/ops/dispatch.c.
  *
  * Conventions
  *  - Activations are [N, C] with N = B*T rows (tokens), row-major.
  *  - Weights follow PyTorch nn.Linear: w is [out, in], y = x w^T + b.
- *  - Backward kernels ACCUMULATE (+=) into every gradient they are given (parameter and input
+ *  - Backward ops ACCUMULATE (+=) into every gradient they are given (parameter and input
  *    gradients alike): callers zero gradient buffers once per step. Any gradient pointer may be
  *    NULL, and then that gradient is not computed (used by SDP backward masking).
  *    The one exception is sdp_softmax_xent_bwd, which overwrites.
- *  - Kernels never allocate; those that need temporaries take a caller-owned scratch buffer.
+ *  - Ops never allocate; those that need temporaries take a caller-owned scratch buffer.
  */
 #ifndef SDP_OPS_H
 #define SDP_OPS_H
@@ -15,64 +18,99 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* ---- GEMM provider ------------------------------------------------------------------------- */
+#include "sdp/optim.h"
+
+typedef struct sdp_backend sdp_backend;
+
+/* ---- the CPU's GEMM provider --------------------------------------------------------------- */
 
 typedef enum { SDP_GEMM_DNNL, SDP_GEMM_OPENBLAS } sdp_gemm_provider;
 
-/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(X) = X^T when tX is true.
- * lda/ldb/ldc are row strides in elements of the matrices as stored. */
-void sdp_gemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N, int K, float alpha,
-              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* The CPU kernels' own GEMM on host memory, by the given provider, unchecked: the CPU backend's
+ * gemm entry and its kernels run it; others call sdp_gemm. */
+void sdp_cpu_gemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 const char *sdp_gemm_provider_name(sdp_gemm_provider prov);
 /* Parses "dnnl" or "openblas"; returns false for anything else. */
 bool sdp_gemm_provider_parse(const char *s, sdp_gemm_provider *out);
 /* Sets the thread count used by OpenMP, OpenBLAS and oneDNN. */
 void sdp_set_threads(int n);
 
-/* ---- linear -------------------------------------------------------------------------------- */
+/* ---- optimizers and reductions, where the parameters are ------------------------------------ */
 
+/* The AdamW update of sdp_optim_step, t being the step's count after the increment. */
+void sdp_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m, float *v,
+                      float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
+                      float lr);
+/* The SGD update of sdp_optim_step; buf is the momentum buffer (NULL when cfg->momentum is 0). */
+void sdp_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
+                    float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
+                    float lr);
+/* x *= s */
+void sdp_scale(const sdp_backend *be, float *x, size_t n, float s);
+/* Waits: the sum of squares of x in double, in a fixed order (the same result run to run). */
+double sdp_sumsq(const sdp_backend *be, const float *x, size_t n);
+/* dst[r * ld_dst + c] = src[r * ld_src + c] for r < rows, c < cols. */
+void sdp_copy_rows(const sdp_backend *be, float *dst, size_t ld_dst, const float *src,
+                   size_t ld_src, size_t rows, size_t cols);
+
+/* ---- dense algebra ------------------------------------------------------------------------- */
+
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(X) = X^T when tX is true.
+ * lda/ldb/ldc are row strides in elements of the matrices as stored. */
+void sdp_gemm(const sdp_backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 /* out[n, oc] = inp[n, ic] w[oc, ic]^T + bias[oc]   (bias may be NULL) */
-void sdp_linear_fwd(sdp_gemm_provider prov, float *out, const float *inp, const float *w,
+void sdp_linear_fwd(const sdp_backend *be, float *out, const float *inp, const float *w,
                     const float *bias, int n, int ic, int oc);
 /* dinp += dout w ; dw += dout^T inp ; dbias += column sums of dout */
-void sdp_linear_bwd(sdp_gemm_provider prov, float *dinp, float *dw, float *dbias, const float *dout,
+void sdp_linear_bwd(const sdp_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
                     const float *inp, const float *w, int n, int ic, int oc);
+/* dbias[j] += sum over rows r < n of dout[r * ld + col0 + j], j < len. */
+void sdp_bias_slice_bwd(const sdp_backend *be, float *dbias, const float *dout, int n, int ld,
+                        int col0, int len);
 
 /* ---- embeddings ---------------------------------------------------------------------------- */
 
 /* out[b*T + t, :] = wte[tokens[b*T + t], :] + wpe[t, :]   (wpe may be NULL) */
-void sdp_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
-                   int C);
-void sdp_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
-                   int C);
+void sdp_embed_fwd(const sdp_backend *be, float *out, const int *tokens, const float *wte,
+                   const float *wpe, int B, int T, int C);
+void sdp_embed_bwd(const sdp_backend *be, float *dwte, float *dwpe, const float *dout,
+                   const int *tokens, int B, int T, int C);
 
 /* ---- norms (eps = 1e-5) -------------------------------------------------------------------- */
 
 /* out = (x - mean) * rstd * w + b, per row; saves mean[n] and rstd[n] for backward. */
-void sdp_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, int n, int C);
-void sdp_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, const float *mean, const float *rstd, int n, int C);
+void sdp_layernorm_fwd(const sdp_backend *be, float *out, float *mean, float *rstd,
+                       const float *inp, const float *w, const float *b, int n, int C);
+void sdp_layernorm_bwd(const sdp_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                       const float *inp, const float *w, const float *mean, const float *rstd,
+                       int n, int C);
 /* out = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps); saves rstd[n]. */
-void sdp_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int n, int C);
-void sdp_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                     const float *rstd, int n, int C);
+void sdp_rmsnorm_fwd(const sdp_backend *be, float *out, float *rstd, const float *inp,
+                     const float *w, int n, int C);
+void sdp_rmsnorm_bwd(const sdp_backend *be, float *dinp, float *dw, const float *dout,
+                     const float *inp, const float *w, const float *rstd, int n, int C);
 
 /* ---- activations --------------------------------------------------------------------------- */
 
 /* GELU, tanh approximation (as GPT-2). out may be inp (inference runs it in place). */
-void sdp_gelu_fwd(float *out, const float *inp, size_t n);
-void sdp_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n);
+void sdp_gelu_fwd(const sdp_backend *be, float *out, const float *inp, size_t n);
+void sdp_gelu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
+                  size_t n);
 /* inp is [n, 2F]: each row holds gate[F] then up[F]. out[n, F] = silu(gate) * up. */
-void sdp_swiglu_fwd(float *out, const float *inp, int n, int F);
-void sdp_swiglu_bwd(float *dinp, const float *dout, const float *inp, int n, int F);
+void sdp_swiglu_fwd(const sdp_backend *be, float *out, const float *inp, int n, int F);
+void sdp_swiglu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *inp, int n,
+                    int F);
 
 /* ---- residual ------------------------------------------------------------------------------ */
 
 /* out = a + s * b, elementwise (out may alias a or b) */
-void sdp_residual_fwd(float *out, const float *a, const float *b, float s, size_t n);
+void sdp_residual_fwd(const sdp_backend *be, float *out, const float *a, const float *b, float s,
+                      size_t n);
 /* da += dout ; db += s * dout */
-void sdp_residual_bwd(float *da, float *db, const float *dout, float s, size_t n);
+void sdp_residual_bwd(const sdp_backend *be, float *da, float *db, const float *dout, float s,
+                      size_t n);
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
@@ -80,31 +118,37 @@ void sdp_residual_bwd(float *da, float *db, const float *dout, float s, size_t n
  * Softmax attention with scale 1/sqrt(hs), causal (query t sees keys <= t) or, with causal false,
  * bidirectional (ViT); out is [B, T, D] (head h at columns h*hs).
  * lse[B, H, T] keeps the log-sum-exp of each score row so backward can recompute the
- * probabilities one (batch, head) at a time: nothing of size B*H*T*T is ever stored. */
-size_t sdp_attention_scratch_floats(int T, int hs); /* for all threads together */
-void sdp_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int H, int hs,
-                       bool causal, float *scratch);
+ * probabilities one (batch, head) at a time: nothing of size B*H*T*T is ever stored.
+ * scratch: sdp_attention_scratch_bytes for at most these sizes (NULL where that is 0). */
+size_t sdp_attention_scratch_bytes(const sdp_backend *be, int B, int T, int H, int hs);
+void sdp_attention_fwd(const sdp_backend *be, float *out, float *lse, const float *qkv, int B,
+                       int T, int H, int hs, bool causal, float *scratch);
 /* dqkv += gradient w.r.t. qkv (q, k and v parts). out/lse are those saved by the forward. */
-void sdp_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                       const float *lse, int B, int T, int H, int hs, bool causal, float *scratch);
+void sdp_attention_bwd(const sdp_backend *be, float *dqkv, const float *dout, const float *qkv,
+                       const float *out, const float *lse, int B, int T, int H, int hs, bool causal,
+                       float *scratch);
 
 /* Rotary position embedding (rotate-half convention, as HF LLaMA), applied in place to the q and
  * k parts of qkv [B, T, 3*D]; position t rotates pair (i, i + hs/2) by t * theta^(-2i/hs). */
-void sdp_rope_fwd(float *qkv, int B, int T, int H, int hs, float theta);
+void sdp_rope_fwd(const sdp_backend *be, float *qkv, int B, int T, int H, int hs, float theta);
 /* In place on the q and k parts of dqkv: the inverse rotation (the transpose). */
-void sdp_rope_bwd(float *dqkv, int B, int T, int H, int hs, float theta);
+void sdp_rope_bwd(const sdp_backend *be, float *dqkv, int B, int T, int H, int hs, float theta);
 
 /* ---- loss ---------------------------------------------------------------------------------- */
 
 /* logits is [n, Vp] with V <= Vp real classes (columns V..Vp-1 are padding, ignored).
  * probs[n, Vp] gets the softmax (padding columns set to 0); probs may alias logits.
  * losses[n] gets -log p[target]; targets < 0 are ignored (loss 0).
- * Returns the sum of losses over non-ignored rows, in double. */
-double sdp_softmax_xent_fwd(float *losses, float *probs, const float *logits, const int *targets,
-                            int n, int V, int Vp);
+ * Waits: returns the sum of losses over non-ignored rows, in double. */
+double sdp_softmax_xent_fwd(const sdp_backend *be, float *losses, float *probs, const float *logits,
+                            const int *targets, int n, int V, int Vp);
 /* dlogits = dloss * (probs - onehot(target)) for real columns, 0 for padding and ignored rows.
  * OVERWRITES dlogits (which may alias probs). */
-void sdp_softmax_xent_bwd(float *dlogits, const float *probs, const int *targets, float dloss,
-                          int n, int V, int Vp);
+void sdp_softmax_xent_bwd(const sdp_backend *be, float *dlogits, const float *probs,
+                          const int *targets, float dloss, int n, int V, int Vp);
+/* Waits: how many rows r < n with labels[r] >= 0 have their largest logit (the first, on a tie)
+ * at column labels[r]; logits is [n, ld], K <= ld classes. */
+int sdp_count_correct(const sdp_backend *be, const float *logits, const int *labels, int n, int K,
+                      int ld);
 
 #endif

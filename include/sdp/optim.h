@@ -1,4 +1,5 @@
-/* Optimizers over a flat parameter buffer. Weight decay is applied per segment, so the caller
+/* Optimizers over a flat parameter buffer (on host memory; sdp_adamw_update and sdp_sgd_update of
+ * sdp/ops.h run them where the parameters are). Weight decay is applied per segment, so the caller
  * decides from tensor metadata which tensors decay (by default: matrices yes; norms, biases and
  * embeddings no). Under SDP a worker only passes the segments it owns. */
 #ifndef SDP_OPTIM_H
@@ -49,11 +50,8 @@ void sdp_optim_step(sdp_optim *o, float *params, const float *grads, const sdp_o
 /* Cosine decay from lr_max to lr_min over [warmup, total), after linear warmup from 0. */
 float sdp_lr_at(long step, long warmup, long total, float lr_max, float lr_min);
 
-/* Sum of squares in double, for global-norm clipping (callers may reduce it across ranks). */
-double sdp_sumsq(const float *x, size_t n);
 /* The scale to apply to gradients with global norm `norm` so it does not exceed max_norm
  * (1 when max_norm <= 0 or the norm is already small). */
 float sdp_clip_scale(double norm, float max_norm);
-void sdp_scale(float *x, size_t n, float s);
 
 #endif

@@ -319,8 +319,8 @@ static const void *plan_for(sdp_resnet *r, int ic, int size, int oc, int k, int 
     SDP_ASSERT(r->nplans < r->cap_plans);
     conv_plan *p = &r->plans[r->nplans++];
     p->shape = s;
-    p->impl = r->be->conv_plan_create(r->be, &s, r->algo);
-    const size_t scratch = r->be->conv_scratch_bytes(r->be, p->impl);
+    p->impl = sdp_conv_plan_create(r->be, &s, r->algo);
+    const size_t scratch = sdp_conv_scratch_bytes(r->be, p->impl);
     if (scratch > r->conv_scratch_bytes) r->conv_scratch_bytes = scratch;
     return p->impl;
 }
@@ -518,7 +518,7 @@ void sdp_resnet_destroy(sdp_resnet *r) {
                      r->s,      r->t1,     r->t2,       r->dpooled};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(be, bufs[i]);
     be->free(be, r->labels);
-    for (int i = 0; i < r->nplans; i++) be->conv_plan_free(be, r->plans[i].impl);
+    for (int i = 0; i < r->nplans; i++) sdp_conv_plan_free(be, r->plans[i].impl);
     free(r->plans);
     free(r->blocks);
     free(r->goff);
@@ -568,15 +568,15 @@ void sdp_resnet_use_grads(sdp_resnet *r, float *grads, const long *grad_offset,
 static void conv_bn_fwd(sdp_resnet *r, conv_bn *u, const float *x, float *y, int B, bool training) {
     const sdp_backend *be = r->be;
     if (u->plan)
-        be->conv2d_fwd(be, u->plan, u->conv, x, P(r, u->t.w), NULL, r->conv_scratch);
+        sdp_conv2d_fwd(be, u->plan, u->conv, x, P(r, u->t.w), NULL, r->conv_scratch);
     else /* conv2 of a block that keeps no inner channel */
         be->zero(be, u->conv, act_size(r, u->C, u->size) * sizeof(float));
     const int bn = u->t.bn;
     if (training)
-        be->batchnorm_fwd_train(be, y, u->mean, u->rstd, P(r, bn + 2), P(r, bn + 3), u->conv,
+        sdp_batchnorm_fwd_train(be, y, u->mean, u->rstd, P(r, bn + 2), P(r, bn + 3), u->conv,
                                 P(r, bn), P(r, bn + 1), B, u->C, u->size, u->size);
     else
-        be->batchnorm_fwd_eval(be, y, u->conv, P(r, bn + 2), P(r, bn + 3), P(r, bn), P(r, bn + 1),
+        sdp_batchnorm_fwd_eval(be, y, u->conv, P(r, bn + 2), P(r, bn + 3), P(r, bn), P(r, bn + 1),
                                B, u->C, u->size, u->size);
 }
 
@@ -586,7 +586,7 @@ static void block_fwd(sdp_resnet *r, block *b, const float *x, int B, bool train
     const size_t n = (size_t)B * a->cout * a->out_size * a->out_size;
     if (b->k.mid > 0) {
         conv_bn_fwd(r, &b->c1, x, b->a1, B, training);
-        be->relu_fwd(be, b->a1, b->a1, (size_t)B * b->k.mid * a->out_size * a->out_size);
+        sdp_relu_fwd(be, b->a1, b->a1, (size_t)B * b->k.mid * a->out_size * a->out_size);
     }
     conv_bn_fwd(r, &b->c2, b->a1, r->tmp, B, training);
     const float *shortcut = x;
@@ -594,8 +594,8 @@ static void block_fwd(sdp_resnet *r, block *b, const float *x, int B, bool train
         conv_bn_fwd(r, &b->sc, x, b->out, B, training);
         shortcut = b->out;
     }
-    be->residual_fwd(be, b->out, shortcut, r->tmp, b->k.scale, n);
-    be->relu_fwd(be, b->out, b->out, n);
+    sdp_residual_fwd(be, b->out, shortcut, r->tmp, b->k.scale, n);
+    sdp_relu_fwd(be, b->out, b->out, n);
 }
 
 static int last_channels(const sdp_resnet *r) {
@@ -623,7 +623,7 @@ static void stem_fwd(sdp_resnet *r, const float *images, int B, bool training) {
     check_batch(r, B);
     be->upload(be, r->input, images, (size_t)B * c->in_channels * S * S * sizeof(float));
     conv_bn_fwd(r, &r->stem, r->input, r->stem_out, B, training);
-    be->relu_fwd(be, r->stem_out, r->stem_out, (size_t)B * c->width * S * S);
+    sdp_relu_fwd(be, r->stem_out, r->stem_out, (size_t)B * c->width * S * S);
 }
 
 /* Pooling, the classifier and the loss over the last block's output top. */
@@ -631,8 +631,8 @@ static void head_fwd(sdp_resnet *r, const float *top, const int *labels, int B, 
                      sdp_metrics *out) {
     const sdp_backend *be = r->be;
     const int K = r->cfg.classes, C = last_channels(r);
-    be->global_avgpool_fwd(be, r->pooled, top, B, C, last_size(r), last_size(r));
-    be->linear_fwd(be, r->probs, r->pooled, P(r, r->fc_w), P(r, r->fc_b), B, C, K);
+    sdp_global_avgpool_fwd(be, r->pooled, top, B, C, last_size(r), last_size(r));
+    sdp_linear_fwd(be, r->probs, r->pooled, P(r, r->fc_w), P(r, r->fc_b), B, C, K);
     r->last_B = B;
     r->has_loss = false;
     r->has_logits = !labels;
@@ -646,10 +646,10 @@ static void head_fwd(sdp_resnet *r, const float *top, const int *labels, int B, 
         out->count += labels[i] >= 0;
     }
     be->upload(be, r->labels, labels, (size_t)B * sizeof(int));
-    out->loss = be->softmax_xent_fwd(be, r->losses, r->probs, r->probs, r->labels, B, K, K);
+    out->loss = sdp_softmax_xent_fwd(be, r->losses, r->probs, r->probs, r->labels, B, K, K);
     /* On the probabilities, as before the backend table: their argmax is the logits' but for
      * ties that rounding creates, which the first maximum wins. */
-    out->correct = be->count_correct(be, r->probs, r->labels, B, K, K);
+    out->correct = sdp_count_correct(be, r->probs, r->labels, B, K, K);
     r->has_loss = training;
 }
 
@@ -676,8 +676,8 @@ size_t sdp_resnet_stream_floats(const sdp_resnet *r) {
 
 void sdp_resnet_forward_stem(sdp_resnet *r, const float *images, int B, bool training, float *x) {
     stem_fwd(r, images, B, training);
-    r->be->copy_rows(r->be, x, 0, r->stem_out, 0, 1,
-                     (size_t)B * r->cfg.width * r->cfg.image_size * r->cfg.image_size);
+    sdp_copy_rows(r->be, x, 0, r->stem_out, 0, 1,
+                  (size_t)B * r->cfg.width * r->cfg.image_size * r->cfg.image_size);
 }
 
 void sdp_resnet_forward_block(sdp_resnet *r, int i, int B, bool training, float *x) {
@@ -686,7 +686,7 @@ void sdp_resnet_forward_block(sdp_resnet *r, int i, int B, bool training, float 
     block *b = &r->blocks[i];
     block_fwd(r, b, x, B, training);
     const sdp_resnet_block_arch *a = &b->k.arch;
-    r->be->copy_rows(r->be, x, 0, b->out, 0, 1, (size_t)B * a->cout * a->out_size * a->out_size);
+    sdp_copy_rows(r->be, x, 0, b->out, 0, 1, (size_t)B * a->cout * a->out_size * a->out_size);
 }
 
 void sdp_resnet_forward_head(sdp_resnet *r, const float *x, const int *labels, int B, bool training,
@@ -715,9 +715,9 @@ static void add_slices(const sdp_resnet *r, const sdp_grad_slices *s, const floa
         const size_t start = (size_t)s->start[i], len = (size_t)s->len[i], ld = (size_t)s->ld[i];
         float *dst = r->grads + s->dst[i];
         if (s->axis == 0)
-            r->be->add_rows(r->be, dst, ld, g + start * cols, cols, len, cols);
+            sdp_add_rows(r->be, dst, ld, g + start * cols, cols, len, cols);
         else
-            r->be->add_rows(r->be, dst, ld, g + start, cols, rows, len);
+            sdp_add_rows(r->be, dst, ld, g + start, cols, rows, len);
     }
 }
 
@@ -748,14 +748,14 @@ static void conv_bn_bwd(sdp_resnet *r, const conv_bn *u, const float *dy, const 
     float *dbeta = grad_begin(r, bn + 1, (size_t)C);
     float *dconv = u->plan ? work : NULL;
     if (dconv) zero(r, dconv, act_size(r, C, u->size));
-    be->batchnorm_bwd(be, dconv, dgamma, dbeta, dy, u->conv, P(r, bn), u->mean, u->rstd, B, C,
+    sdp_batchnorm_bwd(be, dconv, dgamma, dbeta, dy, u->conv, P(r, bn), u->mean, u->rstd, B, C,
                       u->size, u->size);
     grad_end(r, bn, 0);
     grad_end(r, bn + 1, (size_t)C);
     if (!u->plan) return;
     float *dw = grad_begin(r, u->t.w, 0);
     if (dx || dw)
-        be->conv2d_bwd(be, u->plan, dx, dw, NULL, dconv, x, P(r, u->t.w), r->conv_scratch);
+        sdp_conv2d_bwd(be, u->plan, dx, dw, NULL, dconv, x, P(r, u->t.w), r->conv_scratch);
     grad_end(r, u->t.w, 0);
 }
 
@@ -766,18 +766,18 @@ static void block_bwd(sdp_resnet *r, const block *b, const float *x, int B) {
     const size_t out_pixels = (size_t)a->out_size * a->out_size;
     const size_t n_out = (size_t)B * a->cout * out_pixels;
     zero(r, r->s, act_size(r, a->cout, a->out_size));
-    be->relu_bwd(be, r->s, r->g, b->out, n_out); /* s: gradient of the sum */
+    sdp_relu_bwd(be, r->s, r->g, b->out, n_out); /* s: gradient of the sum */
     const float *d_branch = r->s;
     if (b->k.scale != 1.0f) { /* g is free now: it holds the scaled copy */
         zero(r, r->g, act_size(r, a->cout, a->out_size));
-        be->residual_bwd(be, NULL, r->g, r->s, b->k.scale, n_out);
+        sdp_residual_bwd(be, NULL, r->g, r->s, b->k.scale, n_out);
         d_branch = r->g;
     }
     if (b->k.mid > 0) {
         zero(r, r->t2, act_size(r, b->k.mid, a->out_size));
         conv_bn_bwd(r, &b->c2, d_branch, b->a1, r->t2, r->t1, B);
         zero(r, r->t1, act_size(r, b->k.mid, a->out_size));
-        be->relu_bwd(be, r->t1, r->t2, b->a1, (size_t)B * b->k.mid * out_pixels);
+        sdp_relu_bwd(be, r->t1, r->t2, b->a1, (size_t)B * b->k.mid * out_pixels);
         zero(r, r->g, act_size(r, a->cin, a->in_size));
         conv_bn_bwd(r, &b->c1, r->t1, x, r->g, r->t2, B);
     } else {
@@ -787,21 +787,21 @@ static void block_bwd(sdp_resnet *r, const block *b, const float *x, int B) {
     if (a->downsample)
         conv_bn_bwd(r, &b->sc, r->s, x, r->g, r->t1, B);
     else
-        be->residual_bwd(be, r->g, NULL, r->s, 1.0f, n_out);
+        sdp_residual_bwd(be, r->g, NULL, r->s, 1.0f, n_out);
 }
 
 static void head_bwd(sdp_resnet *r, float dloss, int B) {
     const sdp_backend *be = r->be;
     const int K = r->cfg.classes, C = last_channels(r), size = last_size(r);
-    be->softmax_xent_bwd(be, r->probs, r->probs, r->labels, dloss, B, K, K);
+    sdp_softmax_xent_bwd(be, r->probs, r->probs, r->labels, dloss, B, K, K);
     zero(r, r->dpooled, (size_t)r->B * C);
     const size_t fc_b_at = r->layout.params[r->fc_w].numel;
     float *dw = grad_begin(r, r->fc_w, 0), *db = grad_begin(r, r->fc_b, fc_b_at);
-    be->linear_bwd(be, r->dpooled, dw, db, r->probs, r->pooled, P(r, r->fc_w), B, C, K);
+    sdp_linear_bwd(be, r->dpooled, dw, db, r->probs, r->pooled, P(r, r->fc_w), B, C, K);
     grad_end(r, r->fc_w, 0);
     grad_end(r, r->fc_b, fc_b_at);
     zero(r, r->g, act_size(r, C, size));
-    be->global_avgpool_bwd(be, r->g, r->dpooled, B, C, size, size);
+    sdp_global_avgpool_bwd(be, r->g, r->dpooled, B, C, size, size);
 }
 
 void sdp_resnet_backward(sdp_resnet *r, float dloss, void (*layer_done)(void *ctx, int block),
@@ -822,7 +822,7 @@ void sdp_resnet_backward(sdp_resnet *r, float dloss, void (*layer_done)(void *ct
         return;
     }
     zero(r, r->s, act_size(r, r->cfg.width, S));
-    r->be->relu_bwd(r->be, r->s, r->g, r->stem_out, (size_t)B * r->cfg.width * S * S);
+    sdp_relu_bwd(r->be, r->s, r->g, r->stem_out, (size_t)B * r->cfg.width * S * S);
     conv_bn_bwd(r, &r->stem, r->s, r->input, NULL, r->t1, B);
     r->has_loss = false; /* probs now hold gradients */
 }

@@ -48,7 +48,7 @@ static void adamw_segment(float *restrict p, const float *restrict g, float *res
     }
 }
 
-void sdp_adamw_update(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
+void optim_adamw_step(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
                       int nseg, float lr) {
     const adamw_coeffs c = adamw_coeffs_at(&o->cfg, o->t, lr);
     for (int s = 0; s < nseg; s++) {

@@ -9,9 +9,9 @@
  * loop itself for biases and norms. The result does not depend on it (updates are elementwise). */
 enum { SDP_OPTIM_PARALLEL_MIN = 1 << 14 };
 
-void sdp_adamw_update(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
+void optim_adamw_step(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
                       int nseg, float lr);
-void sdp_sgd_update(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
+void optim_sgd_step(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
                     int nseg, float lr);
 
 #endif

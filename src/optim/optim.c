@@ -81,7 +81,7 @@ void sdp_optim_step(sdp_optim *o, float *params, const float *grads, const sdp_o
               (double)lr);
     o->t++;
     if (o->cfg.kind == SDP_OPT_ADAMW)
-        sdp_adamw_update(o, params, grads, segs, nseg, lr);
+        optim_adamw_step(o, params, grads, segs, nseg, lr);
     else
-        sdp_sgd_update(o, params, grads, segs, nseg, lr);
+        optim_sgd_step(o, params, grads, segs, nseg, lr);
 }

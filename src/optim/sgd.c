@@ -25,7 +25,7 @@ static void sgd_momentum_segment(float *restrict p, const float *restrict g, flo
     }
 }
 
-void sdp_sgd_update(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
+void optim_sgd_step(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
                     int nseg, float lr) {
     const sdp_opt_cfg *cfg = &o->cfg;
     for (int s = 0; s < nseg; s++) {

@@ -388,11 +388,11 @@ static void reduce_staged(sdp_sync *s, sdp_bucket *b, float *grads) {
 }
 
 static void scale(const sdp_sync *s, float *x, size_t n, float by) {
-    s->be->scale(s->be, x, n, by);
+    sdp_scale(s->be, x, n, by);
 }
 
 static double sumsq(const sdp_sync *s, const float *x, size_t n) {
-    return s->be->sumsq(s->be, x, n);
+    return sdp_sumsq(s->be, x, n);
 }
 
 void sdp_sync_grads_begin(sdp_sync *s) {
@@ -467,7 +467,7 @@ static int *runs_of_group(const sdp_sync *s, int group, int *n) {
 
 /* dst[0, n) = src[0, n), both in the backend's memory. */
 static void copy_within(const sdp_sync *s, float *dst, const float *src, size_t n) {
-    s->be->copy_rows(s->be, dst, n, src, n, 1, n);
+    sdp_copy_rows(s->be, dst, n, src, n, 1, n);
 }
 
 /* pack[0, count) from world rank root to every worker. */

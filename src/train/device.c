@@ -86,19 +86,19 @@ void device_optim_free(trainer *t) {
 void device_optim_step(trainer *t, float lr) {
     t->opt.t++;
     if (t->opt.cfg.kind == SDP_OPT_ADAMW)
-        t->be->adamw_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->opt.v, t->model.params,
-                            t->grads, t->segs, t->nsegs, lr);
+        sdp_adamw_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->opt.v, t->model.params,
+                         t->grads, t->segs, t->nsegs, lr);
     else
-        t->be->sgd_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->model.params, t->grads,
-                          t->segs, t->nsegs, lr);
+        sdp_sgd_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->model.params, t->grads, t->segs,
+                       t->nsegs, lr);
 }
 
 double device_sumsq(trainer *t, const float *x, size_t n) {
-    return t->be->sumsq(t->be, x, n);
+    return sdp_sumsq(t->be, x, n);
 }
 
 void device_scale(trainer *t, float *x, size_t n, float s) {
-    t->be->scale(t->be, x, n, s);
+    sdp_scale(t->be, x, n, s);
 }
 
 static bool has_buffers(const sdp_layout *L) {

@@ -476,7 +476,7 @@ static void test_resnet_training(void **state) {
         sdp_resnet_backward(mc, dloss, NULL, NULL);
         sdp_resnet_backward(mg, dloss, NULL, NULL);
         sdp_optim_step(&opt, pc, gc, segs, nseg, RN_LR);
-        gpu->sgd_update(gpu, &oc, opt.t, gbuf, pg, gg, segs, nseg, RN_LR);
+        sdp_sgd_update(gpu, &oc, opt.t, gbuf, pg, gg, segs, nseg, RN_LR);
     }
     resnet_batch(images, labels, 99);
     check_resnet_step(mc, mg, images, labels, false, "eval");

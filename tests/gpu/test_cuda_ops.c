@@ -173,7 +173,7 @@ static void check_gemm(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, int N, int K)
     float *dA = dev_floats(&b, A, (size_t)a_rows * lda),
           *dB = dev_floats(&b, B, (size_t)b_rows * ldb);
     float *dC = dev_floats(&b, C, (size_t)M * ldc);
-    sdp_gemm(SDP_GEMM_OPENBLAS, ta, tb, M, N, K, 0.7f, A, lda, B, ldb, 0.3f, C, ldc);
+    sdp_gemm(tu_cpu(SDP_GEMM_OPENBLAS), ta, tb, M, N, K, 0.7f, A, lda, B, ldb, 0.3f, C, ldc);
     sdp_cuda_gemm(ctx, ta, tb, M, N, K, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc);
     char name[64];
     snprintf(name, sizeof name, "gemm %s %c%c %dx%dx%d",
@@ -217,12 +217,13 @@ static void check_linear(sdp_cuda_ctx *ctx, int n, int ic, int oc, bool with_bia
     float *d_dinp = dev_floats(&b, dinp, ni), *d_dw = dev_floats(&b, dw, nw);
     float *d_dbias = dev_floats(&b, dbias, oc), *d_dw_only = dev_floats(&b, dw_only, nw);
 
-    sdp_linear_fwd(SDP_GEMM_OPENBLAS, out, inp, w, bias, n, ic, oc);
+    sdp_linear_fwd(tu_cpu(SDP_GEMM_OPENBLAS), out, inp, w, bias, n, ic, oc);
     sdp_cuda_linear_fwd(ctx, d_out, d_inp, d_w, d_bias, n, ic, oc);
-    sdp_linear_bwd(SDP_GEMM_OPENBLAS, dinp, dw, with_bias ? dbias : NULL, dout, inp, w, n, ic, oc);
+    sdp_linear_bwd(tu_cpu(SDP_GEMM_OPENBLAS), dinp, dw, with_bias ? dbias : NULL, dout, inp, w, n,
+                   ic, oc);
     sdp_cuda_linear_bwd(ctx, d_dinp, d_dw, with_bias ? d_dbias : NULL, d_dout, d_inp, d_w, n, ic,
                         oc);
-    sdp_linear_bwd(SDP_GEMM_OPENBLAS, NULL, dw_only, NULL, dout, inp, w, n, ic, oc);
+    sdp_linear_bwd(tu_cpu(SDP_GEMM_OPENBLAS), NULL, dw_only, NULL, dout, inp, w, n, ic, oc);
     sdp_cuda_linear_bwd(ctx, NULL, d_dw_only, NULL, d_dout, d_inp, d_w, n, ic, oc);
 
     expect_dev(&b, "linear_fwd", "out", d_out, out, no, REDUCTION_TOL);
@@ -257,9 +258,9 @@ static void check_embed(sdp_cuda_ctx *ctx, int B, int T, int C, int V, bool with
     float *d_dwte = dev_floats(&b, dwte, (size_t)V * C),
           *d_dwpe = dev_floats(&b, dwpe, (size_t)T * C);
 
-    sdp_embed_fwd(out, tokens, wte, wpe, B, T, C);
+    sdp_embed_fwd(tu_cpu(SDP_GEMM_DNNL), out, tokens, wte, wpe, B, T, C);
     sdp_cuda_embed_fwd(ctx, d_out, d_tokens, d_wte, d_wpe, B, T, C);
-    sdp_embed_bwd(dwte, with_wpe ? dwpe : NULL, dout, tokens, B, T, C);
+    sdp_embed_bwd(tu_cpu(SDP_GEMM_DNNL), dwte, with_wpe ? dwpe : NULL, dout, tokens, B, T, C);
     sdp_cuda_embed_bwd(ctx, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_tokens, B, T, C);
 
     expect_dev(&b, "embed_fwd", "out", d_out, out, no, ELEMENTWISE_TOL);
@@ -292,9 +293,9 @@ static void check_layernorm(sdp_cuda_ctx *ctx, int n, int C) {
     float *d_dinp = dev_floats(&b, dinp, nc), *d_dw = dev_floats(&b, dw, C);
     float *d_db = dev_floats(&b, db, C);
 
-    sdp_layernorm_fwd(out, mean, rstd, inp, w, bb, n, C);
+    sdp_layernorm_fwd(tu_cpu(SDP_GEMM_DNNL), out, mean, rstd, inp, w, bb, n, C);
     sdp_cuda_layernorm_fwd(ctx, d_out, d_mean, d_rstd, d_inp, d_w, d_b, n, C);
-    sdp_layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, n, C);
+    sdp_layernorm_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, dw, db, dout, inp, w, mean, rstd, n, C);
     sdp_cuda_layernorm_bwd(ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, n, C);
 
     char name[64];
@@ -320,9 +321,9 @@ static void check_rmsnorm(sdp_cuda_ctx *ctx, int n, int C) {
     float *d_rstd = dev_floats(&b, rstd, n), *d_dinp = dev_floats(&b, dinp, nc);
     float *d_dw = dev_floats(&b, dw, C);
 
-    sdp_rmsnorm_fwd(out, rstd, inp, w, n, C);
+    sdp_rmsnorm_fwd(tu_cpu(SDP_GEMM_DNNL), out, rstd, inp, w, n, C);
     sdp_cuda_rmsnorm_fwd(ctx, d_out, d_rstd, d_inp, d_w, n, C);
-    sdp_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, n, C);
+    sdp_rmsnorm_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, dw, dout, inp, w, rstd, n, C);
     sdp_cuda_rmsnorm_bwd(ctx, d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, n, C);
 
     char name[64];
@@ -352,9 +353,9 @@ static void test_gelu(void **state) {
     float *out = host_alloc(&b, n * sizeof *out), *dinp = host_randn(&b, n, 1.0f);
     float *d_inp = dev_floats(&b, inp, n), *d_dout = dev_floats(&b, dout, n);
     float *d_out = dev_floats(&b, out, n), *d_dinp = dev_floats(&b, dinp, n);
-    sdp_gelu_fwd(out, inp, n);
+    sdp_gelu_fwd(tu_cpu(SDP_GEMM_DNNL), out, inp, n);
     sdp_cuda_gelu_fwd(ctx, d_out, d_inp, n);
-    sdp_gelu_bwd(dinp, dout, inp, n);
+    sdp_gelu_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, dout, inp, n);
     sdp_cuda_gelu_bwd(ctx, d_dinp, d_dout, d_inp, n);
     sdp_cuda_gelu_bwd(ctx, NULL, d_dout, d_inp, n); /* skipped, must not fault */
     expect_dev(&b, "gelu_fwd", "out", d_out, out, n, ELEMENTWISE_TOL);
@@ -371,9 +372,9 @@ static void test_swiglu(void **state) {
     float *out = host_alloc(&b, no * sizeof *out), *dinp = host_randn(&b, ni, 1.0f);
     float *d_inp = dev_floats(&b, inp, ni), *d_dout = dev_floats(&b, dout, no);
     float *d_out = dev_floats(&b, out, no), *d_dinp = dev_floats(&b, dinp, ni);
-    sdp_swiglu_fwd(out, inp, n, F);
+    sdp_swiglu_fwd(tu_cpu(SDP_GEMM_DNNL), out, inp, n, F);
     sdp_cuda_swiglu_fwd(ctx, d_out, d_inp, n, F);
-    sdp_swiglu_bwd(dinp, dout, inp, n, F);
+    sdp_swiglu_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, dout, inp, n, F);
     sdp_cuda_swiglu_bwd(ctx, d_dinp, d_dout, d_inp, n, F);
     expect_dev(&b, "swiglu_fwd", "out", d_out, out, no, ELEMENTWISE_TOL);
     expect_dev(&b, "swiglu_bwd", "dinp", d_dinp, dinp, ni, ELEMENTWISE_TOL);
@@ -391,9 +392,9 @@ static void test_residual(void **state) {
     float *d_a = dev_floats(&b, a, n), *d_x = dev_floats(&b, x, n);
     float *d_dout = dev_floats(&b, dout, n), *d_da = dev_floats(&b, da, n);
     float *d_dx = dev_floats(&b, dx, n);
-    sdp_residual_fwd(a, a, x, s, n); /* in place, as the model uses it */
+    sdp_residual_fwd(tu_cpu(SDP_GEMM_DNNL), a, a, x, s, n); /* in place, as the model uses it */
     sdp_cuda_residual_fwd(ctx, d_a, d_a, d_x, s, n);
-    sdp_residual_bwd(da, dx, dout, s, n);
+    sdp_residual_bwd(tu_cpu(SDP_GEMM_DNNL), da, dx, dout, s, n);
     sdp_cuda_residual_bwd(ctx, d_da, d_dx, d_dout, s, n);
     expect_dev(&b, "residual_fwd (in place)", "out", d_a, a, n, ELEMENTWISE_TOL);
     expect_dev(&b, "residual_bwd", "da", d_da, da, n, ELEMENTWISE_TOL);
@@ -408,9 +409,9 @@ static void check_rope(sdp_cuda_ctx *ctx, int B, int T, int H, int hs) {
     size_t n = (size_t)B * T * 3 * H * hs;
     float *qkv = host_randn(&b, n, 1.0f), *dqkv = host_randn(&b, n, 1.0f);
     float *d_qkv = dev_floats(&b, qkv, n), *d_dqkv = dev_floats(&b, dqkv, n);
-    sdp_rope_fwd(qkv, B, T, H, hs, 10000.0f);
+    sdp_rope_fwd(tu_cpu(SDP_GEMM_DNNL), qkv, B, T, H, hs, 10000.0f);
     sdp_cuda_rope_fwd(ctx, d_qkv, B, T, H, hs, 10000.0f);
-    sdp_rope_bwd(dqkv, B, T, H, hs, 10000.0f);
+    sdp_rope_bwd(tu_cpu(SDP_GEMM_DNNL), dqkv, B, T, H, hs, 10000.0f);
     sdp_cuda_rope_bwd(ctx, d_dqkv, B, T, H, hs, 10000.0f);
     char name[64];
     snprintf(name, sizeof name, "rope B=%d T=%d H=%d hs=%d", B, T, H, hs);
@@ -506,9 +507,11 @@ static void check_attention_vs_cpu(sdp_cuda_ctx *ctx, shape s, bool causal) {
     attention_result g = gpu_attention(&b, qkv, dout, dqkv, s, causal);
 
     float *out = host_alloc(&b, m * sizeof *out), *lse = host_alloc(&b, nl * sizeof *lse);
-    float *scratch = host_alloc(&b, sdp_attention_scratch_floats(s.T, s.hs) * sizeof *scratch);
-    sdp_attention_fwd(out, lse, qkv, s.B, s.T, s.H, s.hs, causal, scratch);
-    sdp_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs, causal, scratch);
+    float *scratch =
+        host_alloc(&b, sdp_attention_scratch_bytes(tu_cpu(SDP_GEMM_DNNL), s.B, s.T, s.H, s.hs));
+    sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), out, lse, qkv, s.B, s.T, s.H, s.hs, causal, scratch);
+    sdp_attention_bwd(tu_cpu(SDP_GEMM_DNNL), dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs, causal,
+                      scratch);
 
     char name[80];
     snprintf(name, sizeof name, "attention %s %s %d,%d,%d,%d", bf16 ? "bf16" : "fp32",
@@ -623,8 +626,9 @@ static void check_xent(sdp_cuda_ctx *ctx, int n, int V, int Vp) {
     float dloss = 1.0f / n;
     float *probs = host_alloc(&b, nv * sizeof *probs), *losses = host_alloc(&b, n * sizeof *losses);
     float *dlogits = host_alloc(&b, nv * sizeof *dlogits);
-    double total = sdp_softmax_xent_fwd(losses, probs, logits, targets, n, V, Vp);
-    sdp_softmax_xent_bwd(dlogits, probs, targets, dloss, n, V, Vp);
+    double total =
+        sdp_softmax_xent_fwd(tu_cpu(SDP_GEMM_DNNL), losses, probs, logits, targets, n, V, Vp);
+    sdp_softmax_xent_bwd(tu_cpu(SDP_GEMM_DNNL), dlogits, probs, targets, dloss, n, V, Vp);
 
     int *d_targets = dev_ints(&b, targets, n);
     /* Outputs start as copies of the logits: the kernels must overwrite every element. */
@@ -735,7 +739,7 @@ static void test_patch_gather(void **state) {
     const int B = 3, C = 3, H = 12, W = 8, p = 4;
     const size_t n = (size_t)B * C * H * W;
     float *images = host_randn(&b, n, 1.0f), *rows = host_alloc(&b, n * sizeof *rows);
-    sdp_patch_gather(rows, images, B, C, H, W, p);
+    sdp_patch_gather(tu_cpu(SDP_GEMM_DNNL), rows, images, B, C, H, W, p);
     float *d_images = dev_floats(&b, images, n), *d_rows = dev_floats(&b, rows, n);
     sdp_cuda_zero(ctx, d_rows, n * sizeof(float));
     sdp_cuda_patch_gather(ctx, d_rows, d_images, B, C, H, W, p);
@@ -875,9 +879,11 @@ static void test_sgd(void **state) {
  * then backward with dinp alone and with dw alone (the others NULL: skipped). */
 static void check_conv(sdp_cuda_ctx *ctx, sdp_conv_shape s, bool with_bias) {
     bufs b = bufs_make(ctx, 2000 + (uint64_t)(s.IC * 16 + s.KH * 4 + s.stride_h));
-    sdp_conv_plan plan;
-    sdp_conv_plan_init(&plan, &s, SDP_CONV_IM2COL, SDP_GEMM_OPENBLAS);
-    const size_t ni = (size_t)s.B * s.IC * s.H * s.W, no = (size_t)s.B * s.OC * plan.OH * plan.OW;
+    const sdp_backend *cpu = tu_cpu(SDP_GEMM_OPENBLAS);
+    void *plan = sdp_conv_plan_create(cpu, &s, SDP_CONV_IM2COL);
+    const int OH = (s.H + 2 * s.pad_h - s.KH) / s.stride_h + 1;
+    const int OW = (s.W + 2 * s.pad_w - s.KW) / s.stride_w + 1;
+    const size_t ni = (size_t)s.B * s.IC * s.H * s.W, no = (size_t)s.B * s.OC * OH * OW;
     const size_t nw = (size_t)s.OC * s.IC * s.KH * s.KW, nb = (size_t)s.OC;
     float *inp = host_randn(&b, ni, 1.0f), *w = host_randn(&b, nw, 0.3f);
     float *bias = with_bias ? host_randn(&b, nb, 1.0f) : NULL;
@@ -893,11 +899,11 @@ static void check_conv(sdp_cuda_ctx *ctx, sdp_conv_shape s, bool with_bias) {
     float *d_dbias = dev_floats(&b, dbias, nb);
     float *d_dinp_only = dev_floats(&b, dinp_only, ni), *d_dw_only = dev_floats(&b, dw_only, nw);
 
-    float *scratch = host_alloc(&b, sdp_conv_scratch_floats(&plan) * sizeof(float));
-    sdp_conv2d_fwd(&plan, out, inp, w, bias, scratch);
-    sdp_conv2d_bwd(&plan, dinp, dw, with_bias ? dbias : NULL, dout, inp, w, scratch);
-    sdp_conv2d_bwd(&plan, dinp_only, NULL, NULL, dout, NULL, w, scratch);
-    sdp_conv2d_bwd(&plan, NULL, dw_only, NULL, dout, inp, NULL, scratch);
+    float *scratch = host_alloc(&b, sdp_conv_scratch_bytes(cpu, plan));
+    sdp_conv2d_fwd(cpu, plan, out, inp, w, bias, scratch);
+    sdp_conv2d_bwd(cpu, plan, dinp, dw, with_bias ? dbias : NULL, dout, inp, w, scratch);
+    sdp_conv2d_bwd(cpu, plan, dinp_only, NULL, NULL, dout, NULL, w, scratch);
+    sdp_conv2d_bwd(cpu, plan, NULL, dw_only, NULL, dout, inp, NULL, scratch);
     sdp_cuda_conv *conv = sdp_cuda_conv_create(ctx, &s);
     sdp_cuda_conv2d_fwd(ctx, conv, d_out, d_inp, d_w, d_bias);
     sdp_cuda_conv2d_bwd(ctx, conv, d_dinp, d_dw, with_bias ? d_dbias : NULL, d_dout, d_inp, d_w);
@@ -914,7 +920,7 @@ static void check_conv(sdp_cuda_ctx *ctx, sdp_conv_shape s, bool with_bias) {
     expect_dev(&b, name, "dinp only", d_dinp_only, dinp_only, ni, REDUCTION_TOL);
     expect_dev(&b, name, "dw only", d_dw_only, dw_only, nw, REDUCTION_TOL);
     sdp_cuda_conv_destroy(conv);
-    sdp_conv_plan_free(&plan);
+    sdp_conv_plan_free(cpu, plan);
     bufs_free(&b);
 }
 
@@ -958,10 +964,13 @@ static void check_batchnorm(sdp_cuda_ctx *ctx, int B, int C, int H, int W) {
     float *d_dgamma_only = dev_floats(&b, dgamma_only, C);
     float *d_dbeta_only = dev_floats(&b, dbeta_only, C);
 
-    sdp_batchnorm_fwd_train(out, mean, rstd, rmean, rvar, inp, gamma, beta, B, C, H, W);
-    sdp_batchnorm_fwd_eval(eval, inp, rmean, rvar, gamma, beta, B, C, H, W);
-    sdp_batchnorm_bwd(dinp, dgamma, dbeta, dout, inp, gamma, mean, rstd, B, C, H, W);
-    sdp_batchnorm_bwd(NULL, dgamma_only, dbeta_only, dout, inp, gamma, mean, rstd, B, C, H, W);
+    sdp_batchnorm_fwd_train(tu_cpu(SDP_GEMM_DNNL), out, mean, rstd, rmean, rvar, inp, gamma, beta,
+                            B, C, H, W);
+    sdp_batchnorm_fwd_eval(tu_cpu(SDP_GEMM_DNNL), eval, inp, rmean, rvar, gamma, beta, B, C, H, W);
+    sdp_batchnorm_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, dgamma, dbeta, dout, inp, gamma, mean, rstd, B,
+                      C, H, W);
+    sdp_batchnorm_bwd(tu_cpu(SDP_GEMM_DNNL), NULL, dgamma_only, dbeta_only, dout, inp, gamma, mean,
+                      rstd, B, C, H, W);
     sdp_cuda_batchnorm_fwd_train(ctx, d_out, d_mean, d_rstd, d_rmean, d_rvar, d_inp, d_gamma,
                                  d_beta, B, C, H, W);
     sdp_cuda_batchnorm_fwd_train(ctx, d_out2, d_mean, d_rstd, NULL, NULL, d_inp, d_gamma, d_beta, B,
@@ -1008,8 +1017,8 @@ static void test_relu(void **state) {
     float *d_inp = dev_floats(&b, inp, n), *d_out = dev_floats(&b, out, n);
     float *d_inplace = dev_floats(&b, inp, n), *d_dout = dev_floats(&b, dout, n);
     float *d_dinp = dev_floats(&b, dinp, n);
-    sdp_relu_fwd(out, inp, n);
-    sdp_relu_bwd(dinp, dout, out, n);
+    sdp_relu_fwd(tu_cpu(SDP_GEMM_DNNL), out, inp, n);
+    sdp_relu_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, dout, out, n);
     sdp_cuda_relu_fwd(ctx, d_out, d_inp, n);
     sdp_cuda_relu_fwd(ctx, d_inplace, d_inplace, n);
     sdp_cuda_relu_bwd(ctx, d_dinp, d_dout, d_out, n);
@@ -1027,8 +1036,8 @@ static void check_avgpool(sdp_cuda_ctx *ctx, int B, int C, int H, int W, int k) 
     float *dout = host_randn(&b, no, 1.0f), *dinp = host_randn(&b, ni, 1.0f);
     float *d_inp = dev_floats(&b, inp, ni), *d_out = dev_floats(&b, out, no);
     float *d_dout = dev_floats(&b, dout, no), *d_dinp = dev_floats(&b, dinp, ni);
-    sdp_avgpool_fwd(out, inp, B, C, H, W, k);
-    sdp_avgpool_bwd(dinp, dout, B, C, H, W, k);
+    sdp_avgpool_fwd(tu_cpu(SDP_GEMM_DNNL), out, inp, B, C, H, W, k);
+    sdp_avgpool_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, dout, B, C, H, W, k);
     sdp_cuda_avgpool_fwd(ctx, d_out, d_inp, B, C, H, W, k);
     sdp_cuda_avgpool_bwd(ctx, d_dinp, d_dout, B, C, H, W, k);
     sdp_cuda_avgpool_bwd(ctx, NULL, d_dout, B, C, H, W, k);
@@ -1046,8 +1055,8 @@ static void check_global_avgpool(sdp_cuda_ctx *ctx, int B, int C, int H, int W) 
     float *dout = host_randn(&b, no, 1.0f), *dinp = host_randn(&b, ni, 1.0f);
     float *d_inp = dev_floats(&b, inp, ni), *d_out = dev_floats(&b, out, no);
     float *d_dout = dev_floats(&b, dout, no), *d_dinp = dev_floats(&b, dinp, ni);
-    sdp_global_avgpool_fwd(out, inp, B, C, H, W);
-    sdp_global_avgpool_bwd(dinp, dout, B, C, H, W);
+    sdp_global_avgpool_fwd(tu_cpu(SDP_GEMM_DNNL), out, inp, B, C, H, W);
+    sdp_global_avgpool_bwd(tu_cpu(SDP_GEMM_DNNL), dinp, dout, B, C, H, W);
     sdp_cuda_global_avgpool_fwd(ctx, d_out, d_inp, B, C, H, W);
     sdp_cuda_global_avgpool_bwd(ctx, d_dinp, d_dout, B, C, H, W);
     sdp_cuda_global_avgpool_bwd(ctx, NULL, d_dout, B, C, H, W);

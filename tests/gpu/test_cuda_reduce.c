@@ -35,7 +35,7 @@ static void test_sumsq(void **state) {
         const size_t n = SIZES[i];
         float *x = random_floats(n, 40 + i);
         float *d = to_device(ctx, x, n);
-        const double want = sdp_sumsq(x, n), got = sdp_cuda_sumsq(ctx, d, n);
+        const double want = sdp_sumsq(tu_cpu(SDP_GEMM_DNNL), x, n), got = sdp_cuda_sumsq(ctx, d, n);
         const double again = sdp_cuda_sumsq(ctx, d, n), rel = fabs(got - want) / want;
         printf("  sumsq n=%-8zu cpu %.17g cuda %.17g rel %.2e\n", n, want, got, rel);
         assert_true(rel <= 1e-12);
@@ -57,7 +57,7 @@ static void test_scale(void **state) {
             float *d = to_device(ctx, x, n);
             sdp_cuda_scale(ctx, d, n, factors[f]);
             sdp_cuda_download(ctx, got, d, n * sizeof *got);
-            sdp_scale(x, n, factors[f]);
+            sdp_scale(tu_cpu(SDP_GEMM_DNNL), x, n, factors[f]);
             assert_memory_equal(got, x, n * sizeof *x);
             sdp_cuda_free(ctx, d);
             free(x);

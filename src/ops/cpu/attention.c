@@ -8,8 +8,7 @@
  * micro-tile at a time and zeroed inside the tiles that straddle the diagonal.
  */
 #include "ops/cpu/fast_exp.h"
-#include "sdp/check.h"
-#include "sdp/ops.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <math.h>
 #include <omp.h>
@@ -139,8 +138,10 @@ static size_t slice_floats(int T, int hs) {
     return (n + FLOAT_ALIGN - 1) / FLOAT_ALIGN * FLOAT_ALIGN;
 }
 
-size_t sdp_attention_scratch_floats(int T, int hs) {
-    return (size_t)omp_get_max_threads() * slice_floats(T, hs);
+/* One slice per thread, whatever the batch and heads. */
+static size_t attention_scratch_bytes(const sdp_backend *be, int B, int T, int H, int hs) {
+    (void)be, (void)B, (void)H;
+    return (size_t)omp_get_max_threads() * slice_floats(T, hs) * sizeof(float);
 }
 
 /* The slice of the calling thread. The scratch was sized with omp_get_max_threads(), so the
@@ -240,18 +241,9 @@ static void attention_fwd_head(float *out, ptrdiff_t ld_out, float *lse, const h
     }
 }
 
-static void check_dims(int B, int T, int H, int hs, const void *scratch) {
-    SDP_CHECK(B > 0 && T > 0 && H > 0 && hs > 0,
-              "attention needs positive sizes, got B=%d T=%d H=%d hs=%d: check the model config", B,
-              T, H, hs);
-    SDP_CHECK(scratch, "attention scratch is NULL: pass a buffer of "
-                       "sdp_attention_scratch_floats(T, hs) floats");
-}
-
-void sdp_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int H, int hs,
-                       bool causal, float *scratch) {
-    check_dims(B, T, H, hs, scratch);
-    SDP_ASSERT(out && lse && qkv);
+static void attention_fwd(const sdp_backend *be, float *out, float *lse, const float *qkv, int B,
+                          int T, int H, int hs, bool causal, float *scratch) {
+    (void)be;
     ptrdiff_t D = (ptrdiff_t)H * hs;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * H; bh++) {
@@ -327,11 +319,11 @@ static void attention_bwd_head(const head_grads *g, const float *dout, const flo
         attention_bwd_block(g, dout, out, ld_out, lse, hv, sc, t0, min_int(BLOCK_ROWS, hv->T - t0));
 }
 
-void sdp_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                       const float *lse, int B, int T, int H, int hs, bool causal, float *scratch) {
+static void attention_bwd(const sdp_backend *be, float *dqkv, const float *dout, const float *qkv,
+                          const float *out, const float *lse, int B, int T, int H, int hs,
+                          bool causal, float *scratch) {
+    (void)be;
     if (!dqkv) return;
-    check_dims(B, T, H, hs, scratch);
-    SDP_ASSERT(dout && qkv && out && lse);
     ptrdiff_t D = (ptrdiff_t)H * hs;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * H; bh++) {
@@ -344,4 +336,10 @@ void sdp_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
         attention_bwd_head(&g, dout + row0 * D + h * hs, out + row0 * D + h * hs, D,
                            lse + (size_t)bh * T, &hv, &s);
     }
+}
+
+void cpu_ops_attention(sdp_backend *t) {
+    t->attention_scratch_bytes = attention_scratch_bytes;
+    t->attention_fwd = attention_fwd;
+    t->attention_bwd = attention_bwd;
 }

@@ -2,8 +2,7 @@
  * 0.1). Each channel is one OpenMP iteration: its B planes are summed in order, in double, so the
  * results are the same for every thread count. Statistics take two passes (the mean, then the
  * variance about it); one channel's planes usually stay in cache between the passes. */
-#include "sdp/check.h"
-#include "sdp/ops_vision.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -12,27 +11,16 @@ enum { PARALLEL_MIN_ELEMS = 1 << 14 };
 static const double BN_EPS = 1e-5;
 static const double BN_MOMENTUM = 0.1;
 
-static void check_dims(const char *what, int B, int C, int H, int W) {
-    SDP_CHECK(B >= 1 && C >= 1 && H >= 1 && W >= 1,
-              "%s: sizes B=%d C=%d H=%d W=%d must all be >= 1", what, B, C, H, W);
-}
-
 /* Offset of plane (b, c) of an NCHW tensor with hw pixels per plane. */
 static size_t plane(int b, int c, int C, size_t hw) {
     return ((size_t)b * C + c) * hw;
 }
 
-void sdp_batchnorm_fwd_train(float *out, float *mean, float *rstd, float *running_mean,
-                             float *running_var, const float *inp, const float *gamma,
-                             const float *beta, int B, int C, int H, int W) {
-    check_dims("sdp_batchnorm_fwd_train", B, C, H, W);
+static void batchnorm_fwd_train(const sdp_backend *be, float *out, float *mean, float *rstd,
+                                float *running_mean, float *running_var, const float *inp,
+                                const float *gamma, const float *beta, int B, int C, int H, int W) {
+    (void)be;
     size_t hw = (size_t)H * W, n = (size_t)B * hw;
-    SDP_CHECK(n > 1,
-              "sdp_batchnorm_fwd_train: one value per channel (B=%d, H=%d, W=%d) has no batch "
-              "variance: train with a larger batch or use eval mode",
-              B, H, W);
-    SDP_CHECK(!running_mean == !running_var,
-              "sdp_batchnorm_fwd_train: pass both running_mean and running_var, or neither");
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN_ELEMS)
     for (int c = 0; c < C; c++) {
         double sum = 0, sq = 0;
@@ -62,10 +50,10 @@ void sdp_batchnorm_fwd_train(float *out, float *mean, float *rstd, float *runnin
     }
 }
 
-void sdp_batchnorm_fwd_eval(float *out, const float *inp, const float *running_mean,
-                            const float *running_var, const float *gamma, const float *beta, int B,
-                            int C, int H, int W) {
-    check_dims("sdp_batchnorm_fwd_eval", B, C, H, W);
+static void batchnorm_fwd_eval(const sdp_backend *be, float *out, const float *inp,
+                               const float *running_mean, const float *running_var,
+                               const float *gamma, const float *beta, int B, int C, int H, int W) {
+    (void)be;
     size_t hw = (size_t)H * W, n = (size_t)B * hw;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN_ELEMS)
     for (int c = 0; c < C; c++) {
@@ -82,10 +70,10 @@ void sdp_batchnorm_fwd_eval(float *out, const float *inp, const float *running_m
 /* With xhat = (x - mean) * rstd and n values per channel:
  *   dbeta += sum dy ; dgamma += sum dy * xhat
  *   dinp  += gamma * rstd * (dy - mean(dy) - xhat * mean(dy * xhat)) */
-void sdp_batchnorm_bwd(float *dinp, float *dgamma, float *dbeta, const float *dout,
-                       const float *inp, const float *gamma, const float *mean, const float *rstd,
-                       int B, int C, int H, int W) {
-    check_dims("sdp_batchnorm_bwd", B, C, H, W);
+static void batchnorm_bwd(const sdp_backend *be, float *dinp, float *dgamma, float *dbeta,
+                          const float *dout, const float *inp, const float *gamma,
+                          const float *mean, const float *rstd, int B, int C, int H, int W) {
+    (void)be;
     if (!dinp && !dgamma && !dbeta) return;
     size_t hw = (size_t)H * W, n = (size_t)B * hw;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN_ELEMS)
@@ -111,4 +99,10 @@ void sdp_batchnorm_bwd(float *dinp, float *dgamma, float *dbeta, const float *do
                 dx[i] += scale * (dy[i] - dy_mean - (x[i] - m) * rs * dy_xhat_mean);
         }
     }
+}
+
+void cpu_ops_batchnorm(sdp_backend *t) {
+    t->batchnorm_fwd_train = batchnorm_fwd_train;
+    t->batchnorm_fwd_eval = batchnorm_fwd_eval;
+    t->batchnorm_bwd = batchnorm_bwd;
 }

@@ -144,7 +144,7 @@ typedef struct {
     dnnl_memory_desc_t src, weights, dst;
 } descs;
 
-static descs make_descs(const sdp_conv_plan *plan, bool user) {
+static descs make_descs(const cpu_conv_plan *plan, bool user) {
     const sdp_conv_shape *s = &plan->shape;
     dnnl_format_tag_t act = user ? dnnl_nchw : dnnl_format_tag_any;
     dnnl_format_tag_t wei = user ? dnnl_oihw : dnnl_format_tag_any;
@@ -154,7 +154,7 @@ static descs make_descs(const sdp_conv_plan *plan, bool user) {
 }
 
 /* Creates the three convolution descriptors; make_pass takes them over. */
-static void make_conv_pds(const sdp_conv_plan *plan, dnnl_engine_t engine,
+static void make_conv_pds(const cpu_conv_plan *plan, dnnl_engine_t engine,
                           dnnl_primitive_desc_t pds[3]) {
     const sdp_conv_shape *s = &plan->shape;
     descs any = make_descs(plan, false);
@@ -186,7 +186,7 @@ static pass make_pass(dnnl_primitive_desc_t pd, dnnl_engine_t engine, scratch_la
     return p;
 }
 
-sdp_conv_dnnl *sdp_conv_dnnl_create(const sdp_conv_plan *plan, size_t *scratch_floats) {
+sdp_conv_dnnl *sdp_conv_dnnl_create(const cpu_conv_plan *plan, size_t *scratch_floats) {
     sdp_conv_dnnl *d = calloc(1, sizeof *d);
     SDP_CHECK(d, "conv2d: out of memory creating a oneDNN plan");
     DNNL_OK(dnnl_engine_create(&d->engine, dnnl_cpu, 0));

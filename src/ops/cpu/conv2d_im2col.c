@@ -16,26 +16,26 @@ static size_t round_up(size_t n) {
     return (n + FLOAT_ALIGN - 1) / FLOAT_ALIGN * FLOAT_ALIGN;
 }
 
-static size_t col_floats(const sdp_conv_plan *plan) {
+static size_t col_floats(const cpu_conv_plan *plan) {
     const sdp_conv_shape *s = &plan->shape;
     return sdp_conv_is_pointwise(plan) ? 0 : (size_t)s->IC * s->KH * s->KW * plan->OH * plan->OW;
 }
 
-static size_t dw_floats(const sdp_conv_plan *plan) {
+static size_t dw_floats(const cpu_conv_plan *plan) {
     const sdp_conv_shape *s = &plan->shape;
     return (size_t)s->OC * s->IC * s->KH * s->KW;
 }
 
 /* One thread's slice: col, dcol, then its partial weight gradient. */
-static size_t thread_floats(const sdp_conv_plan *plan) {
+static size_t thread_floats(const cpu_conv_plan *plan) {
     return 2 * round_up(col_floats(plan)) + round_up(dw_floats(plan));
 }
 
-size_t sdp_conv_im2col_scratch_floats(const sdp_conv_plan *plan) {
+size_t sdp_conv_im2col_scratch_floats(const cpu_conv_plan *plan) {
     return (size_t)plan->threads * thread_floats(plan);
 }
 
-void sdp_conv_im2col_fwd(const sdp_conv_plan *plan, float *out, const float *inp, const float *w,
+void sdp_conv_im2col_fwd(const cpu_conv_plan *plan, float *out, const float *inp, const float *w,
                          float *scratch) {
     const sdp_conv_shape *s = &plan->shape;
     int K = s->IC * s->KH * s->KW, N = plan->OH * plan->OW;
@@ -48,14 +48,14 @@ void sdp_conv_im2col_fwd(const sdp_conv_plan *plan, float *out, const float *inp
         for (int b = 0; b < s->B; b++) {
             const float *x = inp + b * in_image;
             if (!pointwise) sdp_im2col(col, x, plan);
-            sdp_gemm(plan->gemm, false, false, s->OC, N, K, 1.0f, w, K, pointwise ? x : col, N,
-                     0.0f, out + b * out_image, N);
+            sdp_cpu_gemm(plan->gemm, false, false, s->OC, N, K, 1.0f, w, K, pointwise ? x : col, N,
+                         0.0f, out + b * out_image, N);
         }
     }
 }
 
 /* dw += the per-thread partial sums, in thread order; split over elements, not threads. */
-static void reduce_dw(const sdp_conv_plan *plan, float *dw, const float *scratch) {
+static void reduce_dw(const cpu_conv_plan *plan, float *dw, const float *scratch) {
     size_t n = dw_floats(plan), stride = thread_floats(plan);
     size_t partial = 2 * round_up(col_floats(plan));
 #pragma omp parallel for schedule(static)
@@ -66,7 +66,7 @@ static void reduce_dw(const sdp_conv_plan *plan, float *dw, const float *scratch
     }
 }
 
-void sdp_conv_im2col_bwd(const sdp_conv_plan *plan, float *dinp, float *dw, const float *dout,
+void sdp_conv_im2col_bwd(const cpu_conv_plan *plan, float *dinp, float *dw, const float *dout,
                          const float *inp, const float *w, float *scratch) {
     const sdp_conv_shape *s = &plan->shape;
     int K = s->IC * s->KH * s->KW, N = plan->OH * plan->OW;
@@ -84,14 +84,15 @@ void sdp_conv_im2col_bwd(const sdp_conv_plan *plan, float *dinp, float *dw, cons
             if (dw) {
                 const float *x = inp + b * in_image;
                 if (!pointwise) sdp_im2col(col, x, plan);
-                sdp_gemm(plan->gemm, false, true, s->OC, K, N, 1.0f, dy, N, pointwise ? x : col, N,
-                         1.0f, dw_part, K);
+                sdp_cpu_gemm(plan->gemm, false, true, s->OC, K, N, 1.0f, dy, N, pointwise ? x : col,
+                             N, 1.0f, dw_part, K);
             }
             if (dinp && pointwise) {
-                sdp_gemm(plan->gemm, true, false, K, N, s->OC, 1.0f, w, K, dy, N, 1.0f,
-                         dinp + b * in_image, N);
+                sdp_cpu_gemm(plan->gemm, true, false, K, N, s->OC, 1.0f, w, K, dy, N, 1.0f,
+                             dinp + b * in_image, N);
             } else if (dinp) {
-                sdp_gemm(plan->gemm, true, false, K, N, s->OC, 1.0f, w, K, dy, N, 0.0f, dcol, N);
+                sdp_cpu_gemm(plan->gemm, true, false, K, N, s->OC, 1.0f, w, K, dy, N, 0.0f, dcol,
+                             N);
                 sdp_col2im_add(dinp + b * in_image, dcol, plan);
             }
         }

@@ -2,7 +2,7 @@
  * positions may hit the same token: to stay race-free and deterministic each thread owns a
  * contiguous range of channels and walks all positions in order. */
 #include "sdp/check.h"
-#include "sdp/ops.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <omp.h>
 #include <stddef.h>
@@ -18,8 +18,9 @@ static void check_tokens(const int *tokens, int n) {
                   i);
 }
 
-void sdp_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
-                   int C) {
+static void embed_fwd(const sdp_backend *be, float *out, const int *tokens, const float *wte,
+                      const float *wpe, int B, int T, int C) {
+    (void)be;
     int n = B * T;
     check_tokens(tokens, n);
     size_t work = (size_t)n * (size_t)C;
@@ -46,8 +47,9 @@ static void scatter_token_grads(float *dwte, const float *dout, const int *token
     }
 }
 
-void sdp_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
-                   int C) {
+static void embed_bwd(const sdp_backend *be, float *dwte, float *dwpe, const float *dout,
+                      const int *tokens, int B, int T, int C) {
+    (void)be;
     int n = B * T;
     size_t work = (size_t)n * (size_t)C;
     if (dwte) {
@@ -70,4 +72,9 @@ void sdp_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *token
             }
         }
     }
+}
+
+void cpu_ops_embed(sdp_backend *t) {
+    t->embed_fwd = embed_fwd;
+    t->embed_bwd = embed_bwd;
 }

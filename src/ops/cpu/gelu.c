@@ -4,7 +4,7 @@
  * and e^x has a branch-free form (fast_exp.h) that vectorises, where libm's tanhf and expf are
  * scalar calls: this kernel runs on all 4C channels of every MLP, so that matters. */
 #include "ops/cpu/fast_exp.h"
-#include "sdp/ops.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <stddef.h>
 
@@ -19,13 +19,16 @@ static inline float half_one_plus_tanh(float x) {
     return 1.0f / (1.0f + exp_clamped(-2.0f * u));
 }
 
-void sdp_gelu_fwd(float *out, const float *inp, size_t n) {
+static void gelu_fwd(const sdp_backend *be, float *out, const float *inp, size_t n) {
+    (void)be;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = inp[i] * half_one_plus_tanh(inp[i]);
 }
 
 /* d/dx = s + x * 2 s (1 - s) du/dx with s = sigmoid(2u), because 0.5 sech^2(u) = 2 s (1 - s). */
-void sdp_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n) {
+static void gelu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
+                     size_t n) {
+    (void)be;
     if (!dinp) return; /* masked out by the caller */
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) {
@@ -33,4 +36,9 @@ void sdp_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n) {
         float du_dx = GELU_K * (1.0f + 3.0f * GELU_CUBIC * x * x);
         dinp[i] += (s + x * 2.0f * s * (1.0f - s) * du_dx) * dout[i];
     }
+}
+
+void cpu_ops_gelu(sdp_backend *t) {
+    t->gelu_fwd = gelu_fwd;
+    t->gelu_bwd = gelu_bwd;
 }

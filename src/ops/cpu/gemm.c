@@ -1,36 +1,14 @@
 /* Single-precision GEMM through one of two vendor libraries, chosen at run time so that both can
- * be measured on the same machine. Both are called row-major; the arguments are checked here so
- * that a bad stride fails the same clear way whichever library is in use. */
+ * be measured on the same machine. Both are called row-major. sdp_gemm checks the arguments
+ * (src/ops/dispatch.c), so that a bad stride fails the same clear way whichever library, or
+ * backend, is in use. */
+#include "ops/cpu/cpu_ops.h"
 #include "sdp/check.h"
-#include "sdp/ops.h"
 
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
 #include <string.h>
-
-static int max1(int x) {
-    return x > 1 ? x : 1;
-}
-
-static void check_gemm_args(bool ta, bool tb, int M, int N, int K, int lda, int ldb, int ldc) {
-    SDP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=%d N=%d K=%d: pass sizes >= 0", M,
-              N, K);
-    /* Row-major: the stored A is [M, K], or [K, M] when transposed; likewise for B. */
-    int a_cols = ta ? M : K, b_cols = tb ? K : N;
-    SDP_CHECK(lda >= max1(a_cols),
-              "gemm: lda=%d is less than the %d columns of A as stored: "
-              "pass the row stride of A",
-              lda, a_cols);
-    SDP_CHECK(ldb >= max1(b_cols),
-              "gemm: ldb=%d is less than the %d columns of B as stored: "
-              "pass the row stride of B",
-              ldb, b_cols);
-    SDP_CHECK(ldc >= max1(N),
-              "gemm: ldc=%d is less than the %d columns of C: "
-              "pass the row stride of C",
-              ldc, N);
-}
 
 static void gemm_dnnl(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc) {
@@ -96,9 +74,8 @@ static void scale_c(int M, int N, float beta, float *C, int ldc) {
         }
 }
 
-void sdp_gemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N, int K, float alpha,
-              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    check_gemm_args(ta, tb, M, N, K, lda, ldb, ldc);
+void sdp_cpu_gemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (M == 0 || N == 0) return;
     if (K == 0) {
         scale_c(M, N, beta, C, ldc);
@@ -116,6 +93,15 @@ void sdp_gemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N, int K, flo
         return;
     }
     sdp_fatal("unknown gemm provider %d: use dnnl or openblas", (int)prov);
+}
+
+static void gemm(const sdp_backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    sdp_cpu_gemm(cpu_gemm_provider(be), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void cpu_ops_gemm(sdp_backend *t) {
+    t->gemm = gemm;
 }
 
 const char *sdp_gemm_provider_name(sdp_gemm_provider prov) {

@@ -19,13 +19,13 @@ static span valid_span(int in_size, int out_size, int stride, int pad, int tap) 
     return (span){lo, hi};
 }
 
-bool sdp_conv_is_pointwise(const sdp_conv_plan *plan) {
+bool sdp_conv_is_pointwise(const cpu_conv_plan *plan) {
     const sdp_conv_shape *s = &plan->shape;
     return s->KH == 1 && s->KW == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 &&
            s->pad_w == 0;
 }
 
-void sdp_im2col(float *col, const float *img, const sdp_conv_plan *plan) {
+void sdp_im2col(float *col, const float *img, const cpu_conv_plan *plan) {
     const sdp_conv_shape *s = &plan->shape;
     int OH = plan->OH, OW = plan->OW;
     for (int c = 0; c < s->IC; c++)
@@ -51,7 +51,7 @@ void sdp_im2col(float *col, const float *img, const sdp_conv_plan *plan) {
         }
 }
 
-void sdp_col2im_add(float *img, const float *col, const sdp_conv_plan *plan) {
+void sdp_col2im_add(float *img, const float *col, const cpu_conv_plan *plan) {
     const sdp_conv_shape *s = &plan->shape;
     int OH = plan->OH, OW = plan->OW;
     for (int c = 0; c < s->IC; c++)

@@ -2,7 +2,7 @@
  * the variance about it) so long rows keep full float accuracy. The backward splits into a
  * row-parallel part (dinp) and a column-parallel part (dw, db), so no two threads ever add into
  * the same element and the sums run in a fixed order. */
-#include "sdp/ops.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -11,8 +11,9 @@ enum { PARALLEL_MIN_ELEMS = 1 << 14 };
 enum { COLUMN_STRIP = 64 };
 static const double LAYERNORM_EPS = 1e-5;
 
-void sdp_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, int n, int C) {
+static void layernorm_fwd(const sdp_backend *be, float *out, float *mean, float *rstd,
+                          const float *inp, const float *w, const float *b, int n, int C) {
+    (void)be;
     size_t work = (size_t)n * (size_t)C;
 #pragma omp parallel for schedule(static) if (work >= PARALLEL_MIN_ELEMS)
     for (int i = 0; i < n; i++) {
@@ -79,8 +80,15 @@ static void layernorm_dparams(float *dw, float *db, const float *dout, const flo
     }
 }
 
-void sdp_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, const float *mean, const float *rstd, int n, int C) {
+static void layernorm_bwd(const sdp_backend *be, float *dinp, float *dw, float *db,
+                          const float *dout, const float *inp, const float *w, const float *mean,
+                          const float *rstd, int n, int C) {
+    (void)be;
     if (dinp) layernorm_dinp(dinp, dout, inp, w, mean, rstd, n, C);
     if (dw || db) layernorm_dparams(dw, db, dout, inp, mean, rstd, n, C);
+}
+
+void cpu_ops_layernorm(sdp_backend *t) {
+    t->layernorm_fwd = layernorm_fwd;
+    t->layernorm_bwd = layernorm_bwd;
 }

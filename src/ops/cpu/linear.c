@@ -1,6 +1,6 @@
 /* Fully connected layer, weights [out, in] as in PyTorch: all the heavy work is three GEMMs; the
  * bias is added, and its gradient summed, here. */
-#include "sdp/ops.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <stddef.h>
 
@@ -36,18 +36,38 @@ static void accumulate_column_sums(float *dbias, const float *dout, int n, int o
     }
 }
 
-void sdp_linear_fwd(sdp_gemm_provider prov, float *out, const float *inp, const float *w,
-                    const float *bias, int n, int ic, int oc) {
+static void linear_fwd(const sdp_backend *be, float *out, const float *inp, const float *w,
+                       const float *bias, int n, int ic, int oc) {
+    sdp_gemm_provider prov = cpu_gemm_provider(be);
     /* out[n, oc] = inp[n, ic] w[oc, ic]^T */
-    sdp_gemm(prov, false, true, n, oc, ic, 1.0f, inp, ic, w, ic, 0.0f, out, oc);
+    sdp_cpu_gemm(prov, false, true, n, oc, ic, 1.0f, inp, ic, w, ic, 0.0f, out, oc);
     if (bias) add_bias(out, bias, n, oc);
 }
 
-void sdp_linear_bwd(sdp_gemm_provider prov, float *dinp, float *dw, float *dbias, const float *dout,
-                    const float *inp, const float *w, int n, int ic, int oc) {
+static void linear_bwd(const sdp_backend *be, float *dinp, float *dw, float *dbias,
+                       const float *dout, const float *inp, const float *w, int n, int ic, int oc) {
+    sdp_gemm_provider prov = cpu_gemm_provider(be);
     /* dinp[n, ic] += dout[n, oc] w[oc, ic] */
-    if (dinp) sdp_gemm(prov, false, false, n, ic, oc, 1.0f, dout, oc, w, ic, 1.0f, dinp, ic);
+    if (dinp) sdp_cpu_gemm(prov, false, false, n, ic, oc, 1.0f, dout, oc, w, ic, 1.0f, dinp, ic);
     /* dw[oc, ic] += dout[n, oc]^T inp[n, ic] */
-    if (dw) sdp_gemm(prov, true, false, oc, ic, n, 1.0f, dout, oc, inp, ic, 1.0f, dw, ic);
+    if (dw) sdp_cpu_gemm(prov, true, false, oc, ic, n, 1.0f, dout, oc, inp, ic, 1.0f, dw, ic);
     if (dbias) accumulate_column_sums(dbias, dout, n, oc);
+}
+
+/* Summed in double, rows in order: the sum the transformer has always used for these slices. */
+static void bias_slice_bwd(const sdp_backend *be, float *dbias, const float *dout, int n, int ld,
+                           int col0, int len) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (long j = 0; j < len; j++) {
+        double sum = 0;
+        for (int r = 0; r < n; r++) sum += dout[(size_t)r * ld + col0 + j];
+        dbias[j] += (float)sum;
+    }
+}
+
+void cpu_ops_linear(sdp_backend *t) {
+    t->bias_slice_bwd = bias_slice_bwd;
+    t->linear_fwd = linear_fwd;
+    t->linear_bwd = linear_bwd;
 }

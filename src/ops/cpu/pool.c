@@ -1,22 +1,15 @@
 /* Average pooling (kernel = stride = k) and global average pooling over NCHW activations. Each
  * (image, channel) plane is one OpenMP iteration and is written by nobody else, so there are no
  * races and the sums do not depend on the thread count. */
-#include "sdp/check.h"
-#include "sdp/ops_vision.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <stddef.h>
 
 enum { PARALLEL_MIN_ELEMS = 1 << 14 };
 
-static void check_pool(const char *what, int B, int C, int H, int W, int k) {
-    SDP_CHECK(B >= 1 && C >= 1 && H >= 1 && W >= 1,
-              "%s: sizes B=%d C=%d H=%d W=%d must all be >= 1", what, B, C, H, W);
-    SDP_CHECK(k >= 1 && k <= H && k <= W,
-              "%s: pooling size %d must be between 1 and the image size %dx%d", what, k, H, W);
-}
-
-void sdp_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k) {
-    check_pool("sdp_avgpool_fwd", B, C, H, W, k);
+static void avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B, int C, int H,
+                        int W, int k) {
+    (void)be;
     int OH = H / k, OW = W / k, planes = B * C;
     float inv = 1.0f / (float)(k * k);
 #pragma omp parallel for schedule(static) if ((size_t)planes * H * W >= PARALLEL_MIN_ELEMS)
@@ -33,8 +26,9 @@ void sdp_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, i
     }
 }
 
-void sdp_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W, int k) {
-    check_pool("sdp_avgpool_bwd", B, C, H, W, k);
+static void avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B, int C, int H,
+                        int W, int k) {
+    (void)be;
     if (!dinp) return;
     int OH = H / k, OW = W / k, planes = B * C;
     float inv = 1.0f / (float)(k * k);
@@ -51,8 +45,9 @@ void sdp_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W,
     }
 }
 
-void sdp_global_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W) {
-    check_pool("sdp_global_avgpool_fwd", B, C, H, W, 1);
+static void global_avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B, int C,
+                               int H, int W) {
+    (void)be;
     int planes = B * C;
     size_t hw = (size_t)H * W;
 #pragma omp parallel for schedule(static) if (planes * hw >= PARALLEL_MIN_ELEMS)
@@ -64,8 +59,9 @@ void sdp_global_avgpool_fwd(float *out, const float *inp, int B, int C, int H, i
     }
 }
 
-void sdp_global_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W) {
-    check_pool("sdp_global_avgpool_bwd", B, C, H, W, 1);
+static void global_avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B, int C,
+                               int H, int W) {
+    (void)be;
     if (!dinp) return;
     int planes = B * C;
     size_t hw = (size_t)H * W;
@@ -74,4 +70,11 @@ void sdp_global_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H,
         float *dx = dinp + (size_t)p * hw, g = dout[p] / (float)hw;
         for (size_t i = 0; i < hw; i++) dx[i] += g;
     }
+}
+
+void cpu_ops_pool(sdp_backend *t) {
+    t->avgpool_fwd = avgpool_fwd;
+    t->avgpool_bwd = avgpool_bwd;
+    t->global_avgpool_fwd = global_avgpool_fwd;
+    t->global_avgpool_bwd = global_avgpool_bwd;
 }

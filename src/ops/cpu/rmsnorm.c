@@ -1,7 +1,7 @@
 /* RMSNorm over the last dimension (no centring, no bias). Sums of squares are accumulated in
  * double; the backward is split into row-parallel dinp and column-parallel dw, as in layernorm.c,
  * so it is race-free and deterministic. */
-#include "sdp/ops.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -10,7 +10,9 @@ enum { PARALLEL_MIN_ELEMS = 1 << 14 };
 enum { COLUMN_STRIP = 64 };
 static const double RMSNORM_EPS = 1e-5;
 
-void sdp_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int n, int C) {
+static void rmsnorm_fwd(const sdp_backend *be, float *out, float *rstd, const float *inp,
+                        const float *w, int n, int C) {
+    (void)be;
     size_t work = (size_t)n * (size_t)C;
 #pragma omp parallel for schedule(static) if (work >= PARALLEL_MIN_ELEMS)
     for (int i = 0; i < n; i++) {
@@ -59,8 +61,14 @@ static void rmsnorm_dw(float *dw, const float *dout, const float *inp, const flo
     }
 }
 
-void sdp_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                     const float *rstd, int n, int C) {
+static void rmsnorm_bwd(const sdp_backend *be, float *dinp, float *dw, const float *dout,
+                        const float *inp, const float *w, const float *rstd, int n, int C) {
+    (void)be;
     if (dinp) rmsnorm_dinp(dinp, dout, inp, w, rstd, n, C);
     if (dw) rmsnorm_dw(dw, dout, inp, rstd, n, C);
+}
+
+void cpu_ops_rmsnorm(sdp_backend *t) {
+    t->rmsnorm_fwd = rmsnorm_fwd;
+    t->rmsnorm_bwd = rmsnorm_bwd;
 }

@@ -5,13 +5,12 @@
  * Angles are computed in double once per position and shared by every batch row and head, so
  * positions far into the sequence lose no precision to a float t * frequency product.
  */
-#include "sdp/check.h"
-#include "sdp/ops.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <math.h>
 #include <stddef.h>
 
-enum { ROPE_MAX_HEAD = 4096 }; /* bounds the per-position cos/sin tables on the stack */
+/* The per-position cos/sin tables are on the stack: src/ops/dispatch.c bounds hs. */
 
 /* (x1, x2) <- (x1 c - x2 s, x2 c + x1 s) for each pair; sign = -1 rotates the other way. */
 static void rotate_head(float *x, const float *c, const float *s, int half, float sign) {
@@ -22,22 +21,8 @@ static void rotate_head(float *x, const float *c, const float *s, int half, floa
     }
 }
 
-static void check_rope_args(const float *qkv, int B, int T, int H, int hs, float theta) {
-    SDP_CHECK(B > 0 && T > 0 && H > 0 && hs > 0,
-              "rope needs positive sizes, got B=%d T=%d H=%d hs=%d: check the model config", B, T,
-              H, hs);
-    SDP_CHECK(hs % 2 == 0 && hs <= ROPE_MAX_HEAD,
-              "rope needs an even head size of at most %d, got %d: change n_embd or n_head",
-              ROPE_MAX_HEAD, hs);
-    SDP_CHECK(theta > 0 && isfinite(theta),
-              "rope theta must be a positive number, got %g: fix rope_theta in the config",
-              (double)theta);
-    SDP_ASSERT(qkv);
-}
-
 /* Rotates the q and k parts of every row, by +angle (sign 1) or -angle (sign -1). */
 static void rope_apply(float *qkv, int B, int T, int H, int hs, float theta, float sign) {
-    check_rope_args(qkv, B, T, H, hs, theta);
     int half = hs / 2;
     ptrdiff_t D = (ptrdiff_t)H * hs;
     double freq[half];
@@ -57,10 +42,17 @@ static void rope_apply(float *qkv, int B, int T, int H, int hs, float theta, flo
     }
 }
 
-void sdp_rope_fwd(float *qkv, int B, int T, int H, int hs, float theta) {
+static void rope_fwd(const sdp_backend *be, float *qkv, int B, int T, int H, int hs, float theta) {
+    (void)be;
     rope_apply(qkv, B, T, H, hs, theta, 1.0f);
 }
 
-void sdp_rope_bwd(float *dqkv, int B, int T, int H, int hs, float theta) {
+static void rope_bwd(const sdp_backend *be, float *dqkv, int B, int T, int H, int hs, float theta) {
+    (void)be;
     rope_apply(dqkv, B, T, H, hs, theta, -1.0f);
+}
+
+void cpu_ops_rope(sdp_backend *t) {
+    t->rope_fwd = rope_fwd;
+    t->rope_bwd = rope_bwd;
 }

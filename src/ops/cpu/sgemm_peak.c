@@ -33,7 +33,7 @@ double sdp_measure_sgemm(sdp_gemm_provider prov, bool ta, bool tb, int M, int N,
     double best = 1e300;
     for (int r = -1; r < repeats; r++) { /* r = -1 is the warm-up */
         double t0 = now_seconds();
-        sdp_gemm(prov, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+        sdp_cpu_gemm(prov, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
         double dt = now_seconds() - t0;
         if (r >= 0 && dt < best) best = dt;
     }

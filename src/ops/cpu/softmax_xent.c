@@ -5,7 +5,7 @@
  * logits and dlogits alias probs. */
 #include "ops/cpu/fast_exp.h"
 #include "sdp/check.h"
-#include "sdp/ops.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -54,12 +54,9 @@ static float softmax_row(float *probs, const float *logits, int target, int V, i
     return target >= 0 ? (float)(log(sum) - target_shifted) : 0.0f;
 }
 
-double sdp_softmax_xent_fwd(float *losses, float *probs, const float *logits, const int *targets,
-                            int n, int V, int Vp) {
-    SDP_CHECK(V >= 1 && V <= Vp,
-              "cross-entropy: vocabulary size %d must be in [1, padded size %d]: fix the model "
-              "config",
-              V, Vp);
+static double softmax_xent_fwd(const sdp_backend *be, float *losses, float *probs,
+                               const float *logits, const int *targets, int n, int V, int Vp) {
+    (void)be;
     check_targets(targets, n, V);
     size_t work = (size_t)n * (size_t)Vp;
 #pragma omp parallel for schedule(static) if (work >= PARALLEL_MIN_ELEMS)
@@ -70,12 +67,9 @@ double sdp_softmax_xent_fwd(float *losses, float *probs, const float *logits, co
     return total;
 }
 
-void sdp_softmax_xent_bwd(float *dlogits, const float *probs, const int *targets, float dloss,
-                          int n, int V, int Vp) {
-    SDP_CHECK(V >= 1 && V <= Vp,
-              "cross-entropy: vocabulary size %d must be in [1, padded size %d]: fix the model "
-              "config",
-              V, Vp);
+static void softmax_xent_bwd(const sdp_backend *be, float *dlogits, const float *probs,
+                             const int *targets, float dloss, int n, int V, int Vp) {
+    (void)be;
     check_targets(targets, n, V);
     size_t work = (size_t)n * (size_t)Vp;
 #pragma omp parallel for schedule(static) if (work >= PARALLEL_MIN_ELEMS)
@@ -92,4 +86,26 @@ void sdp_softmax_xent_bwd(float *dlogits, const float *probs, const int *targets
         d[t] = dloss * (p_target - 1.0f);
         for (int v = V; v < Vp; v++) d[v] = 0.0f;
     }
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int count_correct(const sdp_backend *be, const float *logits, const int *labels, int n,
+                         int K, int ld) {
+    (void)be;
+    int hits = 0;
+    for (int r = 0; r < n; r++)
+        hits += labels[r] >= 0 && argmax(logits + (size_t)r * ld, K) == labels[r];
+    return hits;
+}
+
+void cpu_ops_softmax_xent(sdp_backend *t) {
+    t->count_correct = count_correct;
+    t->softmax_xent_fwd = softmax_xent_fwd;
+    t->softmax_xent_bwd = softmax_xent_bwd;
 }

@@ -1,7 +1,7 @@
 /* SwiGLU gating: each input row is [gate F | up F] and out = silu(gate) * up, with
  * silu(g) = g * sigmoid(g). */
 #include "ops/cpu/fast_exp.h"
-#include "sdp/ops.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <stddef.h>
 
@@ -13,7 +13,8 @@ static inline float sigmoidf(float x) {
     return 1.0f / (1.0f + exp_clamped(-x));
 }
 
-void sdp_swiglu_fwd(float *out, const float *inp, int n, int F) {
+static void swiglu_fwd(const sdp_backend *be, float *out, const float *inp, int n, int F) {
+    (void)be;
     size_t work = (size_t)n * (size_t)F;
 #pragma omp parallel for schedule(static) if (work >= PARALLEL_MIN_ELEMS)
     for (int i = 0; i < n; i++) {
@@ -24,7 +25,9 @@ void sdp_swiglu_fwd(float *out, const float *inp, int n, int F) {
 }
 
 /* d silu(g)/dg = s (1 + g (1 - s)) with s = sigmoid(g). */
-void sdp_swiglu_bwd(float *dinp, const float *dout, const float *inp, int n, int F) {
+static void swiglu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
+                       int n, int F) {
+    (void)be;
     if (!dinp) return; /* masked out by the caller */
     size_t work = (size_t)n * (size_t)F;
 #pragma omp parallel for schedule(static) if (work >= PARALLEL_MIN_ELEMS)
@@ -38,4 +41,9 @@ void sdp_swiglu_bwd(float *dinp, const float *dout, const float *inp, int n, int
             dup[f] += dy[f] * g * s;
         }
     }
+}
+
+void cpu_ops_swiglu(sdp_backend *t) {
+    t->swiglu_fwd = swiglu_fwd;
+    t->swiglu_bwd = swiglu_bwd;
 }
