@@ -26,7 +26,6 @@
 #include "sdp/backend.h"
 #include "sdp/bench.h"
 #include "sdp/cuda_check.h"
-#include "sdp/ops_cuda.h"
 #include "sdp/rng.h"
 
 #include <stdint.h>
@@ -138,7 +137,7 @@ static void *random_matrix(cudaDataType t, uint64_t seed) {
  * stream (after one untimed call). Its operands are allocated apart from the backend, so that
  * they stay out of the model's memory figures, and freed before the model exists. */
 static double gemm_peak(sdp_backend *be, const gemm_path *p) {
-    sdp_cuda_ctx *ctx = be->ctx;
+    cublasHandle_t cublas = sdp_backend_cuda_cublas(be);
     void *A = random_matrix(p->ab, 1), *B = random_matrix(p->ab, 2), *C = NULL;
     CUDA_CHECK(cudaMalloc(&C, (size_t)PEAK_SIZE * PEAK_SIZE * storage_bytes(p->c)));
     const float alpha = 1.0f, beta = 0.0f;
@@ -146,9 +145,9 @@ static double gemm_peak(sdp_backend *be, const gemm_path *p) {
     for (int r = -1; r < PEAK_REPEATS; r++) {
         be->sync(be);
         const double t0 = sdp_bench_now_ms();
-        CUBLAS_CHECK(cublasGemmEx(ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, PEAK_SIZE, PEAK_SIZE,
-                                  PEAK_SIZE, &alpha, A, p->ab, PEAK_SIZE, B, p->ab, PEAK_SIZE,
-                                  &beta, C, p->c, PEAK_SIZE, p->compute, CUBLAS_GEMM_DEFAULT));
+        CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, PEAK_SIZE, PEAK_SIZE, PEAK_SIZE,
+                                  &alpha, A, p->ab, PEAK_SIZE, B, p->ab, PEAK_SIZE, &beta, C, p->c,
+                                  PEAK_SIZE, p->compute, CUBLAS_GEMM_DEFAULT));
         be->sync(be);
         const double tflops = 2.0 * PEAK_SIZE * PEAK_SIZE * (double)PEAK_SIZE /
                               ((sdp_bench_now_ms() - t0) * 1e-3) * 1e-12;

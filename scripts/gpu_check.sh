@@ -482,13 +482,13 @@ build() {
 
 # ---- the GPU steps --------------------------------------------------------------------------------
 
-sanitize() { # sanitize TOOL PROGRAM: compute-sanitizer, exit 1 on any error it reports
+sanitize() { # sanitize TOOL PROGRAM [ARGS...]: compute-sanitizer, exit 1 on any error it reports
     local cs
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null) || {
         echo "skip: compute-sanitizer is not installed (it ships with the CUDA toolkit)"
         return 77
     }
-    "$cs" --tool "$1" --error-exitcode 1 --print-limit 50 "$BUILD/$2"
+    "$cs" --tool "$1" --error-exitcode 1 --print-limit 50 "$BUILD/$2" "${@:3}"
 }
 
 # no_device_skip COMMAND...: the benchmarks exit 0 saying "no CUDA device": make that a SKIP.
@@ -539,14 +539,15 @@ export -f build sanitize no_device_skip bench cuda_memory train_2ranks run_ctest
 export REPO BUILD WORK
 
 part_test() {
-    needs_build test_cuda_ops && step test_cuda_ops 150 "$BUILD/test_cuda_ops"
+    needs_build backend-ops-cuda && step backend-ops-cuda 150 "$BUILD/test_backend_ops" cuda
+    needs_build backend-ops-bf16 && step backend-ops-bf16 150 "$BUILD/test_backend_ops" cuda-bf16
     needs_build test_cuda_model && step test_cuda_model 240 "$BUILD/test_cuda_model"
     needs_build test_cuda_reduce && step test_cuda_reduce 90 "$BUILD/test_cuda_reduce"
     needs_build test_cuda_train.sh && step test_cuda_train.sh 300 bash tests/gpu/test_cuda_train.sh
 }
 part_sanitize() {
-    needs_build memcheck-ops && step memcheck-ops 240 sanitize memcheck test_cuda_ops
-    needs_build racecheck-ops && step racecheck-ops 240 sanitize racecheck test_cuda_ops
+    needs_build memcheck-ops && step memcheck-ops 240 sanitize memcheck test_backend_ops cuda
+    needs_build racecheck-ops && step racecheck-ops 240 sanitize racecheck test_backend_ops cuda
     needs_build memcheck-model && step memcheck-model 240 sanitize memcheck test_cuda_model
     needs_build test_cuda_memplan.sh && step test_cuda_memplan.sh 240 bash tests/gpu/test_cuda_memplan.sh
 }
@@ -596,7 +597,7 @@ write_summary() {
             [ -f "$f" ] || continue
             case "$name" in
             build | ctest) max=80 ;;
-            test_cuda_ops | test_cuda_model) max=3000 ;;
+            backend-ops-* | test_cuda_model) max=3000 ;;
             *) max=400 ;;
             esac
             echo
@@ -672,7 +673,8 @@ test)
 bench) part_bench ;;
 ctest) needs_build ctest && step ctest "$BUDGET" run_ctest ;;
 all) # the most telling first: parity, speed, then what is slow or repeats
-    needs_build test_cuda_ops && step test_cuda_ops 150 "$BUILD/test_cuda_ops"
+    needs_build backend-ops-cuda && step backend-ops-cuda 150 "$BUILD/test_backend_ops" cuda
+    needs_build backend-ops-bf16 && step backend-ops-bf16 150 "$BUILD/test_backend_ops" cuda-bf16
     needs_build test_cuda_model && step test_cuda_model 240 "$BUILD/test_cuda_model"
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
     needs_build bench-sdp-bf16 && step bench-sdp-bf16 120 bench bf16 --sim-world 8 --sim-rank 0

@@ -7,6 +7,13 @@
  *   test_backend_ops cuda       the CUDA backend in fp32, to the tolerances of docs/cuda.md:
  *                               max |dut - cpu| / (|cpu| + rms(cpu)) within 1e-5 for elementwise
  *                               results, 1e-4 for reductions; exits 77 without a GPU
+ *   test_backend_ops cuda-bf16  the same in bf16: the ops whose matrix products then run on tensor
+ *                               cores (gemm, linear, attention) by the normwise error
+ *                               |dut - cpu|_2 / |cpu|_2 within 2e-2 (bf16 keeps 8 significant
+ *                               bits, unit roundoff 2e-3, and a result goes through two or three
+ *                               products with rounded operands; a CPU emulation of these calls
+ *                               gave 3e-3 to 6e-3; a wrong layout errs by O(1)); every other op
+ *                               computes in fp32 and keeps the fp32 tolerances
  *
  * Every op is called through its checked entry point (sdp_<op>(be, ...), sdp/ops.h), as the
  * models call it. Inputs are random, uploaded to the backend under test from the reference's
@@ -32,6 +39,7 @@
 enum { MAX_BUFS = 32, MAX_FIELDS = 4 };
 static const double ELEM = 1e-5; /* elementwise results (docs/cuda.md) */
 static const double RED = 1e-4;  /* results of reductions: GEMMs, norms' gradients, attention */
+static const double BF16 = 2e-2; /* normwise, for matrix products in bf16 (see above) */
 
 /* One buffer on both backends: p[0] on the reference (host memory), p[1] on the one under test. */
 typedef struct {
@@ -51,6 +59,7 @@ typedef struct {
     int nbufs;
     /* the case being run */
     double tol, worst; /* worst: the largest error over the case's checks (exact: mismatches) */
+    bool normwise;     /* |got - want|_2 / |want|_2 rather than the elementwise measure */
     int shapes;
     bool failed;
 } harness;
@@ -152,6 +161,14 @@ static void check(harness *h, const char *what, buf b) {
         size_t bad = 0;
         for (size_t i = 0; i < b.n; i++) bad += memcmp(&got[i], &want[i], sizeof *got) != 0;
         note(h, what, (double)bad, bad != 0);
+    } else if (h->normwise) {
+        double diff = 0, norm = 0;
+        for (size_t i = 0; i < b.n; i++) {
+            double d = (double)got[i] - want[i];
+            diff += d * d, norm += (double)want[i] * want[i];
+        }
+        double e = sqrt(diff / (norm + 1e-300));
+        note(h, what, e, !(e <= h->tol));
     } else {
         double ss = 0, worst = 0;
         for (size_t i = 0; i < b.n; i++) ss += (double)want[i] * want[i];
@@ -375,10 +392,11 @@ static void case_embed_bwd(harness *h) {
         }
 }
 
-static const int NORM_SHAPES[][2] = {{7, 5}, {1, 64}, {33, 130}}; /* n C */
+static const int NORM_SHAPES[][2] = {{7, 5}, {1, 64}, {33, 130}, {3, 769}}; /* n C */
+enum { NNORM = sizeof NORM_SHAPES / sizeof NORM_SHAPES[0] };                /* n C */
 
 static void case_layernorm_fwd(harness *h) {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < NNORM; i++) {
         int n = NORM_SHAPES[i][0], C = NORM_SHAPES[i][1];
         buf inp = rnd(h, (size_t)n * C), w = rnd(h, C), b = rnd(h, C);
         buf out = rnd(h, (size_t)n * C), mean = rnd(h, n), rstd = rnd(h, n);
@@ -393,7 +411,7 @@ static void case_layernorm_fwd(harness *h) {
 }
 
 static void case_layernorm_bwd(harness *h) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NNORM; i++)
         for (int all = 0; all < 2; all++) {
             int n = NORM_SHAPES[i][0], C = NORM_SHAPES[i][1];
             buf inp = rnd(h, (size_t)n * C), w = rnd(h, C), dout = rnd(h, (size_t)n * C);
@@ -411,7 +429,7 @@ static void case_layernorm_bwd(harness *h) {
 }
 
 static void case_rmsnorm_fwd(harness *h) {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < NNORM; i++) {
         int n = NORM_SHAPES[i][0], C = NORM_SHAPES[i][1];
         buf inp = rnd(h, (size_t)n * C), w = rnd(h, C);
         buf out = rnd(h, (size_t)n * C), rstd = rnd(h, n);
@@ -424,7 +442,7 @@ static void case_rmsnorm_fwd(harness *h) {
 }
 
 static void case_rmsnorm_bwd(harness *h) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NNORM; i++)
         for (int all = 0; all < 2; all++) {
             int n = NORM_SHAPES[i][0], C = NORM_SHAPES[i][1];
             buf inp = rnd(h, (size_t)n * C), w = rnd(h, C), dout = rnd(h, (size_t)n * C);
@@ -520,8 +538,10 @@ static void case_residual_bwd(harness *h) {
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
-static const int ATT_SHAPES[][5] = {
-    {2, 7, 3, 8, 1}, {1, 16, 2, 16, 0}, {3, 5, 1, 4, 1}, {1, 33, 2, 8, 0}}; /* B T H hs causal */
+static const int ATT_SHAPES[][5] = {{2, 7, 3, 8, 1},   {1, 16, 2, 16, 0},  {3, 5, 1, 4, 1},
+                                    {1, 33, 2, 8, 0},  {1, 130, 2, 64, 1}, {2, 37, 1, 128, 0},
+                                    {1, 19, 1, 256, 1}};  /* B T H hs causal */
+enum { NATT = sizeof ATT_SHAPES / sizeof ATT_SHAPES[0] }; /* B T H hs causal */
 
 static buf att_scratch(harness *h, int B, int T, int H, int hs) {
     size_t bytes[2];
@@ -530,7 +550,7 @@ static buf att_scratch(harness *h, int B, int T, int H, int hs) {
 }
 
 static void case_attention_fwd(harness *h) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NATT; i++) {
         int B = ATT_SHAPES[i][0], T = ATT_SHAPES[i][1], H = ATT_SHAPES[i][2];
         int hs = ATT_SHAPES[i][3];
         bool causal = ATT_SHAPES[i][4];
@@ -547,7 +567,7 @@ static void case_attention_fwd(harness *h) {
 }
 
 static void case_attention_bwd(harness *h) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NATT; i++) {
         int B = ATT_SHAPES[i][0], T = ATT_SHAPES[i][1], H = ATT_SHAPES[i][2];
         int hs = ATT_SHAPES[i][3];
         bool causal = ATT_SHAPES[i][4];
@@ -570,7 +590,7 @@ static void case_attention_bwd(harness *h) {
 }
 
 static void rope_case(harness *h, bool bwd) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NATT; i++) {
         int B = ATT_SHAPES[i][0], T = ATT_SHAPES[i][1], H = ATT_SHAPES[i][2];
         int hs = ATT_SHAPES[i][3];
         buf qkv = rnd(h, (size_t)B * T * 3 * H * hs);
@@ -596,10 +616,12 @@ static void case_rope_bwd(harness *h) {
 
 /* ---- loss ---------------------------------------------------------------------------------- */
 
-static const int XENT_SHAPES[][3] = {{5, 7, 8}, {1, 3, 3}, {33, 65, 128}}; /* n V Vp */
+static const int XENT_SHAPES[][3] = {
+    {5, 7, 8}, {1, 3, 3}, {33, 65, 128}, {2, 50257, 50304}}; /* n V Vp: GPT-2's padded vocabulary */
+enum { NXENT = sizeof XENT_SHAPES / sizeof XENT_SHAPES[0] }; /* n V Vp */
 
 static void case_softmax_xent_fwd(harness *h) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NXENT; i++)
         for (int alias = 0; alias < 2; alias++) { /* probs = logits, as the models run it */
             int n = XENT_SHAPES[i][0], V = XENT_SHAPES[i][1], Vp = XENT_SHAPES[i][2];
             buf logits = make(h, (size_t)n * Vp, 4.0f, 0), losses = rnd(h, n);
@@ -618,7 +640,7 @@ static void case_softmax_xent_fwd(harness *h) {
 }
 
 static void case_softmax_xent_bwd(harness *h) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NXENT; i++)
         for (int alias = 0; alias < 2; alias++) { /* dlogits = probs */
             int n = XENT_SHAPES[i][0], V = XENT_SHAPES[i][1], Vp = XENT_SHAPES[i][2];
             buf probs = uni(h, (size_t)n * Vp, 0, 0.2f);
@@ -892,58 +914,61 @@ typedef struct {
     void (*run)(harness *);
     double tol;
     size_t fields[MAX_FIELDS]; /* the table entries the case calls (0 ends the list) */
+    bool matmul;               /* runs matrix products: in bf16 on a bf16 backend */
 } op_case;
 
 static const op_case CASES[] = {
-    {"adamw_update", case_adamw_update, ELEM, {F(adamw_update)}},
-    {"sgd_update", case_sgd_update, ELEM, {F(sgd_update)}},
-    {"scale", case_scale, ELEM, {F(scale)}},
-    {"sumsq", case_sumsq, RED, {F(sumsq)}},
-    {"copy_rows", case_copy_rows, 0, {F(copy_rows)}},
-    {"gemm", case_gemm, RED, {F(gemm)}},
-    {"linear_fwd", case_linear_fwd, RED, {F(linear_fwd)}},
-    {"linear_bwd", case_linear_bwd, RED, {F(linear_bwd)}},
-    {"bias_slice_bwd", case_bias_slice_bwd, RED, {F(bias_slice_bwd)}},
-    {"embed_fwd", case_embed_fwd, ELEM, {F(embed_fwd)}},
-    {"embed_bwd", case_embed_bwd, RED, {F(embed_bwd)}},
-    {"layernorm_fwd", case_layernorm_fwd, RED, {F(layernorm_fwd)}},
-    {"layernorm_bwd", case_layernorm_bwd, RED, {F(layernorm_bwd)}},
-    {"rmsnorm_fwd", case_rmsnorm_fwd, RED, {F(rmsnorm_fwd)}},
-    {"rmsnorm_bwd", case_rmsnorm_bwd, RED, {F(rmsnorm_bwd)}},
-    {"gelu_fwd", case_gelu_fwd, ELEM, {F(gelu_fwd)}},
-    {"gelu_bwd", case_gelu_bwd, ELEM, {F(gelu_bwd)}},
-    {"swiglu_fwd", case_swiglu_fwd, ELEM, {F(swiglu_fwd)}},
-    {"swiglu_bwd", case_swiglu_bwd, ELEM, {F(swiglu_bwd)}},
-    {"residual_fwd", case_residual_fwd, ELEM, {F(residual_fwd)}},
-    {"residual_bwd", case_residual_bwd, ELEM, {F(residual_bwd)}},
+    {"adamw_update", case_adamw_update, ELEM, {F(adamw_update)}, false},
+    {"sgd_update", case_sgd_update, ELEM, {F(sgd_update)}, false},
+    {"scale", case_scale, ELEM, {F(scale)}, false},
+    {"sumsq", case_sumsq, RED, {F(sumsq)}, false},
+    {"copy_rows", case_copy_rows, 0, {F(copy_rows)}, false},
+    {"gemm", case_gemm, RED, {F(gemm)}, true},
+    {"linear_fwd", case_linear_fwd, RED, {F(linear_fwd)}, true},
+    {"linear_bwd", case_linear_bwd, RED, {F(linear_bwd)}, true},
+    {"bias_slice_bwd", case_bias_slice_bwd, RED, {F(bias_slice_bwd)}, false},
+    {"embed_fwd", case_embed_fwd, ELEM, {F(embed_fwd)}, false},
+    {"embed_bwd", case_embed_bwd, RED, {F(embed_bwd)}, false},
+    {"layernorm_fwd", case_layernorm_fwd, RED, {F(layernorm_fwd)}, false},
+    {"layernorm_bwd", case_layernorm_bwd, RED, {F(layernorm_bwd)}, false},
+    {"rmsnorm_fwd", case_rmsnorm_fwd, RED, {F(rmsnorm_fwd)}, false},
+    {"rmsnorm_bwd", case_rmsnorm_bwd, RED, {F(rmsnorm_bwd)}, false},
+    {"gelu_fwd", case_gelu_fwd, ELEM, {F(gelu_fwd)}, false},
+    {"gelu_bwd", case_gelu_bwd, ELEM, {F(gelu_bwd)}, false},
+    {"swiglu_fwd", case_swiglu_fwd, ELEM, {F(swiglu_fwd)}, false},
+    {"swiglu_bwd", case_swiglu_bwd, ELEM, {F(swiglu_bwd)}, false},
+    {"residual_fwd", case_residual_fwd, ELEM, {F(residual_fwd)}, false},
+    {"residual_bwd", case_residual_bwd, ELEM, {F(residual_bwd)}, false},
     {"attention_fwd (+ attention_scratch_bytes)",
      case_attention_fwd,
      RED,
-     {F(attention_fwd), F(attention_scratch_bytes)}},
-    {"attention_bwd", case_attention_bwd, RED, {F(attention_bwd)}},
-    {"rope_fwd", case_rope_fwd, ELEM, {F(rope_fwd)}},
-    {"rope_bwd", case_rope_bwd, ELEM, {F(rope_bwd)}},
-    {"softmax_xent_fwd", case_softmax_xent_fwd, RED, {F(softmax_xent_fwd)}},
-    {"softmax_xent_bwd", case_softmax_xent_bwd, ELEM, {F(softmax_xent_bwd)}},
-    {"count_correct", case_count_correct, 0, {F(count_correct)}},
-    {"patch_gather", case_patch_gather, 0, {F(patch_gather)}},
-    {"vit_embed_fwd", case_vit_embed_fwd, ELEM, {F(vit_embed_fwd)}},
-    {"vit_embed_bwd", case_vit_embed_bwd, RED, {F(vit_embed_bwd)}},
+     {F(attention_fwd), F(attention_scratch_bytes)},
+     true},
+    {"attention_bwd", case_attention_bwd, RED, {F(attention_bwd)}, true},
+    {"rope_fwd", case_rope_fwd, ELEM, {F(rope_fwd)}, false},
+    {"rope_bwd", case_rope_bwd, ELEM, {F(rope_bwd)}, false},
+    {"softmax_xent_fwd", case_softmax_xent_fwd, RED, {F(softmax_xent_fwd)}, false},
+    {"softmax_xent_bwd", case_softmax_xent_bwd, ELEM, {F(softmax_xent_bwd)}, false},
+    {"count_correct", case_count_correct, 0, {F(count_correct)}, false},
+    {"patch_gather", case_patch_gather, 0, {F(patch_gather)}, false},
+    {"vit_embed_fwd", case_vit_embed_fwd, ELEM, {F(vit_embed_fwd)}, false},
+    {"vit_embed_bwd", case_vit_embed_bwd, RED, {F(vit_embed_bwd)}, false},
     {"conv2d_fwd (+ conv_plan_create, conv_scratch_bytes, conv_plan_free)",
      case_conv2d_fwd,
      RED,
-     {F(conv2d_fwd), F(conv_plan_create), F(conv_scratch_bytes), F(conv_plan_free)}},
-    {"conv2d_bwd", case_conv2d_bwd, RED, {F(conv2d_bwd)}},
-    {"batchnorm_fwd_train", case_batchnorm_fwd_train, RED, {F(batchnorm_fwd_train)}},
-    {"batchnorm_fwd_eval", case_batchnorm_fwd_eval, ELEM, {F(batchnorm_fwd_eval)}},
-    {"batchnorm_bwd", case_batchnorm_bwd, RED, {F(batchnorm_bwd)}},
-    {"relu_fwd", case_relu_fwd, 0, {F(relu_fwd)}},
-    {"relu_bwd", case_relu_bwd, 0, {F(relu_bwd)}},
-    {"avgpool_fwd", case_avgpool_fwd, ELEM, {F(avgpool_fwd)}},
-    {"avgpool_bwd", case_avgpool_bwd, ELEM, {F(avgpool_bwd)}},
-    {"global_avgpool_fwd", case_global_avgpool_fwd, ELEM, {F(global_avgpool_fwd)}},
-    {"global_avgpool_bwd", case_global_avgpool_bwd, ELEM, {F(global_avgpool_bwd)}},
-    {"add_rows", case_add_rows, 0, {F(add_rows)}},
+     {F(conv2d_fwd), F(conv_plan_create), F(conv_scratch_bytes), F(conv_plan_free)},
+     false},
+    {"conv2d_bwd", case_conv2d_bwd, RED, {F(conv2d_bwd)}, false},
+    {"batchnorm_fwd_train", case_batchnorm_fwd_train, RED, {F(batchnorm_fwd_train)}, false},
+    {"batchnorm_fwd_eval", case_batchnorm_fwd_eval, ELEM, {F(batchnorm_fwd_eval)}, false},
+    {"batchnorm_bwd", case_batchnorm_bwd, RED, {F(batchnorm_bwd)}, false},
+    {"relu_fwd", case_relu_fwd, 0, {F(relu_fwd)}, false},
+    {"relu_bwd", case_relu_bwd, 0, {F(relu_bwd)}, false},
+    {"avgpool_fwd", case_avgpool_fwd, ELEM, {F(avgpool_fwd)}, false},
+    {"avgpool_bwd", case_avgpool_bwd, ELEM, {F(avgpool_bwd)}, false},
+    {"global_avgpool_fwd", case_global_avgpool_fwd, ELEM, {F(global_avgpool_fwd)}, false},
+    {"global_avgpool_bwd", case_global_avgpool_bwd, ELEM, {F(global_avgpool_bwd)}, false},
+    {"add_rows", case_add_rows, 0, {F(add_rows)}, false},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0] };
 
@@ -980,9 +1005,9 @@ static int coverage(void) {
 
 int main(int argc, char **argv) {
     const char *which = argc == 2 ? argv[1] : "";
-    bool cuda = strcmp(which, "cuda") == 0;
+    bool bf16 = strcmp(which, "cuda-bf16") == 0, cuda = bf16 || strcmp(which, "cuda") == 0;
     if (!cuda && strcmp(which, "emulated") != 0) {
-        fprintf(stderr, "usage: test_backend_ops emulated|cuda\n");
+        fprintf(stderr, "usage: test_backend_ops emulated|cuda|cuda-bf16\n");
         return 2;
     }
     int ops = coverage();
@@ -994,11 +1019,12 @@ int main(int argc, char **argv) {
     sdp_mem mem = {0};
     harness h = {.exact = !cuda, .rng = sdp_rng_make(14, 3)};
     h.be[0] = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
-    h.be[1] =
-        cuda ? sdp_backend_cuda(0, SDP_PRECISION_FP32) : sdp_backend_emulated(SDP_GEMM_DNNL, false);
+    h.be[1] = cuda ? sdp_backend_cuda(0, bf16 ? SDP_PRECISION_BF16 : SDP_PRECISION_FP32)
+                   : sdp_backend_emulated(SDP_GEMM_DNNL, false);
     int checked = 0, failed = 0;
     for (int c = 0; c < NCASES; c++) {
-        h.tol = CASES[c].tol, h.worst = 0, h.shapes = 0, h.failed = false;
+        h.normwise = bf16 && CASES[c].matmul;
+        h.tol = h.normwise ? BF16 : CASES[c].tol, h.worst = 0, h.shapes = 0, h.failed = false;
         CASES[c].run(&h);
         h.be[1]->sync(h.be[1]);
         int fields = 0;
@@ -1007,8 +1033,8 @@ int main(int argc, char **argv) {
             printf("%-4s %-24s %2d shapes, %s\n", h.failed ? "FAIL" : "ok", CASES[c].name, h.shapes,
                    h.failed ? "not bitwise equal" : "bitwise equal");
         else
-            printf("%-4s %-24s %2d shapes, max rel err %.2e (tol %.0e)\n", h.failed ? "FAIL" : "ok",
-                   CASES[c].name, h.shapes, h.worst, h.tol);
+            printf("%-4s %-24s %2d shapes, %s rel err %.2e (tol %.0e)\n", h.failed ? "FAIL" : "ok",
+                   CASES[c].name, h.shapes, h.normwise ? "normwise" : "max", h.worst, h.tol);
         if (h.failed || h.shapes == 0)
             failed += fields;
         else
@@ -1016,6 +1042,6 @@ int main(int argc, char **argv) {
     }
     sdp_backend_destroy((sdp_backend *)h.be[1]);
     sdp_backend_destroy((sdp_backend *)h.be[0]);
-    printf("%d of %d ops checked on %s\n", checked, ops, cuda ? "cuda" : "emulated");
+    printf("%d of %d ops checked on %s\n", checked, ops, which);
     return failed == 0 && checked == ops ? 0 : 1;
 }

@@ -239,6 +239,9 @@ typedef enum { SDP_PRECISION_FP32, SDP_PRECISION_BF16 } sdp_precision;
  * its own mem), its matrix products in `precision`. Defined by the sdp_cuda library; programs
  * built without it link src/ops/nocuda/, where it fails: "this sdp was built without CUDA: ...". */
 sdp_backend *sdp_backend_cuda(int device, sdp_precision precision);
+/* The cuBLAS handle (a cublasHandle_t) of a backend made by sdp_backend_cuda, bound to its stream:
+ * for programs that time cuBLAS itself beside the backend (bench/bench_cuda_train.c). */
+void *sdp_backend_cuda_cublas(const sdp_backend *be);
 /* Whether this build has the CUDA backend and a device to run it on (never fails). */
 bool sdp_backend_cuda_available(void);
 /* The CUDA devices this process sees (0 without the CUDA backend or a device; never fails). */

@@ -2,7 +2,7 @@
  *
  * (a) Training parity: a small GPT, LLaMA and ViT start from the same parameters and see the same
  *     batches on both backends; five steps of forward, backward and AdamW (sdp_optim on the CPU,
- *     sdp_cuda_adamw_update on the GPU). The losses agree to 1e-4 relative at every step. The
+ *     sdp_adamw_update on the GPU). The losses agree to 1e-4 relative at every step. The
  *     final parameters agree element by element to 1e-5 relative plus 1% of the most a parameter
  *     can move in five steps (5 lr): Adam divides each gradient by its own running magnitude, so
  *     a gradient that rounding alone makes differ in its last bits moves a parameter by a
@@ -38,7 +38,6 @@
 
 #include "sdp/backend.h"
 #include "sdp/model.h"
-#include "sdp/ops_cuda.h"
 #include "sdp/optim.h"
 #include "sdp/plan.h"
 #include "sdp/resnet.h"
@@ -160,7 +159,7 @@ static void check_training(sdp_tf_style style) {
         sdp_tf_backward(&mc, dloss);
         sdp_tf_backward(&mg, dloss);
         sdp_optim_step(&opt, mc.params, mc.grads, segs, nseg, LR);
-        sdp_cuda_adamw_update(gpu->ctx, &oc, opt.t, gm, gv, mg.params, mg.grads, segs, nseg, LR);
+        sdp_adamw_update(gpu, &oc, opt.t, gm, gv, mg.params, mg.grads, segs, nseg, LR);
     }
 
     float *pg = host_copy_of(&mg, mg.params);
@@ -366,8 +365,8 @@ static void test_gpt_bf16_follows_fp32(void **state) {
             be[k]->zero(be[k], m[k].grads, m[k].layout.numel * sizeof(float));
             loss[k] = forward(&m[k], &b, TOKEN_B, TOKEN_T) / m[k].n_targets;
             sdp_tf_backward(&m[k], 1.0f / (float)m[k].n_targets);
-            sdp_cuda_adamw_update(be[k]->ctx, &oc, step + 1, om[k], ov[k], m[k].params, m[k].grads,
-                                  segs, m[k].layout.nparams, LR);
+            sdp_adamw_update(be[k], &oc, step + 1, om[k], ov[k], m[k].params, m[k].grads, segs,
+                             m[k].layout.nparams, LR);
         }
         const double err = fabs(loss[1] - loss[0]) / loss[0];
         printf("  gpt   step %d: loss fp32 %.7f bf16 %.7f (rel diff %.2e, tol %.0e)\n", step,

@@ -1,7 +1,8 @@
 /* The CUDA reductions behind the gradient norm, clipping and averaging (src/ops/cuda/reduce.cu),
- * against the CPU's sdp_sumsq and sdp_scale, and the device communicator's refusal of a single
- * rank (src/ops/cuda/comm_nccl.c; reductions among GPUs need a GPU per rank, which a one-GPU
- * machine cannot test: tests/gpu/test_cuda_train.sh covers the staged path instead).
+ * through the CUDA backend against the CPU backend's sdp_sumsq and sdp_scale, and the device
+ * communicator's refusal of a single rank (src/ops/cuda/comm_nccl.c; reductions among GPUs need a
+ * GPU per rank, which a one-GPU machine cannot test: tests/gpu/test_cuda_train.sh covers the staged
+ * path instead).
  *
  * sumsq: both sides accumulate float squares in double, in different orders, so they agree to
  * about n double epsilons relative (tolerance 1e-12), and the device gives the bitwise same sum
@@ -10,8 +11,7 @@
  * Exits 77 (skipped, for ctest) when there is no CUDA device or no driver. */
 #include "../testutil.h"
 
-#include "sdp/ops_cuda.h"
-#include "sdp/optim.h"
+#include "sdp/backend.h"
 
 static const size_t SIZES[] = {1, 31, 256, 1000, 262147, 5000011};
 
@@ -23,43 +23,43 @@ static float *random_floats(size_t n, uint64_t seed) {
     return x;
 }
 
-static float *to_device(sdp_cuda_ctx *ctx, const float *x, size_t n) {
-    float *d = sdp_cuda_malloc(ctx, SDP_MEM_GRADS, n * sizeof *x);
-    sdp_cuda_upload(ctx, d, x, n * sizeof *x);
+static float *to_device(const sdp_backend *be, const float *x, size_t n) {
+    float *d = be->alloc(be, SDP_MEM_GRADS, n * sizeof *x);
+    be->upload(be, d, x, n * sizeof *x);
     return d;
 }
 
 static void test_sumsq(void **state) {
-    sdp_cuda_ctx *ctx = *state;
+    const sdp_backend *be = *state;
     for (size_t i = 0; i < sizeof SIZES / sizeof *SIZES; i++) {
         const size_t n = SIZES[i];
         float *x = random_floats(n, 40 + i);
-        float *d = to_device(ctx, x, n);
-        const double want = sdp_sumsq(tu_cpu(SDP_GEMM_DNNL), x, n), got = sdp_cuda_sumsq(ctx, d, n);
-        const double again = sdp_cuda_sumsq(ctx, d, n), rel = fabs(got - want) / want;
+        float *d = to_device(be, x, n);
+        const double want = sdp_sumsq(tu_cpu(SDP_GEMM_DNNL), x, n), got = sdp_sumsq(be, d, n);
+        const double again = sdp_sumsq(be, d, n), rel = fabs(got - want) / want;
         printf("  sumsq n=%-8zu cpu %.17g cuda %.17g rel %.2e\n", n, want, got, rel);
         assert_true(rel <= 1e-12);
         assert_true(memcmp(&got, &again, sizeof got) == 0);
-        sdp_cuda_free(ctx, d);
+        be->free(be, d);
         free(x);
     }
-    assert_true(sdp_cuda_sumsq(ctx, NULL, 0) == 0);
+    assert_true(sdp_sumsq(be, NULL, 0) == 0);
 }
 
 static void test_scale(void **state) {
-    sdp_cuda_ctx *ctx = *state;
+    const sdp_backend *be = *state;
     const float factors[] = {0.25f, 1.0f, -3.5f, 0.1f};
     for (size_t i = 0; i < sizeof SIZES / sizeof *SIZES; i++)
         for (size_t f = 0; f < sizeof factors / sizeof *factors; f++) {
             const size_t n = SIZES[i];
             float *x = random_floats(n, 70 + i), *got = malloc(n * sizeof *got);
             assert_non_null(got);
-            float *d = to_device(ctx, x, n);
-            sdp_cuda_scale(ctx, d, n, factors[f]);
-            sdp_cuda_download(ctx, got, d, n * sizeof *got);
+            float *d = to_device(be, x, n);
+            sdp_scale(be, d, n, factors[f]);
+            be->download(be, got, d, n * sizeof *got);
             sdp_scale(tu_cpu(SDP_GEMM_DNNL), x, n, factors[f]);
             assert_memory_equal(got, x, n * sizeof *x);
-            sdp_cuda_free(ctx, d);
+            be->free(be, d);
             free(x);
             free(got);
         }
@@ -69,28 +69,25 @@ static void test_scale(void **state) {
 
 /* One rank has no one to reduce with: no device communicator, and nothing to wait for. */
 static void test_single_rank_comm(void **state) {
-    sdp_cuda_ctx *ctx = *state;
-    assert_null(sdp_cuda_comm_open(ctx, MPI_COMM_SELF));
-    sdp_cuda_allreduce_wait(ctx);
-    sdp_cuda_sync(ctx);
+    const sdp_backend *be = *state;
+    assert_null(be->comm_open(be, MPI_COMM_SELF));
+    be->allreduce_wait(be);
+    be->sync(be);
 }
 
 static int create_ctx(void **state) {
-    *state = sdp_cuda_ctx_create(0, SDP_PRECISION_FP32);
+    *state = sdp_backend_cuda(0, SDP_PRECISION_FP32);
     return 0;
 }
 
 static int destroy_ctx(void **state) {
-    sdp_cuda_ctx_destroy(*state);
+    sdp_backend_destroy(*state);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    int devices = 0;
-    cudaError_t err = cudaGetDeviceCount(&devices);
-    if (err != cudaSuccess || devices == 0) {
-        printf("test_cuda_reduce: skipped: %s\n",
-               err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
+    if (!sdp_backend_cuda_available()) {
+        printf("test_cuda_reduce: skipped: no CUDA device\n");
         return 77;
     }
     MPI_Init(&argc, &argv);

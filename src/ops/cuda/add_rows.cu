@@ -1,7 +1,7 @@
 /* dst[r * ld_dst + c] += src[r * ld_src + c]: an owned slice of a whole gradient added into the
  * caller's gradient buffer (the ResNet's sliced gradients). One thread per element. */
 #include "ops/cuda/common.cuh"
-#include "sdp/ops_cuda_vision.h"
+#include "ops/cuda/ops_cuda_vision.h"
 
 __global__ void add_rows_kernel(float *dst, size_t ld_dst, const float *src, size_t ld_src,
                                 size_t rows, size_t cols) {

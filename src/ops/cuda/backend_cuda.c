@@ -1,12 +1,12 @@
-/* The CUDA backend: the kernels of sdp/ops_cuda.h and sdp/ops_cuda_vision.h over device memory of
+/* The CUDA backend: the kernels of ops_cuda.h and ops_cuda_vision.h over device memory of
  * one sdp_cuda_ctx (be->ctx). Each entry forwards to the CUDA kernel of the same name; the
  * CPU-only arguments (the attention and convolution scratch, the CPU convolution algorithm) are
  * dropped. */
 #include "sdp/backend.h"
 #include "sdp/check.h"
 #include "sdp/cuda_scratch.h"
-#include "sdp/ops_cuda.h"
-#include "sdp/ops_cuda_vision.h"
+#include "ops/cuda/ops_cuda.h"
+#include "ops/cuda/ops_cuda_vision.h"
 
 #include <stdlib.h>
 
@@ -335,6 +335,11 @@ static void cuda_add_rows(const sdp_backend *be, float *dst, size_t ld_dst, cons
 static size_t cuda_bytes_in_use(const sdp_backend *be) {
     (void)be;
     return sdp_cuda_bytes_in_use();
+}
+
+void *sdp_backend_cuda_cublas(const sdp_backend *be) {
+    SDP_CHECK(be && be->destroy == cuda_destroy, "sdp_backend_cuda_cublas: not a CUDA backend");
+    return cu(be)->cublas;
 }
 
 bool sdp_backend_cuda_available(void) {

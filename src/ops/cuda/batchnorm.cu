@@ -11,7 +11,7 @@
  *    nvcc would otherwise fuse them into FMAs.
  * Indices are 32-bit: every tensor is checked to have fewer than 2^31 elements. */
 #include "ops/cuda/common.cuh"
-#include "sdp/ops_cuda_vision.h"
+#include "ops/cuda/ops_cuda_vision.h"
 
 #include <limits.h>
 

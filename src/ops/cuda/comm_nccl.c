@@ -13,7 +13,7 @@
  * several ranks, as the tests do), comm_open returns NULL and sdp/sync.h stages those reductions
  * through host memory and MPI instead. */
 #include "sdp/cuda_check.h"
-#include "sdp/ops_cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 #include <nccl.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #define SDP_OPS_CUDA_COMMON_CUH
 
 #include "sdp/cuda_check.h"
-#include "sdp/ops_cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 #include <stddef.h>
 

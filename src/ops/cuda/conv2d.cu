@@ -10,7 +10,7 @@
  *
  * The backward accumulates as the CPU kernel does: beta = 1 for dinp, dw and dbias. */
 #include "ops/cuda/common.cuh"
-#include "sdp/ops_cuda_vision.h"
+#include "ops/cuda/ops_cuda_vision.h"
 
 #include <limits.h>
 #include <stdlib.h>

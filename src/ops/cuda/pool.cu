@@ -3,7 +3,7 @@
  * for the global mean. Every output (or input, in the backward) has one thread or one warp of
  * its own, so there are no atomics and the results are the same run to run. */
 #include "ops/cuda/common.cuh"
-#include "sdp/ops_cuda_vision.h"
+#include "ops/cuda/ops_cuda_vision.h"
 
 enum { POOL_WARPS_PER_BLOCK = ELEMENTWISE_THREADS / WARP };
 

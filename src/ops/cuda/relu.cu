@@ -1,7 +1,7 @@
 /* ReLU, as src/ops/cpu/relu.c: the backward reads the saved output (positive exactly where the
  * input was), so the forward may run in place. */
 #include "ops/cuda/common.cuh"
-#include "sdp/ops_cuda_vision.h"
+#include "ops/cuda/ops_cuda_vision.h"
 
 __global__ void relu_fwd_kernel(float *out, const float *inp, size_t n) {
     FOR_EACH_INDEX(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;

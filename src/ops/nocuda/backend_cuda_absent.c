@@ -11,6 +11,11 @@ sdp_backend *sdp_backend_cuda(int device, sdp_precision precision) {
               "found), or install nvcc (CUDA 12 or 13) and rebuild");
 }
 
+void *sdp_backend_cuda_cublas(const sdp_backend *be) {
+    (void)be;
+    sdp_fatal("this sdp was built without CUDA: there is no cuBLAS handle");
+}
+
 bool sdp_backend_cuda_available(void) {
     return false;
 }

@@ -1,4 +1,6 @@
-/* CUDA kernels, row-major, fp32 storage: the GPU counterparts of the CPU kernels in sdp/ops.h.
+/* CUDA kernels, row-major, fp32 storage: the GPU counterparts of the CPU kernels, behind the CUDA
+ * backend's table (backend_cuda.c). Private to src/ops/cuda/: everything else runs them through
+ * the backend, sdp_backend_cuda (sdp/backend.h), and the ops of sdp/ops.h.
  * Matrix products run in the context's precision (sdp_precision: plain fp32, or bf16 tensor cores
  * with fp32 accumulation); every other kernel computes in fp32.
  *
@@ -53,7 +55,7 @@ typedef struct {
     sdp_precision precision; /* of every matrix product (sdp_cuda_gemm, attention) */
     cudaStream_t stream;     /* every kernel, copy and cuBLAS call of this context runs here */
     cublasHandle_t cublas;   /* bound to stream */
-    /* Bound to stream; made by the first convolution plan (sdp/ops_cuda_vision.h), so that
+    /* Bound to stream; made by the first convolution plan (ops_cuda_vision.h), so that
      * contexts without convolutions (the transformers') never pay for a cuDNN handle's start-up
      * and device memory. NULL until then. */
     cudnnHandle_t cudnn;

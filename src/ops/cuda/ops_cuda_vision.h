@@ -1,6 +1,6 @@
 /* CUDA kernels for the ResNet, fp32, NCHW: the GPU counterparts of sdp/ops_vision.h.
  *
- * The conventions of sdp/ops_cuda.h hold: every sdp_cuda_<name> takes the arguments of
+ * The conventions of ops_cuda.h hold: every sdp_cuda_<name> takes the arguments of
  * sdp_<name> after a leading sdp_cuda_ctx *, every array is a device pointer, backward kernels
  * ACCUMULATE (+=) into the gradients they are given and skip NULL ones, and everything runs in
  * order on ctx->stream. Size checks fail at once, with the CPU kernels' messages.
@@ -11,7 +11,7 @@
 #ifndef SDP_OPS_CUDA_VISION_H
 #define SDP_OPS_CUDA_VISION_H
 
-#include "sdp/ops_cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {
