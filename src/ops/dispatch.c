@@ -255,8 +255,12 @@ static void attention_dims(int B, int T, int H, int hs) {
     fits_int("attention", "B * H rows", B, H);
 }
 
+/* "At most H heads": a subnetwork may keep none (H = 0), and then needs no scratch. */
 size_t sdp_attention_scratch_bytes(const sdp_backend *be, int B, int T, int H, int hs) {
-    attention_dims(B, T, H, hs);
+    SDP_CHECK(B >= 0 && T >= 0 && H >= 0 && hs >= 0,
+              "sdp_attention_scratch_bytes: sizes B=%d T=%d H=%d hs=%d must be >= 0", B, T, H, hs);
+    fits_int("attention", "3 * H * hs columns", 3 * (int64_t)H, hs);
+    fits_int("attention", "B * H rows", B, H);
     return be->attention_scratch_bytes(be, B, T, H, hs);
 }
 
