@@ -180,18 +180,18 @@ long tf_grad_offset_of(const sdp_layout *L, long param_off, const long *grad_off
 void tf_norm_fwd(const sdp_tf *m, sdp_tf_norm kind, float *out, float *mean, float *rstd,
                  const float *x, long w, long b, int N) {
     if (kind == SDP_TF_LAYERNORM)
-        m->be->layernorm_fwd(m->be, out, mean, rstd, x, tf_param(m, w), tf_param(m, b), N,
-                             m->cfg.d_model);
+        sdp_layernorm_fwd(m->be, out, mean, rstd, x, tf_param(m, w), tf_param(m, b), N,
+                          m->cfg.d_model);
     else
-        m->be->rmsnorm_fwd(m->be, out, rstd, x, tf_param(m, w), N, m->cfg.d_model);
+        sdp_rmsnorm_fwd(m->be, out, rstd, x, tf_param(m, w), N, m->cfg.d_model);
 }
 
 void tf_norm_bwd(const sdp_tf *m, sdp_tf_norm kind, float *dx, const float *dout, const float *x,
                  const float *mean, const float *rstd, long w, long gw, long gb, int N) {
     if (kind == SDP_TF_LAYERNORM)
-        m->be->layernorm_bwd(m->be, dx, tf_grad(m, gw), tf_grad(m, gb), dout, x, tf_param(m, w),
-                             mean, rstd, N, m->cfg.d_model);
+        sdp_layernorm_bwd(m->be, dx, tf_grad(m, gw), tf_grad(m, gb), dout, x, tf_param(m, w), mean,
+                          rstd, N, m->cfg.d_model);
     else
-        m->be->rmsnorm_bwd(m->be, dx, tf_grad(m, gw), dout, x, tf_param(m, w), rstd, N,
-                           m->cfg.d_model);
+        sdp_rmsnorm_bwd(m->be, dx, tf_grad(m, gw), dout, x, tf_param(m, w), rstd, N,
+                        m->cfg.d_model);
 }

@@ -125,7 +125,7 @@ void tf_stack_alloc_backward(sdp_tf *m, sdp_model_mode mode) {
     for (int i = 0; i < m->shape.n_layer; i++)
         if (m->shape.n_head[i] > max_heads) max_heads = m->shape.n_head[i];
     const size_t attn_scratch =
-        be->attention_scratch_bytes(be, m->B, m->T, max_heads, m->head_size);
+        sdp_attention_scratch_bytes(be, m->B, m->T, max_heads, m->head_size);
     if (attn_scratch) m->attn_scratch = be->alloc(be, SDP_MEM_SCRATCH, attn_scratch);
 }
 
@@ -161,12 +161,11 @@ static void sliced_weight_grads(const sdp_tf *m, long w, const float *dout, cons
         const long row0 = (off - w) / ic;
         for (int i = 0; i < s->n; i++) {
             if (s->axis == 0) /* dW[rows] += dout[:, rows]^T inp */
-                m->be->gemm(m->be, true, false, (int)s->len[i], ic, n, 1.0f,
-                            dout + row0 + s->start[i], oc, inp, ic, 1.0f, m->grads + s->dst[i],
-                            (int)s->ld[i]);
+                sdp_gemm(m->be, true, false, (int)s->len[i], ic, n, 1.0f, dout + row0 + s->start[i],
+                         oc, inp, ic, 1.0f, m->grads + s->dst[i], (int)s->ld[i]);
             else /* dW[:, cols] += dout^T inp[:, cols] */
-                m->be->gemm(m->be, true, false, oc, (int)s->len[i], n, 1.0f, dout, oc,
-                            inp + s->start[i], ic, 1.0f, m->grads + s->dst[i], (int)s->ld[i]);
+                sdp_gemm(m->be, true, false, oc, (int)s->len[i], n, 1.0f, dout, oc,
+                         inp + s->start[i], ic, 1.0f, m->grads + s->dst[i], (int)s->ld[i]);
         }
     }
 }
@@ -178,15 +177,15 @@ static void sliced_bias_grads(const sdp_tf *m, long b, const float *dout, int n,
         if (off < b || off >= b + oc) continue;
         const sdp_grad_slices *s = &m->gslices[p];
         for (int i = 0; i < s->n; i++)
-            m->be->bias_slice_bwd(m->be, m->grads + s->dst[i], dout, n, oc,
-                                  (int)(off - b + s->start[i]), (int)s->len[i]);
+            sdp_bias_slice_bwd(m->be, m->grads + s->dst[i], dout, n, oc,
+                               (int)(off - b + s->start[i]), (int)s->len[i]);
     }
 }
 
 /* A linear layer's backward, honouring whole, absent (-1) and sliced gradients. */
 static void linear_bwd(const sdp_tf *m, float *dinp, const float *dout, const float *inp, long w,
                        long gw, long b, long gb, int n, int ic, int oc) {
-    m->be->linear_bwd(m->be, dinp, G(m, gw), G(m, gb), dout, inp, P(m, w), n, ic, oc);
+    sdp_linear_bwd(m->be, dinp, G(m, gw), G(m, gb), dout, inp, P(m, w), n, ic, oc);
     if (gw == SDP_GRAD_SLICED) sliced_weight_grads(m, w, dout, inp, n, ic, oc);
     if (gb == SDP_GRAD_SLICED) sliced_bias_grads(m, b, dout, n, oc);
 }
@@ -206,26 +205,26 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
 
     if (H > 0) {
         tf_norm_fwd(m, op->norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, N);
-        be->linear_fwd(be, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), N, C, 3 * D);
-        if (op->rope) be->rope_fwd(be, a->qkv, B, T, H, hs, op->rope_theta);
-        be->attention_fwd(be, a->att, a->lse, a->qkv, B, T, H, hs, op->causal, m->attn_scratch);
-        be->linear_fwd(be, a->out, a->att, P(m, o->w_o), P(m, o->b_o), N, D, C);
-        be->residual_fwd(be, a->mid, x, a->out, s, NC);
+        sdp_linear_fwd(be, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), N, C, 3 * D);
+        if (op->rope) sdp_rope_fwd(be, a->qkv, B, T, H, hs, op->rope_theta);
+        sdp_attention_fwd(be, a->att, a->lse, a->qkv, B, T, H, hs, op->causal, m->attn_scratch);
+        sdp_linear_fwd(be, a->out, a->att, P(m, o->w_o), P(m, o->b_o), N, D, C);
+        sdp_residual_fwd(be, a->mid, x, a->out, s, NC);
     } else {
-        be->copy_rows(be, a->mid, 0, x, 0, 1, NC);
+        sdp_copy_rows(be, a->mid, 0, x, 0, 1, NC);
     }
     if (F > 0) {
         tf_norm_fwd(m, op->norm, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, o->ln2_w, o->ln2_b, N);
-        be->linear_fwd(be, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C,
+        sdp_linear_fwd(be, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C,
                        (int)fc_width(m, (size_t)F));
         if (swiglu)
-            be->swiglu_fwd(be, a->act, a->fc, N, F);
+            sdp_swiglu_fwd(be, a->act, a->fc, N, F);
         else
-            be->gelu_fwd(be, a->act, a->fc, (size_t)N * F);
-        be->linear_fwd(be, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), N, F, C);
-        be->residual_fwd(be, a->out, a->mid, a->out, s, NC);
+            sdp_gelu_fwd(be, a->act, a->fc, (size_t)N * F);
+        sdp_linear_fwd(be, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), N, F, C);
+        sdp_residual_fwd(be, a->out, a->mid, a->out, s, NC);
     } else {
-        be->copy_rows(be, a->out, 0, a->mid, 0, 1, NC);
+        sdp_copy_rows(be, a->out, 0, a->mid, 0, 1, NC);
     }
 }
 
@@ -241,7 +240,7 @@ void sdp_tf_layer_forward(sdp_tf *m, int i, float *x, int B, int T) {
     SDP_ASSERT(i >= 0 && i < m->shape.n_layer && B <= m->B && T <= m->T);
     layer_forward(m, i, x, B, T);
     const size_t NC = (size_t)B * T * m->cfg.d_model;
-    m->be->copy_rows(m->be, x, 0, m->layers[i].out, 0, 1, NC);
+    sdp_copy_rows(m->be, x, 0, m->layers[i].out, 0, 1, NC);
 }
 
 const float *tf_stack_top(const sdp_tf *m) {
@@ -270,15 +269,15 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
 
     if (F > 0) { /* out = mid + s * proj(act(fc(norm2(mid)))) */
         zero(m, m->d_branch, NC);
-        be->residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
+        sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
         zero(m, m->d_act, (size_t)N * F);
         linear_bwd(m, m->d_act, m->d_branch, a->act, o->w_proj, go->w_proj, o->b_proj, go->b_proj,
                    N, F, C);
         zero(m, m->d_fc, (size_t)N * fc);
         if (swiglu)
-            be->swiglu_bwd(be, m->d_fc, m->d_act, a->fc, N, F);
+            sdp_swiglu_bwd(be, m->d_fc, m->d_act, a->fc, N, F);
         else
-            be->gelu_bwd(be, m->d_fc, m->d_act, a->fc, (size_t)N * F);
+            sdp_gelu_bwd(be, m->d_fc, m->d_act, a->fc, (size_t)N * F);
         zero(m, m->d_norm, NC);
         linear_bwd(m, m->d_norm, m->d_fc, a->ln2, o->w_fc, go->w_fc, o->b_fc, go->b_fc, N, C, fc);
         tf_norm_bwd(m, op->norm, m->d_res, m->d_norm, a->mid, a->ln2_mean, a->ln2_rstd, o->ln2_w,
@@ -286,13 +285,13 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
     }
     if (H > 0) { /* mid = x + s * o_proj(attention(qkv(norm1(x)))) */
         zero(m, m->d_branch, NC);
-        be->residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
+        sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
         zero(m, m->d_att, (size_t)N * D);
         linear_bwd(m, m->d_att, m->d_branch, a->att, o->w_o, go->w_o, o->b_o, go->b_o, N, D, C);
         zero(m, m->d_qkv, (size_t)N * 3 * D);
-        be->attention_bwd(be, m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, op->causal,
+        sdp_attention_bwd(be, m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, op->causal,
                           m->attn_scratch);
-        if (op->rope) be->rope_bwd(be, m->d_qkv, B, T, H, hs, op->rope_theta);
+        if (op->rope) sdp_rope_bwd(be, m->d_qkv, B, T, H, hs, op->rope_theta);
         zero(m, m->d_norm, NC);
         linear_bwd(m, m->d_norm, m->d_qkv, a->ln1, o->w_qkv, go->w_qkv, o->b_qkv, go->b_qkv, N, C,
                    3 * D);

@@ -36,12 +36,12 @@ void tf_tokens_stem(sdp_tf *m, const int *inputs, int B, int T) {
     be->upload(be, m->inputs, inputs, (size_t)N * sizeof(int));
     m->last_B = B;
     m->last_T = T;
-    be->embed_fwd(be, m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
+    sdp_embed_fwd(be, m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
 }
 
 void tf_tokens_stem_backward(sdp_tf *m, int B, int T) {
-    m->be->embed_bwd(m->be, G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T,
-                     m->cfg.d_model);
+    sdp_embed_bwd(m->be, G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T,
+                  m->cfg.d_model);
 }
 
 double tf_lm_head(sdp_tf *m, sdp_tf_norm norm, const float *x, const int *targets, int B, int T) {
@@ -50,7 +50,7 @@ double tf_lm_head(sdp_tf *m, sdp_tf_norm norm, const float *x, const int *target
     m->last_B = B;
     m->last_T = T;
     tf_norm_fwd(m, norm, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->off.lnf_w, m->off.lnf_b, N);
-    be->linear_fwd(be, m->probs, m->lnf, P(m, m->off.lm_head), NULL, N, C, Vp);
+    sdp_linear_fwd(be, m->probs, m->lnf, P(m, m->off.lm_head), NULL, N, C, Vp);
     m->has_targets = targets != NULL;
     if (!targets) return 0.0;
     int counted = 0;
@@ -60,7 +60,7 @@ double tf_lm_head(sdp_tf *m, sdp_tf_norm norm, const float *x, const int *target
     }
     be->upload(be, m->targets, targets, (size_t)N * sizeof(int));
     m->n_targets = counted;
-    return be->softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, N, V, Vp);
+    return sdp_softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, N, V, Vp);
 }
 
 void tf_lm_head_backward(sdp_tf *m, sdp_tf_norm norm, float dloss) {
@@ -68,9 +68,9 @@ void tf_lm_head_backward(sdp_tf *m, sdp_tf_norm norm, float dloss) {
     const int V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
     const size_t NC = (size_t)N * C;
     const sdp_backend *be = m->be;
-    be->softmax_xent_bwd(be, m->probs, m->probs, m->targets, dloss, N, V, Vp);
+    sdp_softmax_xent_bwd(be, m->probs, m->probs, m->targets, dloss, N, V, Vp);
     be->zero(be, m->d_norm, NC * sizeof(float));
-    be->linear_bwd(be, m->d_norm, G(m, m->goff.lm_head), NULL, m->probs, m->lnf,
+    sdp_linear_bwd(be, m->d_norm, G(m, m->goff.lm_head), NULL, m->probs, m->lnf,
                    P(m, m->off.lm_head), N, C, Vp);
     be->zero(be, m->d_res, NC * sizeof(float));
     tf_norm_bwd(m, norm, m->d_res, m->d_norm, tf_stack_top(m), m->lnf_mean, m->lnf_rstd,

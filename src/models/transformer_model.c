@@ -82,7 +82,7 @@ static void forward_stem_tokens(sdp_model *m, const sdp_batch *b, bool training,
     check_tokens(t, b);
     sdp_tf_stem_tokens(t, b->tokens, b->B, b->T);
     const size_t n = (size_t)b->B * b->T * t->cfg.d_model;
-    t->be->copy_rows(t->be, x, 0, t->embed, 0, 1, n);
+    sdp_copy_rows(t->be, x, 0, t->embed, 0, 1, n);
 }
 
 static void forward_stem_images(sdp_model *m, const sdp_batch *b, bool training, float *x) {
@@ -91,7 +91,7 @@ static void forward_stem_images(sdp_model *m, const sdp_batch *b, bool training,
     check_images(b);
     sdp_tf_stem_images(t, b->images, b->B);
     const size_t n = (size_t)b->B * t->T * t->cfg.d_model;
-    t->be->copy_rows(t->be, x, 0, t->embed, 0, 1, n);
+    sdp_copy_rows(t->be, x, 0, t->embed, 0, 1, n);
 }
 
 static void forward_block_tokens(sdp_model *m, int i, const sdp_batch *b, bool training, float *x) {

@@ -167,8 +167,8 @@ static double classify(sdp_tf *m, const int *labels, int B) {
         m->n_targets += labels[b] >= 0;
     }
     be->upload(be, m->targets, labels, (size_t)B * sizeof(int));
-    m->n_correct = be->count_correct(be, m->probs, m->targets, B, K, K);
-    return be->softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, B, K, K);
+    m->n_correct = sdp_count_correct(be, m->probs, m->targets, B, K, K);
+    return sdp_softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, B, K, K);
 }
 
 static void stem(sdp_tf *m, const float *images, int B) {
@@ -180,11 +180,11 @@ static void stem(sdp_tf *m, const float *images, int B) {
     be->upload(be, v->images, images, (size_t)B * image_floats(m) * sizeof(float));
     m->last_B = B;
     m->last_T = T;
-    be->patch_gather(be, v->patch_rows, v->images, B, c->in_channels, c->image_size, c->image_size,
+    sdp_patch_gather(be, v->patch_rows, v->images, B, c->in_channels, c->image_size, c->image_size,
                      c->patch);
-    be->linear_fwd(be, v->patches, v->patch_rows, tf_param(m, m->off.wte), tf_param(m, v->patch_b),
+    sdp_linear_fwd(be, v->patches, v->patch_rows, tf_param(m, m->off.wte), tf_param(m, v->patch_b),
                    B * patches_per_image(m), patch_cols(m), C);
-    be->vit_embed_fwd(be, m->embed, v->patches, tf_param(m, v->cls), tf_param(m, m->off.wpe), B, T,
+    sdp_vit_embed_fwd(be, m->embed, v->patches, tf_param(m, v->cls), tf_param(m, m->off.wpe), B, T,
                       C);
 }
 
@@ -194,10 +194,10 @@ static double head(sdp_tf *m, const float *top, const int *labels, int B) {
     struct sdp_tf_vit *v = m->vit;
     const int T = m->T, C = c->d_model;
     m->last_B = B;
-    be->copy_rows(be, v->pooled, (size_t)C, top, (size_t)T * C, (size_t)B, (size_t)C);
+    sdp_copy_rows(be, v->pooled, (size_t)C, top, (size_t)T * C, (size_t)B, (size_t)C);
     tf_norm_fwd(m, SDP_TF_LAYERNORM, m->lnf, m->lnf_mean, m->lnf_rstd, v->pooled, m->off.lnf_w,
                 m->off.lnf_b, B);
-    be->linear_fwd(be, m->probs, m->lnf, tf_param(m, m->off.lm_head), tf_param(m, v->head_b), B, C,
+    sdp_linear_fwd(be, m->probs, m->lnf, tf_param(m, m->off.lm_head), tf_param(m, v->head_b), B, C,
                    c->classes);
     m->has_targets = labels != NULL;
     return labels ? classify(m, labels, B) : 0.0;
@@ -216,16 +216,16 @@ static void head_backward(sdp_tf *m, float dloss) {
     const struct sdp_tf_vit *v = m->vit;
     const int B = m->last_B, T = m->T, C = m->cfg.d_model, K = m->cfg.classes;
     const size_t BC = (size_t)B * C;
-    be->softmax_xent_bwd(be, m->probs, m->probs, m->targets, dloss, B, K, K);
+    sdp_softmax_xent_bwd(be, m->probs, m->probs, m->targets, dloss, B, K, K);
     be->zero(be, m->d_norm, BC * sizeof(float));
-    be->linear_bwd(be, m->d_norm, tf_grad(m, m->goff.lm_head), tf_grad(m, v->g_head_b), m->probs,
+    sdp_linear_bwd(be, m->d_norm, tf_grad(m, m->goff.lm_head), tf_grad(m, v->g_head_b), m->probs,
                    m->lnf, tf_param(m, m->off.lm_head), B, C, K);
     float *d_pooled = m->d_branch; /* free until the layers' backward */
     be->zero(be, d_pooled, BC * sizeof(float));
     tf_norm_bwd(m, SDP_TF_LAYERNORM, d_pooled, m->d_norm, v->pooled, m->lnf_mean, m->lnf_rstd,
                 m->off.lnf_w, m->goff.lnf_w, m->goff.lnf_b, B);
     be->zero(be, m->d_res, BC * T * sizeof(float));
-    be->copy_rows(be, m->d_res, (size_t)T * C, d_pooled, (size_t)C, (size_t)B, (size_t)C);
+    sdp_copy_rows(be, m->d_res, (size_t)T * C, d_pooled, (size_t)C, (size_t)B, (size_t)C);
 }
 
 /* Gradients of the class token, the positions and the patch projection from d_res. */
@@ -234,11 +234,11 @@ static void stem_backward(sdp_tf *m, int B) {
     const struct sdp_tf_vit *v = m->vit;
     const int T = m->T, C = m->cfg.d_model;
     /* the patch embeddings are not needed any more: they take their gradients */
-    be->vit_embed_bwd(be, v->patches, tf_grad(m, v->g_cls), tf_grad(m, m->goff.wpe), m->d_res, B, T,
+    sdp_vit_embed_bwd(be, v->patches, tf_grad(m, v->g_cls), tf_grad(m, m->goff.wpe), m->d_res, B, T,
                       C);
     float *dw = tf_grad(m, m->goff.wte), *db = tf_grad(m, v->g_patch_b);
     if (dw || db)
-        be->linear_bwd(be, NULL, dw, db, v->patches, v->patch_rows, tf_param(m, m->off.wte),
+        sdp_linear_bwd(be, NULL, dw, db, v->patches, v->patch_rows, tf_param(m, m->off.wte),
                        B * patches_per_image(m), patch_cols(m), C);
 }
 

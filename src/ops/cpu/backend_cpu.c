@@ -7,16 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    sdp_backend table;
-    sdp_gemm_provider gemm;
-} cpu_backend;
-
-/* Read through ctx, which the emulated device's copy of the table keeps. */
-sdp_gemm_provider cpu_gemm_provider(const sdp_backend *be) {
-    return ((const cpu_backend *)be->ctx)->gemm;
-}
-
 /* ---- memory ---- */
 
 static void cpu_destroy(sdp_backend *be) {

@@ -7,8 +7,19 @@
 
 #include "sdp/backend.h"
 
-/* The GEMM provider the backend was made with (backend_cpu.c). */
-sdp_gemm_provider cpu_gemm_provider(const sdp_backend *be);
+/* What sdp_backend_cpu (backend_cpu.c) allocates: the table handed out, and what its kernels
+ * read through ctx. Defined here, not there, so that the kernels depend on this header alone
+ * and backend_cpu.c, which calls them, is not called back. */
+typedef struct {
+    sdp_backend table;
+    sdp_gemm_provider gemm;
+} cpu_backend;
+
+/* The GEMM provider the backend was made with. Read through ctx, which the emulated device's
+ * copy of the table keeps. */
+static inline sdp_gemm_provider cpu_gemm_provider(const sdp_backend *be) {
+    return ((const cpu_backend *)be->ctx)->gemm;
+}
 
 void cpu_ops_attention(sdp_backend *t);
 void cpu_ops_batchnorm(sdp_backend *t);
