@@ -23,9 +23,9 @@ static inline size_t sdp_cuda_context_scratch_bytes(void) {
            sizeof(unsigned);
 }
 
-/* Bytes of the scratch sdp_cuda_attention_fwd and _bwd take for batches of B sequences of T
- * tokens with at most H heads: two [H, T, T] score matrices (probabilities and their gradients,
- * one sequence at a time) and one float per row of the batch (B*H*T, the rows' dO.O). */
+/* Bytes of the scratch the CUDA backend's attention_fwd and _bwd take for batches of B sequences
+ * of T tokens with at most H heads: two [H, T, T] score matrices (probabilities and their
+ * gradients, one sequence at a time) and one float per row of the batch (B*H*T, the rows' dO.O). */
 static inline size_t sdp_cuda_attention_scratch_bytes(int B, int T, int H) {
     return (2 * (size_t)H * T * T + (size_t)B * H * T) * sizeof(float);
 }

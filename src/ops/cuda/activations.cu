@@ -54,21 +54,24 @@ __global__ void swiglu_bwd_kernel(float *dinp, const float *dout, const float *i
     }
 }
 
-void sdp_cuda_gelu_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, size_t n) {
+static void cuda_gelu_fwd(const sdp_backend *be, float *out, const float *inp, size_t n) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (n == 0) return;
     gelu_fwd_kernel<<<elementwise_blocks(n), ELEMENTWISE_THREADS, 0, ctx->stream>>>(out, inp, n);
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_gelu_bwd(sdp_cuda_ctx *ctx, float *dinp, const float *dout, const float *inp,
-                       size_t n) {
+static void cuda_gelu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
+                          size_t n) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (!dinp || n == 0) return;
     gelu_bwd_kernel<<<elementwise_blocks(n), ELEMENTWISE_THREADS, 0, ctx->stream>>>(dinp, dout, inp,
                                                                                     n);
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_swiglu_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, int n, int F) {
+static void cuda_swiglu_fwd(const sdp_backend *be, float *out, const float *inp, int n, int F) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     size_t n_out = (size_t)n * F;
     if (n_out == 0) return;
     swiglu_fwd_kernel<<<elementwise_blocks(n_out), ELEMENTWISE_THREADS, 0, ctx->stream>>>(out, inp,
@@ -76,11 +79,19 @@ void sdp_cuda_swiglu_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, int n,
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_swiglu_bwd(sdp_cuda_ctx *ctx, float *dinp, const float *dout, const float *inp, int n,
-                         int F) {
+static void cuda_swiglu_bwd(const sdp_backend *be, float *dinp, const float *dout, const float *inp,
+                            int n, int F) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     size_t n_out = (size_t)n * F;
     if (!dinp || n_out == 0) return;
     swiglu_bwd_kernel<<<elementwise_blocks(n_out), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
         dinp, dout, inp, n_out, F);
     LAUNCH_CHECK();
+}
+
+void cuda_ops_activations(sdp_backend *t) {
+    t->gelu_fwd = cuda_gelu_fwd;
+    t->gelu_bwd = cuda_gelu_bwd;
+    t->swiglu_fwd = cuda_swiglu_fwd;
+    t->swiglu_bwd = cuda_swiglu_bwd;
 }

@@ -41,9 +41,15 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_
     }
 }
 
-void sdp_cuda_adamw_update(sdp_cuda_ctx *ctx, const sdp_opt_cfg *cfg, long t, float *m, float *v,
-                           float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
-                           float lr) {
+/* One AdamW step with the formula of src/optim/adamw.c (torch.optim.AdamW). The state is what
+ * sdp_optim holds, passed apart because it lives on the device: cfg, t (the 1-based number of
+ * this step, as o->t after sdp_optim_step has advanced it) and the moments m and v (device).
+ * params, grads, m and v are device pointers; segs is a host array, offsets as in sdp_optim_step.
+ */
+static void cuda_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m,
+                              float *v, float *params, const float *grads,
+                              const sdp_opt_segment *segs, int nseg, float lr) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     SDP_ASSERT(cfg && cfg->kind == SDP_OPT_ADAMW && t >= 1 && (nseg == 0 || segs));
     SDP_CHECK(isfinite(lr) && lr >= 0.0f, "learning rate %g is invalid: use a finite value >= 0",
               (double)lr);
@@ -56,4 +62,8 @@ void sdp_cuda_adamw_update(sdp_cuda_ctx *ctx, const sdp_opt_cfg *cfg, long t, fl
             v + segs[s].state_offset, segs[s].count, segs[s].decay ? decay : 1.0f, c);
         LAUNCH_CHECK();
     }
+}
+
+void cuda_ops_adamw(sdp_backend *t) {
+    t->adamw_update = cuda_adamw_update;
 }

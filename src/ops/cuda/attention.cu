@@ -128,8 +128,23 @@ static void check_dims(int B, int T, int H, int hs) {
               B, T, H, hs);
 }
 
-void sdp_cuda_attention_fwd(sdp_cuda_ctx *ctx, float *out, float *lse, const float *qkv, int B,
-                            int T, int H, int hs, bool causal, float *scratch) {
+/* The scratch attention_fwd and _bwd take: sdp_cuda_attention_scratch_bytes (sdp/cuda_scratch.h),
+ * which `sdp plan --device cuda` predicts by too. */
+static size_t cuda_attention_scratch_bytes(const sdp_backend *be, int B, int T, int H, int hs) {
+    (void)be;
+    (void)hs; /* the score matrices are T x T per head, whatever the head size */
+    return sdp_cuda_attention_scratch_bytes(B, T, H);
+}
+
+/* Layouts as sdp_attention_fwd: qkv [B, T, 3*D], out [B, T, D], lse [B, H, T], D = H*hs, scale
+ * 1/sqrt(hs). causal: query t sees keys 0..t; otherwise every key (bidirectional, as in ViT).
+ * The products (scores, P V and the five of the backward) are cuBLAS GEMMs in the context's
+ * precision, batched over the heads of one sequence at a time. scratch is device memory of
+ * sdp_cuda_attention_scratch_bytes(B, T, H) bytes (sdp/cuda_scratch.h): the score matrices of one
+ * sequence and the backward's row sums. */
+static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, const float *qkv,
+                               int B, int T, int H, int hs, bool causal, float *scratch) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims(B, T, H, hs);
     SDP_ASSERT(scratch); /* sdp_cuda_attention_scratch_bytes(B, T, H) bytes of device memory */
     const heads a = make_heads(T, H, hs, causal);
@@ -148,9 +163,11 @@ void sdp_cuda_attention_fwd(sdp_cuda_ctx *ctx, float *out, float *lse, const flo
     }
 }
 
-void sdp_cuda_attention_bwd(sdp_cuda_ctx *ctx, float *dqkv, const float *dout, const float *qkv,
-                            const float *out, const float *lse, int B, int T, int H, int hs,
-                            bool causal, float *scratch) {
+/* dqkv += gradient w.r.t. qkv; out and lse are those saved by the forward with the same causal. */
+static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B, int T,
+                               int H, int hs, bool causal, float *scratch) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (!dqkv) return;
     check_dims(B, T, H, hs);
     SDP_ASSERT(scratch); /* laid out as sdp_cuda_attention_scratch_bytes(B, T, H) describes */
@@ -182,4 +199,10 @@ void sdp_cuda_attention_bwd(sdp_cuda_ctx *ctx, float *dqkv, const float *dout, c
         sdp_cuda_gemm_strided_batched(ctx, true, false, T, hs, T, 1.0f, probs, T, a.tt, d_o,
                                       a.ld_out, hs, 1.0f, dv, a.ld_qkv, hs, H);
     }
+}
+
+void cuda_ops_attention(sdp_backend *t) {
+    t->attention_scratch_bytes = cuda_attention_scratch_bytes;
+    t->attention_fwd = cuda_attention_fwd;
+    t->attention_bwd = cuda_attention_bwd;
 }

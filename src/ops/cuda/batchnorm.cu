@@ -11,7 +11,6 @@
  *    nvcc would otherwise fuse them into FMAs.
  * Indices are 32-bit: every tensor is checked to have fewer than 2^31 elements. */
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops_cuda_vision.h"
 
 #include <limits.h>
 
@@ -169,10 +168,11 @@ __global__ void normalize_kernel(float *out, const float *inp, const float *mean
     }
 }
 
-void sdp_cuda_batchnorm_fwd_train(sdp_cuda_ctx *ctx, float *out, float *mean, float *rstd,
-                                  float *running_mean, float *running_var, const float *inp,
-                                  const float *gamma, const float *beta, int B, int C, int H,
-                                  int W) {
+static void cuda_batchnorm_fwd_train(const sdp_backend *be, float *out, float *mean, float *rstd,
+                                     float *running_mean, float *running_var, const float *inp,
+                                     const float *gamma, const float *beta, int B, int C, int H,
+                                     int W) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims("sdp_cuda_batchnorm_fwd_train", B, C, H, W);
     const bn_shape s = bn_shape_of(B, C, H, W);
     SDP_CHECK(s.n > 1,
@@ -211,10 +211,11 @@ __global__ void normalize_eval_kernel(float *out, const float *inp, const float 
     }
 }
 
-void sdp_cuda_batchnorm_fwd_eval(sdp_cuda_ctx *ctx, float *out, const float *inp,
-                                 const float *running_mean, const float *running_var,
-                                 const float *gamma, const float *beta, int B, int C, int H,
-                                 int W) {
+static void cuda_batchnorm_fwd_eval(const sdp_backend *be, float *out, const float *inp,
+                                    const float *running_mean, const float *running_var,
+                                    const float *gamma, const float *beta, int B, int C, int H,
+                                    int W) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims("sdp_cuda_batchnorm_fwd_eval", B, C, H, W);
     const bn_shape s = bn_shape_of(B, C, H, W);
     const unsigned total = s.n * s.C;
@@ -269,9 +270,10 @@ __global__ void input_grad_kernel(float *dinp, const float *dout, const float *i
     }
 }
 
-void sdp_cuda_batchnorm_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dgamma, float *dbeta,
-                            const float *dout, const float *inp, const float *gamma,
-                            const float *mean, const float *rstd, int B, int C, int H, int W) {
+static void cuda_batchnorm_bwd(const sdp_backend *be, float *dinp, float *dgamma, float *dbeta,
+                               const float *dout, const float *inp, const float *gamma,
+                               const float *mean, const float *rstd, int B, int C, int H, int W) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims("sdp_cuda_batchnorm_bwd", B, C, H, W);
     if (!dinp && !dgamma && !dbeta) return;
     const bn_shape s = bn_shape_of(B, C, H, W);
@@ -288,4 +290,10 @@ void sdp_cuda_batchnorm_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dgamma, float
     input_grad_kernel<<<elementwise_blocks(total), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
         dinp, dout, inp, mean, rstd, coeffs, total, s.C, s.hw);
     LAUNCH_CHECK();
+}
+
+void cuda_ops_batchnorm(sdp_backend *t) {
+    t->batchnorm_fwd_train = cuda_batchnorm_fwd_train;
+    t->batchnorm_fwd_eval = cuda_batchnorm_fwd_eval;
+    t->batchnorm_bwd = cuda_batchnorm_bwd;
 }

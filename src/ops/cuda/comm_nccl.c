@@ -11,9 +11,12 @@
  *
  * NCCL refuses two ranks on one device. When ranks share a device (a one-GPU machine running
  * several ranks, as the tests do), comm_open returns NULL and sdp/sync.h stages those reductions
- * through host memory and MPI instead. */
+ * through host memory and MPI instead.
+ *
+ * Its table entries are the backend's comm_open, comm_close, allreduce_start, broadcast_start and
+ * allreduce_wait (sdp/backend.h). */
 #include "sdp/cuda_check.h"
-#include "ops/cuda/ops_cuda.h"
+#include "ops/cuda/cuda_ops.h"
 
 #include <nccl.h>
 #include <stdlib.h>
@@ -58,7 +61,8 @@ static void make_comm_stream(sdp_cuda_ctx *ctx) {
     CUDA_CHECK(cudaEventCreateWithFlags(&ctx->comm_done, cudaEventDisableTiming));
 }
 
-void *sdp_cuda_comm_open(sdp_cuda_ctx *ctx, MPI_Comm comm) {
+static void *cuda_comm_open(const sdp_backend *be, MPI_Comm comm) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     int size = 0, rank = 0;
     MPI_Comm_size(comm, &size);
     MPI_Comm_rank(comm, &rank);
@@ -74,7 +78,8 @@ void *sdp_cuda_comm_open(sdp_cuda_ctx *ctx, MPI_Comm comm) {
     return dc;
 }
 
-void sdp_cuda_comm_close(sdp_cuda_ctx *ctx, void *p) {
+static void cuda_comm_close(const sdp_backend *be, void *p) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (!p) return;
     device_comm *dc = p;
     CUDA_CHECK(cudaStreamSynchronize(ctx->comm_stream));
@@ -82,7 +87,8 @@ void sdp_cuda_comm_close(sdp_cuda_ctx *ctx, void *p) {
     free(dc);
 }
 
-void sdp_cuda_allreduce_start(sdp_cuda_ctx *ctx, void *p, float *x, size_t n) {
+static void cuda_allreduce_start(const sdp_backend *be, void *p, float *x, size_t n) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     device_comm *dc = p;
     SDP_ASSERT(dc && ctx->comm_stream);
     if (n == 0) return;
@@ -91,7 +97,8 @@ void sdp_cuda_allreduce_start(sdp_cuda_ctx *ctx, void *p, float *x, size_t n) {
     NCCL_CHECK(ncclAllReduce(x, x, n, ncclFloat32, ncclSum, dc->comm, ctx->comm_stream));
 }
 
-void sdp_cuda_broadcast_start(sdp_cuda_ctx *ctx, void *p, float *x, size_t n, int root) {
+static void cuda_broadcast_start(const sdp_backend *be, void *p, float *x, size_t n, int root) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     device_comm *dc = p;
     SDP_ASSERT(dc && ctx->comm_stream);
     if (n == 0) return;
@@ -100,8 +107,17 @@ void sdp_cuda_broadcast_start(sdp_cuda_ctx *ctx, void *p, float *x, size_t n, in
     NCCL_CHECK(ncclBroadcast(x, x, n, ncclFloat32, root, dc->comm, ctx->comm_stream));
 }
 
-void sdp_cuda_allreduce_wait(sdp_cuda_ctx *ctx) {
+static void cuda_allreduce_wait(const sdp_backend *be) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (!ctx->comm_stream) return;
     CUDA_CHECK(cudaEventRecord(ctx->comm_done, ctx->comm_stream));
     CUDA_CHECK(cudaStreamWaitEvent(ctx->stream, ctx->comm_done, 0));
+}
+
+void cuda_ops_comm_nccl(sdp_backend *t) {
+    t->comm_open = cuda_comm_open;
+    t->comm_close = cuda_comm_close;
+    t->allreduce_start = cuda_allreduce_start;
+    t->broadcast_start = cuda_broadcast_start;
+    t->allreduce_wait = cuda_allreduce_wait;
 }

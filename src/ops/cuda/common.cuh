@@ -1,10 +1,11 @@
 /* What the CUDA kernel files share: launch sizes, warp and block reductions, the workspace and
- * the bad-id flags of the context. Private to src/ops/cuda. */
+ * the bad-id flags of the context, and the GEMM and download that kernels call beside their own
+ * entries. C++, for the .cu files only. Private to src/ops/cuda. */
 #ifndef SDP_OPS_CUDA_COMMON_CUH
 #define SDP_OPS_CUDA_COMMON_CUH
 
 #include "sdp/cuda_check.h"
-#include "ops/cuda/ops_cuda.h"
+#include "ops/cuda/cuda_ops.h"
 
 #include <stddef.h>
 
@@ -70,6 +71,13 @@ __device__ __forceinline__ float block_max(float x, float *shared) {
     return warp_max(x);
 }
 
+/* ---- context and GEMM helpers that several kernel files call --------------------------------- */
+
+/* C = alpha op(A) op(B) + beta C, row-major, in the context's precision: the gemm entry, for the
+ * kernels that run products of their own (linear.cu). Defined in gemm.cu. */
+void sdp_cuda_gemm(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, int N, int K, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 /* A batch of sdp_cuda_gemm products (row-major, the context's precision): for i < batch,
  * C + i stride_c = alpha op(A + i stride_a) op(B + i stride_b) + beta (C + i stride_c).
  * Strides are in floats. Defined in gemm.cu. */
@@ -81,5 +89,10 @@ void sdp_cuda_gemm_strided_batched(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, i
 /* At least `bytes` of the context's device workspace (grown, and so reallocated, if needed: take
  * it once per call, before launching anything that uses it). Defined in context.cu. */
 void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes);
+
+/* Device to host: the download entry, for the kernels that return a value computed on the device
+ * (reduce.cu, softmax_xent.cu). Waits, then reports bad ids as the sync entry does. Defined in
+ * context.cu. */
+void sdp_cuda_download(sdp_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
 
 #endif

@@ -4,7 +4,10 @@
  *
  * sdp_alloc keeps each buffer's size and category in a header in front of it, which device memory
  * cannot have (reading it back would need a copy). Device allocations are few (tens per model),
- * so their sizes and categories sit in a host-side list that sdp_cuda_free searches. */
+ * so their sizes and categories sit in a host-side list that device_free searches.
+ *
+ * Its table entries are the backend's memory services (alloc ... copy_rows, bytes_in_use) and
+ * destroy. */
 #include "ops/cuda/common.cuh"
 #include "sdp/cuda_scratch.h"
 
@@ -27,15 +30,6 @@ int sdp_cuda_device_count(void) {
     return n;
 }
 
-size_t sdp_cuda_bytes_in_use(void) {
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return total_b - free_b;
-}
-
 static void account(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     m->cur[cat] += bytes;
     if (m->cur[cat] > m->peak[cat]) m->peak[cat] = m->cur[cat];
@@ -51,7 +45,9 @@ static void unaccount(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     m->nallocs--;
 }
 
-void *sdp_cuda_malloc(sdp_cuda_ctx *ctx, sdp_memcat cat, size_t bytes) {
+/* Zero-filled device memory, counted in ctx->mem under cat: the alloc entry, and the context's own
+ * blocks (its workspaces and bad-id flags), which it allocates before there is a backend. */
+static void *device_alloc(sdp_cuda_ctx *ctx, sdp_memcat cat, size_t bytes) {
     SDP_ASSERT(ctx && cat < SDP_MEM_NCAT);
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
@@ -71,11 +67,12 @@ void *sdp_cuda_malloc(sdp_cuda_ctx *ctx, sdp_memcat cat, size_t bytes) {
     return p;
 }
 
-void sdp_cuda_free(sdp_cuda_ctx *ctx, void *p) {
+/* The free entry, and the workspace's and destroy's frees. */
+static void device_free(sdp_cuda_ctx *ctx, void *p) {
     if (!p) return;
     sdp_cuda_block **link = &ctx->blocks;
     while (*link && (*link)->ptr != p) link = &(*link)->next;
-    SDP_ASSERT(*link); /* p came from sdp_cuda_malloc of this context and is still live */
+    SDP_ASSERT(*link); /* p came from device_alloc of this context and is still live */
     sdp_cuda_block *b = *link;
     *link = b->next;
     unaccount(&ctx->mem, b->cat, b->bytes);
@@ -88,8 +85,8 @@ void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes) {
     size_t grown = ctx->workspace_bytes;
     while (grown < bytes) grown *= 2;
     CUDA_CHECK(cudaStreamSynchronize(ctx->stream)); /* earlier kernels may still use it */
-    sdp_cuda_free(ctx, ctx->workspace);
-    ctx->workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, grown);
+    device_free(ctx, ctx->workspace);
+    ctx->workspace = device_alloc(ctx, SDP_MEM_SCRATCH, grown);
     ctx->workspace_bytes = grown;
     return ctx->workspace;
 }
@@ -116,45 +113,18 @@ sdp_cuda_ctx *sdp_cuda_ctx_create(int device, sdp_precision precision) {
     CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
     /* No TF32 behind our back: each GEMM names its arithmetic by its compute type (gemm.cu). */
     CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
-    void *cublas_workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_CUBLAS_WORKSPACE_BYTES);
+    void *cublas_workspace = device_alloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_CUBLAS_WORKSPACE_BYTES);
     CUBLAS_CHECK(
         cublasSetWorkspace(ctx->cublas, cublas_workspace, SDP_CUDA_CUBLAS_WORKSPACE_BYTES));
-    ctx->workspace = sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_WORKSPACE_BYTES);
+    ctx->workspace = device_alloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_WORKSPACE_BYTES);
     ctx->workspace_bytes = SDP_CUDA_WORKSPACE_BYTES;
-    ctx->input_errors = (unsigned *)sdp_cuda_malloc(ctx, SDP_MEM_SCRATCH, sizeof(unsigned));
+    ctx->input_errors = (unsigned *)device_alloc(ctx, SDP_MEM_SCRATCH, sizeof(unsigned));
     return ctx;
 }
 
-void sdp_cuda_ctx_destroy(sdp_cuda_ctx *ctx) {
-    if (!ctx) return;
-    CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
-    CUBLAS_CHECK(cublasDestroy(ctx->cublas)); /* first: it holds a block (its workspace) */
-    while (ctx->blocks) sdp_cuda_free(ctx, ctx->blocks->ptr);
-    if (ctx->comm_stream) {
-        CUDA_CHECK(cudaStreamSynchronize(ctx->comm_stream));
-        CUDA_CHECK(cudaEventDestroy(ctx->comm_ready));
-        CUDA_CHECK(cudaEventDestroy(ctx->comm_done));
-        CUDA_CHECK(cudaStreamDestroy(ctx->comm_stream));
-    }
-    if (ctx->cudnn) CUDNN_CHECK(cudnnDestroy(ctx->cudnn));
-    CUDA_CHECK(cudaStreamDestroy(ctx->stream));
-    free(ctx);
-}
-
-void sdp_cuda_upload(sdp_cuda_ctx *ctx, void *dst, const void *src, size_t bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
-}
-
-void sdp_cuda_download(sdp_cuda_ctx *ctx, void *dst, const void *src, size_t bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
-    sdp_cuda_sync(ctx);
-}
-
-void sdp_cuda_zero(sdp_cuda_ctx *ctx, void *p, size_t bytes) {
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx->stream));
-}
-
-void sdp_cuda_sync(sdp_cuda_ctx *ctx) {
+/* Waits for all work on the stream; fails clearly if a kernel met a bad id since the last check.
+ * The sync entry, and the end of upload and of sdp_cuda_download. */
+static void sync_stream(sdp_cuda_ctx *ctx) {
     unsigned flags = 0;
     CUDA_CHECK(cudaMemcpyAsync(&flags, ctx->input_errors, sizeof flags, cudaMemcpyDeviceToHost,
                                ctx->stream));
@@ -165,8 +135,66 @@ void sdp_cuda_sync(sdp_cuda_ctx *ctx) {
                                      "check the dataset and the model's vocab_size");
 }
 
-void sdp_cuda_copy_rows(sdp_cuda_ctx *ctx, float *dst, size_t ld_dst, const float *src,
-                        size_t ld_src, size_t rows, size_t cols) {
+void sdp_cuda_download(sdp_cuda_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    sync_stream(ctx);
+}
+
+/* ---- table entries ------------------------------------------------------------------------- */
+
+/* Waits for the stream, then frees every allocation still live, the context, and the backend
+ * (which sdp_backend_cuda allocated to hold it). */
+static void cuda_destroy(sdp_backend *be) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
+    CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    CUBLAS_CHECK(cublasDestroy(ctx->cublas)); /* first: it holds a block (its workspace) */
+    while (ctx->blocks) device_free(ctx, ctx->blocks->ptr);
+    if (ctx->comm_stream) {
+        CUDA_CHECK(cudaStreamSynchronize(ctx->comm_stream));
+        CUDA_CHECK(cudaEventDestroy(ctx->comm_ready));
+        CUDA_CHECK(cudaEventDestroy(ctx->comm_done));
+        CUDA_CHECK(cudaStreamDestroy(ctx->comm_stream));
+    }
+    if (ctx->cudnn) CUDNN_CHECK(cudnnDestroy(ctx->cudnn));
+    CUDA_CHECK(cudaStreamDestroy(ctx->stream));
+    free(ctx);
+    free(be);
+}
+
+static void *cuda_alloc(const sdp_backend *be, sdp_memcat cat, size_t bytes) {
+    return device_alloc(cuda_ctx(be), cat, bytes); /* the context's own blocks use it too */
+}
+
+static void cuda_free(const sdp_backend *be, void *p) {
+    device_free(cuda_ctx(be), p); /* the workspace and destroy use it too */
+}
+
+static void cuda_zero(const sdp_backend *be, void *p, size_t bytes) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx->stream));
+}
+
+/* Host to device. The copy is asynchronous with respect to the stream, so src would have to stay
+ * valid until the next waiting call; waiting here lets the caller reuse its host array at once
+ * (the model uploads each batch), and reports bad ids as sync does. */
+static void cuda_upload(const sdp_backend *be, void *dst, const void *src, size_t bytes) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    sync_stream(ctx);
+}
+
+static void cuda_download(const sdp_backend *be, void *dst, const void *src, size_t bytes) {
+    sdp_cuda_download(cuda_ctx(be), dst, src, bytes); /* which reduce.cu and softmax_xent.cu call */
+}
+
+static void cuda_sync(const sdp_backend *be) {
+    sync_stream(cuda_ctx(be)); /* which upload and sdp_cuda_download end with */
+}
+
+/* dst[r * ld_dst + c] = src[r * ld_src + c] for r < rows, c < cols, device to device. */
+static void cuda_copy_rows(const sdp_backend *be, float *dst, size_t ld_dst, const float *src,
+                           size_t ld_src, size_t rows, size_t cols) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (rows == 0 || cols == 0) return;
     if (rows == 1) { /* a plain copy, which may be longer than a 2D copy's pitch limit */
         CUDA_CHECK(
@@ -176,4 +204,29 @@ void sdp_cuda_copy_rows(sdp_cuda_ctx *ctx, float *dst, size_t ld_dst, const floa
     CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(float), src, ld_src * sizeof(float),
                                  cols * sizeof(float), rows, cudaMemcpyDeviceToDevice,
                                  ctx->stream));
+}
+
+/* Bytes in use on the current device by every process and context (cudaMemGetInfo's total minus
+ * free), or 0 when the query fails: the device's, not this context's, because the peak callers
+ * sample it for includes the CUDA context and cuBLAS. */
+static size_t cuda_bytes_in_use(const sdp_backend *be) {
+    (void)be;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return total_b - free_b;
+}
+
+void cuda_ops_context(sdp_backend *t) {
+    t->destroy = cuda_destroy;
+    t->alloc = cuda_alloc;
+    t->free = cuda_free;
+    t->zero = cuda_zero;
+    t->upload = cuda_upload;
+    t->download = cuda_download;
+    t->sync = cuda_sync;
+    t->copy_rows = cuda_copy_rows;
+    t->bytes_in_use = cuda_bytes_in_use;
 }

@@ -10,7 +10,6 @@
  *
  * The backward accumulates as the CPU kernel does: beta = 1 for dinp, dw and dbias. */
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops_cuda_vision.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -19,7 +18,11 @@
  * algorithm needing more than this is not worth the memory. */
 static const size_t MAX_WORKSPACE_BYTES = (size_t)256 << 20;
 
-struct sdp_cuda_conv {
+/* A convolution of one shape (sdp_conv_shape, zero padding, cross-correlation as nn.Conv2d):
+ * cuDNN's descriptors and the algorithms picked for it once, by cuDNN's heuristics, among those
+ * that run in plain fp32 (FMA math, never TF32) and deterministically where one exists. Their
+ * workspace comes from the context's. conv_plan_create returns one as the table's void *plan. */
+typedef struct sdp_cuda_conv {
     sdp_conv_shape shape;
     cudnnTensorDescriptor_t x, y, bias; /* [B, IC, H, W], [B, OC, OH, OW], [1, OC, 1, 1] */
     cudnnFilterDescriptor_t w;          /* [OC, IC, KH, KW] */
@@ -28,7 +31,7 @@ struct sdp_cuda_conv {
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
     size_t fwd_bytes, bwd_data_bytes, bwd_filter_bytes; /* workspace of each */
-};
+} sdp_cuda_conv;
 
 static int out_size(int in, int k, int stride, int pad) {
     return (in + 2 * pad - k) / stride + 1;
@@ -130,7 +133,11 @@ static void choose_algorithms(cudnnHandle_t h, sdp_cuda_conv *c) {
 
 /* ---- plans --------------------------------------------------------------------------------- */
 
-sdp_cuda_conv *sdp_cuda_conv_create(sdp_cuda_ctx *ctx, const sdp_conv_shape *shape) {
+/* Fails with a clear message for an invalid shape. Makes ctx->cudnn on first use. */
+static void *cuda_conv_plan_create(const sdp_backend *be, const sdp_conv_shape *shape,
+                                   sdp_conv_algo algo) {
+    (void)algo; /* the CPU's choice of implementation; cuDNN's heuristics pick here */
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_shape(shape);
     cudnnHandle_t h = cudnn_of(ctx);
     sdp_cuda_conv *c = (sdp_cuda_conv *)calloc(1, sizeof *c);
@@ -164,7 +171,9 @@ sdp_cuda_conv *sdp_cuda_conv_create(sdp_cuda_ctx *ctx, const sdp_conv_shape *sha
     return c;
 }
 
-void sdp_cuda_conv_destroy(sdp_cuda_conv *c) {
+static void cuda_conv_plan_free(const sdp_backend *be, void *plan) {
+    (void)be;
+    sdp_cuda_conv *c = (sdp_cuda_conv *)plan;
     if (!c) return;
     CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(c->conv));
     CUDNN_CHECK(cudnnDestroyFilterDescriptor(c->w));
@@ -178,8 +187,20 @@ void sdp_cuda_conv_destroy(sdp_cuda_conv *c) {
 
 static const float ONE = 1.0f, ZERO = 0.0f;
 
-void sdp_cuda_conv2d_fwd(sdp_cuda_ctx *ctx, const sdp_cuda_conv *c, float *out, const float *inp,
-                         const float *w, const float *bias) {
+/* 0: cuDNN's workspace is the context's (sdp_cuda_workspace, grown on demand), so the model
+ * allocates no convolution scratch. */
+static size_t cuda_conv_scratch_bytes(const sdp_backend *be, const void *plan) {
+    (void)be;
+    (void)plan;
+    return 0;
+}
+
+/* out [B, OC, OH, OW] is overwritten; bias [OC] may be NULL. */
+static void cuda_conv2d_fwd(const sdp_backend *be, const void *plan, float *out, const float *inp,
+                            const float *w, const float *bias, float *scratch) {
+    (void)scratch; /* conv_scratch_bytes is 0: the workspace is the context's */
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
+    const sdp_cuda_conv *c = (const sdp_cuda_conv *)plan;
     SDP_ASSERT(ctx->cudnn); /* made with the plan */
     void *ws = sdp_cuda_workspace(ctx, c->fwd_bytes);
     CUDNN_CHECK(cudnnConvolutionForward(ctx->cudnn, &ONE, c->x, inp, c->w, w, c->conv, c->fwd, ws,
@@ -187,8 +208,13 @@ void sdp_cuda_conv2d_fwd(sdp_cuda_ctx *ctx, const sdp_cuda_conv *c, float *out, 
     if (bias) CUDNN_CHECK(cudnnAddTensor(ctx->cudnn, &ONE, c->bias, bias, &ONE, c->y, out));
 }
 
-void sdp_cuda_conv2d_bwd(sdp_cuda_ctx *ctx, const sdp_cuda_conv *c, float *dinp, float *dw,
-                         float *dbias, const float *dout, const float *inp, const float *w) {
+/* dinp += ; dw += ; dbias += . inp is needed only for dw, w only for dinp. */
+static void cuda_conv2d_bwd(const sdp_backend *be, const void *plan, float *dinp, float *dw,
+                            float *dbias, const float *dout, const float *inp, const float *w,
+                            float *scratch) {
+    (void)scratch; /* conv_scratch_bytes is 0: the workspace is the context's */
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
+    const sdp_cuda_conv *c = (const sdp_cuda_conv *)plan;
     SDP_CHECK(!dinp || w, "sdp_cuda_conv2d_bwd: dinp needs the weights: pass w");
     SDP_CHECK(!dw || inp, "sdp_cuda_conv2d_bwd: dw needs the input: pass inp");
     SDP_ASSERT(ctx->cudnn);
@@ -206,4 +232,12 @@ void sdp_cuda_conv2d_bwd(sdp_cuda_ctx *ctx, const sdp_cuda_conv *c, float *dinp,
     if (dbias)
         CUDNN_CHECK(
             cudnnConvolutionBackwardBias(ctx->cudnn, &ONE, c->y, dout, &ONE, c->bias, dbias));
+}
+
+void cuda_ops_conv2d(sdp_backend *t) {
+    t->conv_plan_create = cuda_conv_plan_create;
+    t->conv_plan_free = cuda_conv_plan_free;
+    t->conv_scratch_bytes = cuda_conv_scratch_bytes;
+    t->conv2d_fwd = cuda_conv2d_fwd;
+    t->conv2d_bwd = cuda_conv2d_bwd;
 }

@@ -40,8 +40,10 @@ __global__ void embed_dwpe_kernel(float *dwpe, const float *dout, int B, int T, 
     }
 }
 
-void sdp_cuda_embed_fwd(sdp_cuda_ctx *ctx, float *out, const int *tokens, const float *wte,
-                        const float *wpe, int B, int T, int C) {
+/* A negative token id gives a zero row and raises the bad-id flag. */
+static void cuda_embed_fwd(const sdp_backend *be, float *out, const int *tokens, const float *wte,
+                           const float *wpe, int B, int T, int C) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     size_t total = (size_t)B * T * C;
     if (total == 0) return;
     embed_fwd_kernel<<<elementwise_blocks(total), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
@@ -49,8 +51,9 @@ void sdp_cuda_embed_fwd(sdp_cuda_ctx *ctx, float *out, const int *tokens, const 
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_embed_bwd(sdp_cuda_ctx *ctx, float *dwte, float *dwpe, const float *dout,
-                        const int *tokens, int B, int T, int C) {
+static void cuda_embed_bwd(const sdp_backend *be, float *dwte, float *dwpe, const float *dout,
+                           const int *tokens, int B, int T, int C) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     size_t total = (size_t)B * T * C;
     if (total == 0) return;
     if (dwte) {
@@ -64,4 +67,9 @@ void sdp_cuda_embed_bwd(sdp_cuda_ctx *ctx, float *dwte, float *dwpe, const float
             dwpe, dout, B, T, C);
         LAUNCH_CHECK();
     }
+}
+
+void cuda_ops_embed(sdp_backend *t) {
+    t->embed_fwd = cuda_embed_fwd;
+    t->embed_bwd = cuda_embed_bwd;
 }

@@ -36,6 +36,12 @@ static cublasOperation_t op(bool transposed) {
     return transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, as sdp_gemm, through cuBLAS: in full fp32
+ * (no TF32) when ctx->precision is SDP_PRECISION_FP32; with SDP_PRECISION_BF16, on tensor cores
+ * with A and B rounded to bf16 and fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF; A, B and C
+ * stay fp32 in memory). cuBLAS is column-major, and a row-major matrix read column-major is its
+ * transpose, so this computes C^T = op(B)^T op(A)^T: B is passed as cuBLAS's first operand and A
+ * as its second, with M and N swapped; the strides stay as they are. */
 void sdp_cuda_gemm(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
                    int ldc) {
@@ -57,4 +63,15 @@ void sdp_cuda_gemm_strided_batched(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, i
                                             CUDA_R_32F, ldb, stride_b, A, CUDA_R_32F, lda, stride_a,
                                             &beta, C, CUDA_R_32F, ldc, stride_c, batch,
                                             compute_type(ctx), CUBLAS_GEMM_DEFAULT));
+}
+
+static void cuda_gemm(const sdp_backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc) {
+    /* sdp_cuda_gemm, which linear.cu calls too */
+    sdp_cuda_gemm(cuda_ctx(be), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void cuda_ops_gemm(sdp_backend *t) {
+    t->gemm = cuda_gemm;
 }

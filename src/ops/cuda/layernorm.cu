@@ -59,8 +59,9 @@ struct layernorm_param_terms {
     }
 };
 
-void sdp_cuda_layernorm_fwd(sdp_cuda_ctx *ctx, float *out, float *mean, float *rstd,
-                            const float *inp, const float *w, const float *b, int n, int C) {
+static void cuda_layernorm_fwd(const sdp_backend *be, float *out, float *mean, float *rstd,
+                               const float *inp, const float *w, const float *b, int n, int C) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (n <= 0) return;
     SDP_CHECK(C > 0, "layernorm: row size %d must be positive: check the model config", C);
     layernorm_fwd_kernel<<<ceil_div(n, ROWS_PER_BLOCK), ROWS_PER_BLOCK * WARP, 0, ctx->stream>>>(
@@ -68,9 +69,10 @@ void sdp_cuda_layernorm_fwd(sdp_cuda_ctx *ctx, float *out, float *mean, float *r
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_layernorm_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, const float *mean, const float *rstd,
-                            int n, int C) {
+static void cuda_layernorm_bwd(const sdp_backend *be, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int n, int C) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (n <= 0 || C <= 0) return;
     if (dinp) {
         layernorm_dinp_kernel<<<ceil_div(n, ROWS_PER_BLOCK), ROWS_PER_BLOCK * WARP, 0,
@@ -80,4 +82,9 @@ void sdp_cuda_layernorm_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dw, float *db
     if (dw || db)
         column_sums<2>(ctx, column_outputs<2>{{dw, db}}, n, C,
                        layernorm_param_terms{dout, inp, mean, rstd, C});
+}
+
+void cuda_ops_layernorm(sdp_backend *t) {
+    t->layernorm_fwd = cuda_layernorm_fwd;
+    t->layernorm_bwd = cuda_layernorm_bwd;
 }

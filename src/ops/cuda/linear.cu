@@ -24,8 +24,9 @@ struct dout_slice_term {
     }
 };
 
-void sdp_cuda_linear_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, const float *w,
-                         const float *bias, int n, int ic, int oc) {
+static void cuda_linear_fwd(const sdp_backend *be, float *out, const float *inp, const float *w,
+                            const float *bias, int n, int ic, int oc) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     /* out[n, oc] = inp[n, ic] w[oc, ic]^T */
     sdp_cuda_gemm(ctx, false, true, n, oc, ic, 1.0f, inp, ic, w, ic, 0.0f, out, oc);
     size_t total = (size_t)n * oc;
@@ -35,8 +36,10 @@ void sdp_cuda_linear_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, const 
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_linear_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dw, float *dbias, const float *dout,
-                         const float *inp, const float *w, int n, int ic, int oc) {
+static void cuda_linear_bwd(const sdp_backend *be, float *dinp, float *dw, float *dbias,
+                            const float *dout, const float *inp, const float *w, int n, int ic,
+                            int oc) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     /* dinp[n, ic] += dout[n, oc] w[oc, ic] */
     if (dinp) sdp_cuda_gemm(ctx, false, false, n, ic, oc, 1.0f, dout, oc, w, ic, 1.0f, dinp, ic);
     /* dw[oc, ic] += dout[n, oc]^T inp[n, ic] */
@@ -44,8 +47,17 @@ void sdp_cuda_linear_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dw, float *dbias
     if (dbias) column_sums<1>(ctx, column_outputs<1>{{dbias}}, n, oc, dout_term{dout, oc});
 }
 
-void sdp_cuda_bias_slice_bwd(sdp_cuda_ctx *ctx, float *dbias, const float *dout, int n, int ld,
-                             int col0, int len) {
+/* dbias[j] += sum over rows r < n of dout[r * ld + col0 + j], j < len (the gradient of a slice of
+ * a bias; the CPU counterpart is the transformer's sliced bias gradient). Deterministic. */
+static void cuda_bias_slice_bwd(const sdp_backend *be, float *dbias, const float *dout, int n,
+                                int ld, int col0, int len) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     SDP_ASSERT(col0 >= 0 && len >= 0 && col0 + len <= ld);
     column_sums<1>(ctx, column_outputs<1>{{dbias}}, n, len, dout_slice_term{dout, ld, col0});
+}
+
+void cuda_ops_linear(sdp_backend *t) {
+    t->linear_fwd = cuda_linear_fwd;
+    t->linear_bwd = cuda_linear_bwd;
+    t->bias_slice_bwd = cuda_bias_slice_bwd;
 }

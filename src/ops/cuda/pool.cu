@@ -3,7 +3,6 @@
  * for the global mean. Every output (or input, in the backward) has one thread or one warp of
  * its own, so there are no atomics and the results are the same run to run. */
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops_cuda_vision.h"
 
 enum { POOL_WARPS_PER_BLOCK = ELEMENTWISE_THREADS / WARP };
 
@@ -40,8 +39,9 @@ __global__ void avgpool_bwd_kernel(float *dinp, const float *dout, int H, int W,
     }
 }
 
-void sdp_cuda_avgpool_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, int B, int C, int H,
-                          int W, int k) {
+static void cuda_avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B, int C,
+                             int H, int W, int k) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_pool("sdp_cuda_avgpool_fwd", B, C, H, W, k);
     const int OH = H / k, OW = W / k;
     const size_t n_out = (size_t)B * C * OH * OW;
@@ -50,8 +50,9 @@ void sdp_cuda_avgpool_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, int B
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_avgpool_bwd(sdp_cuda_ctx *ctx, float *dinp, const float *dout, int B, int C, int H,
-                          int W, int k) {
+static void cuda_avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B, int C,
+                             int H, int W, int k) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_pool("sdp_cuda_avgpool_bwd", B, C, H, W, k);
     if (!dinp) return;
     const size_t n_in = (size_t)B * C * H * W;
@@ -76,8 +77,9 @@ __global__ void global_avgpool_bwd_kernel(float *dinp, const float *dout, size_t
     FOR_EACH_INDEX(i, n) dinp[i] += dout[i / hw] / (float)hw;
 }
 
-void sdp_cuda_global_avgpool_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp, int B, int C,
-                                 int H, int W) {
+static void cuda_global_avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B,
+                                    int C, int H, int W) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_pool("sdp_cuda_global_avgpool_fwd", B, C, H, W, 1);
     const size_t planes = (size_t)B * C, hw = (size_t)H * W;
     global_avgpool_fwd_kernel<<<ceil_div(planes, POOL_WARPS_PER_BLOCK), ELEMENTWISE_THREADS, 0,
@@ -85,12 +87,20 @@ void sdp_cuda_global_avgpool_fwd(sdp_cuda_ctx *ctx, float *out, const float *inp
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_global_avgpool_bwd(sdp_cuda_ctx *ctx, float *dinp, const float *dout, int B, int C,
-                                 int H, int W) {
+static void cuda_global_avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B,
+                                    int C, int H, int W) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_pool("sdp_cuda_global_avgpool_bwd", B, C, H, W, 1);
     if (!dinp) return;
     const size_t hw = (size_t)H * W, n = (size_t)B * C * hw;
     global_avgpool_bwd_kernel<<<elementwise_blocks(n), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
         dinp, dout, n, hw);
     LAUNCH_CHECK();
+}
+
+void cuda_ops_pool(sdp_backend *t) {
+    t->avgpool_fwd = cuda_avgpool_fwd;
+    t->avgpool_bwd = cuda_avgpool_bwd;
+    t->global_avgpool_fwd = cuda_global_avgpool_fwd;
+    t->global_avgpool_bwd = cuda_global_avgpool_bwd;
 }

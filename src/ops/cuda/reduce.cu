@@ -42,13 +42,17 @@ __global__ void sum_partials_kernel(double *out, const double *partials, unsigne
     if (threadIdx.x == 0) *out = total;
 }
 
-void sdp_cuda_scale(sdp_cuda_ctx *ctx, float *x, size_t n, float s) {
+/* x *= s (nothing when s == 1). */
+static void cuda_scale(const sdp_backend *be, float *x, size_t n, float s) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (n == 0 || s == 1.0f) return; /* x * 1 == x: the common no-clip case is free */
     scale_kernel<<<elementwise_blocks(n), ELEMENTWISE_THREADS, 0, ctx->stream>>>(x, n, s);
     LAUNCH_CHECK();
 }
 
-double sdp_cuda_sumsq(sdp_cuda_ctx *ctx, const float *x, size_t n) {
+/* Waits: sum of x[i]^2 in double, in an order that depends on n alone. */
+static double cuda_sumsq(const sdp_backend *be, const float *x, size_t n) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (n == 0) return 0;
     unsigned blocks = ceil_div(n, SUMSQ_THREADS);
     if (blocks > SUMSQ_MAX_BLOCKS) blocks = SUMSQ_MAX_BLOCKS;
@@ -61,4 +65,9 @@ double sdp_cuda_sumsq(sdp_cuda_ctx *ctx, const float *x, size_t n) {
     double total = 0;
     sdp_cuda_download(ctx, &total, scratch, sizeof total);
     return total;
+}
+
+void cuda_ops_reduce(sdp_backend *t) {
+    t->scale = cuda_scale;
+    t->sumsq = cuda_sumsq;
 }

@@ -14,18 +14,25 @@ __global__ void residual_bwd_kernel(float *da, float *db, const float *dout, flo
     }
 }
 
-void sdp_cuda_residual_fwd(sdp_cuda_ctx *ctx, float *out, const float *a, const float *b, float s,
-                           size_t n) {
+static void cuda_residual_fwd(const sdp_backend *be, float *out, const float *a, const float *b,
+                              float s, size_t n) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (n == 0) return;
     residual_fwd_kernel<<<elementwise_blocks(n), ELEMENTWISE_THREADS, 0, ctx->stream>>>(out, a, b,
                                                                                         s, n);
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_residual_bwd(sdp_cuda_ctx *ctx, float *da, float *db, const float *dout, float s,
-                           size_t n) {
+static void cuda_residual_bwd(const sdp_backend *be, float *da, float *db, const float *dout,
+                              float s, size_t n) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (n == 0 || (!da && !db)) return;
     residual_bwd_kernel<<<elementwise_blocks(n), ELEMENTWISE_THREADS, 0, ctx->stream>>>(da, db,
                                                                                         dout, s, n);
     LAUNCH_CHECK();
+}
+
+void cuda_ops_residual(sdp_backend *t) {
+    t->residual_fwd = cuda_residual_fwd;
+    t->residual_bwd = cuda_residual_bwd;
 }

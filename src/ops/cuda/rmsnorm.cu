@@ -42,8 +42,9 @@ struct rmsnorm_weight_term {
     }
 };
 
-void sdp_cuda_rmsnorm_fwd(sdp_cuda_ctx *ctx, float *out, float *rstd, const float *inp,
-                          const float *w, int n, int C) {
+static void cuda_rmsnorm_fwd(const sdp_backend *be, float *out, float *rstd, const float *inp,
+                             const float *w, int n, int C) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (n <= 0) return;
     SDP_CHECK(C > 0, "rmsnorm: row size %d must be positive: check the model config", C);
     rmsnorm_fwd_kernel<<<ceil_div(n, ROWS_PER_BLOCK), ROWS_PER_BLOCK * WARP, 0, ctx->stream>>>(
@@ -51,8 +52,9 @@ void sdp_cuda_rmsnorm_fwd(sdp_cuda_ctx *ctx, float *out, float *rstd, const floa
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_rmsnorm_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dw, const float *dout,
-                          const float *inp, const float *w, const float *rstd, int n, int C) {
+static void cuda_rmsnorm_bwd(const sdp_backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int n, int C) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (n <= 0 || C <= 0) return;
     if (dinp) {
         rmsnorm_dinp_kernel<<<ceil_div(n, ROWS_PER_BLOCK), ROWS_PER_BLOCK * WARP, 0, ctx->stream>>>(
@@ -61,4 +63,9 @@ void sdp_cuda_rmsnorm_bwd(sdp_cuda_ctx *ctx, float *dinp, float *dw, const float
     }
     if (dw)
         column_sums<1>(ctx, column_outputs<1>{{dw}}, n, C, rmsnorm_weight_term{dout, inp, rstd, C});
+}
+
+void cuda_ops_rmsnorm(sdp_backend *t) {
+    t->rmsnorm_fwd = cuda_rmsnorm_fwd;
+    t->rmsnorm_bwd = cuda_rmsnorm_bwd;
 }

@@ -61,10 +61,19 @@ static void rope_apply(sdp_cuda_ctx *ctx, float *qkv, int B, int T, int H, int h
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_rope_fwd(sdp_cuda_ctx *ctx, float *qkv, int B, int T, int H, int hs, float theta) {
+static void cuda_rope_fwd(const sdp_backend *be, float *qkv, int B, int T, int H, int hs,
+                          float theta) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     rope_apply(ctx, qkv, B, T, H, hs, theta, 1.0f);
 }
 
-void sdp_cuda_rope_bwd(sdp_cuda_ctx *ctx, float *dqkv, int B, int T, int H, int hs, float theta) {
+static void cuda_rope_bwd(const sdp_backend *be, float *dqkv, int B, int T, int H, int hs,
+                          float theta) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     rope_apply(ctx, dqkv, B, T, H, hs, theta, -1.0f);
+}
+
+void cuda_ops_rope(sdp_backend *t) {
+    t->rope_fwd = cuda_rope_fwd;
+    t->rope_bwd = cuda_rope_bwd;
 }

@@ -25,9 +25,13 @@ __global__ void sgd_momentum_kernel(float *p, const float *g, float *buf, size_t
     }
 }
 
-void sdp_cuda_sgd_update(sdp_cuda_ctx *ctx, const sdp_opt_cfg *cfg, long t, float *buf,
-                         float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
-                         float lr) {
+/* One SGD step with the formula of src/optim/sgd.c (torch.optim.SGD, dampening 0), arguments as
+ * adamw_update's (adamw.cu): buf is the momentum buffer (NULL when cfg->momentum is 0) at the
+ * segments' state offsets, and t == 1 makes it start as the gradient. */
+static void cuda_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
+                            float *params, const float *grads, const sdp_opt_segment *segs,
+                            int nseg, float lr) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     SDP_ASSERT(cfg && cfg->kind == SDP_OPT_SGD && t >= 1 && (nseg == 0 || segs));
     SDP_ASSERT(!buf == (cfg->momentum == 0.0f)); /* sdp_optim_init's state */
     SDP_CHECK(isfinite(lr) && lr >= 0.0f, "learning rate %g is invalid: use a finite value >= 0",
@@ -48,4 +52,8 @@ void sdp_cuda_sgd_update(sdp_cuda_ctx *ctx, const sdp_opt_cfg *cfg, long t, floa
                 p, g, count, lr, wd);
         LAUNCH_CHECK();
     }
+}
+
+void cuda_ops_sgd(sdp_backend *t) {
+    t->sgd_update = cuda_sgd_update;
 }

@@ -72,8 +72,12 @@ static void check_vocab(int V, int Vp) {
               V, Vp);
 }
 
-double sdp_cuda_softmax_xent_fwd(sdp_cuda_ctx *ctx, float *losses, float *probs,
-                                 const float *logits, const int *targets, int n, int V, int Vp) {
+/* As sdp_softmax_xent_fwd (probs may alias logits; targets < 0 ignored; returns the sum of the
+ * losses, in double). Waits for the stream to return the sum, and fails there if a target was
+ * >= V. */
+static double cuda_softmax_xent_fwd(const sdp_backend *be, float *losses, float *probs,
+                                    const float *logits, const int *targets, int n, int V, int Vp) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_vocab(V, Vp);
     if (n <= 0) return 0.0;
     double *total = (double *)sdp_cuda_workspace(ctx, sizeof(double));
@@ -87,8 +91,11 @@ double sdp_cuda_softmax_xent_fwd(sdp_cuda_ctx *ctx, float *losses, float *probs,
     return result;
 }
 
-void sdp_cuda_softmax_xent_bwd(sdp_cuda_ctx *ctx, float *dlogits, const float *probs,
-                               const int *targets, float dloss, int n, int V, int Vp) {
+/* As sdp_softmax_xent_bwd: OVERWRITES dlogits (which may alias probs). A target >= V (already
+ * reported by the forward) gives a zero row. */
+static void cuda_softmax_xent_bwd(const sdp_backend *be, float *dlogits, const float *probs,
+                                  const int *targets, float dloss, int n, int V, int Vp) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_vocab(V, Vp);
     if (n <= 0) return;
     softmax_xent_bwd_kernel<<<n, ROW_THREADS, 0, ctx->stream>>>(dlogits, probs, targets, dloss, V,
@@ -110,8 +117,11 @@ __global__ void count_correct_kernel(int *hits, const float *logits, const int *
     }
 }
 
-int sdp_cuda_count_correct(sdp_cuda_ctx *ctx, const float *logits, const int *labels, int n, int K,
-                           int ld) {
+/* How many rows r < n with labels[r] >= 0 have their largest logit (the first on a tie) at
+ * column labels[r]; logits is [n, ld] with K <= ld classes. Waits for the stream. */
+static int cuda_count_correct(const sdp_backend *be, const float *logits, const int *labels, int n,
+                              int K, int ld) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     SDP_CHECK(K >= 1 && K <= ld, "count_correct: %d classes in rows of %d: fix the model config", K,
               ld);
     if (n <= 0) return 0;
@@ -123,4 +133,10 @@ int sdp_cuda_count_correct(sdp_cuda_ctx *ctx, const float *logits, const int *la
     int result = 0;
     sdp_cuda_download(ctx, &result, hits, sizeof result);
     return result;
+}
+
+void cuda_ops_softmax_xent(sdp_backend *t) {
+    t->softmax_xent_fwd = cuda_softmax_xent_fwd;
+    t->softmax_xent_bwd = cuda_softmax_xent_bwd;
+    t->count_correct = cuda_count_correct;
 }

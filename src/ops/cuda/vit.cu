@@ -59,8 +59,11 @@ static void check_patch_dims(int B, int C, int H, int W, int p) {
               H, W, B, C, p);
 }
 
-void sdp_cuda_patch_gather(sdp_cuda_ctx *ctx, float *rows, const float *images, int B, int C, int H,
-                           int W, int p) {
+/* As sdp_patch_gather: rows [B * (H/p) * (W/p), C*p*p] = the p x p patches of images
+ * [B, C, H, W], each row in the order (c, i, j) of a conv weight. */
+static void cuda_patch_gather(const sdp_backend *be, float *rows, const float *images, int B, int C,
+                              int H, int W, int p) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_patch_dims(B, C, H, W, p);
     const size_t total = (size_t)B * C * H * W; /* patches tile the image exactly */
     patch_gather_kernel<<<elementwise_blocks(total), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
@@ -68,8 +71,10 @@ void sdp_cuda_patch_gather(sdp_cuda_ctx *ctx, float *rows, const float *images, 
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_vit_embed_fwd(sdp_cuda_ctx *ctx, float *embed, const float *patches, const float *cls,
-                            const float *pos, int B, int T, int C) {
+/* embed[b, 0] = cls + pos[0]; embed[b, t] = patches[b, t - 1] + pos[t] for 0 < t < T. */
+static void cuda_vit_embed_fwd(const sdp_backend *be, float *embed, const float *patches,
+                               const float *cls, const float *pos, int B, int T, int C) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     const size_t total = (size_t)B * T * C;
     if (total == 0) return;
     vit_embed_fwd_kernel<<<elementwise_blocks(total), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
@@ -77,8 +82,11 @@ void sdp_cuda_vit_embed_fwd(sdp_cuda_ctx *ctx, float *embed, const float *patche
     LAUNCH_CHECK();
 }
 
-void sdp_cuda_vit_embed_bwd(sdp_cuda_ctx *ctx, float *dpatches, float *dcls, float *dpos,
-                            const float *dembed, int B, int T, int C) {
+/* Its backward: dcls and dpos accumulate the batch's rows in order (NULL: skipped); dpatches
+ * [B, T - 1, C] is overwritten with rows 1.. of each image's dembed. */
+static void cuda_vit_embed_bwd(const sdp_backend *be, float *dpatches, float *dcls, float *dpos,
+                               const float *dembed, int B, int T, int C) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
     SDP_ASSERT(B >= 1 && T >= 2 && C >= 1);
     const size_t patches = (size_t)B * (T - 1) * C;
     vit_dpatches_kernel<<<elementwise_blocks(patches), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
@@ -89,4 +97,10 @@ void sdp_cuda_vit_embed_bwd(sdp_cuda_ctx *ctx, float *dpatches, float *dcls, flo
     vit_dpos_dcls_kernel<<<elementwise_blocks(TC), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
         dcls, dpos, dembed, B, T, C);
     LAUNCH_CHECK();
+}
+
+void cuda_ops_vit(sdp_backend *t) {
+    t->patch_gather = cuda_patch_gather;
+    t->vit_embed_fwd = cuda_vit_embed_fwd;
+    t->vit_embed_bwd = cuda_vit_embed_bwd;
 }
