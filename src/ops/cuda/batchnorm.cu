@@ -173,14 +173,14 @@ static void cuda_batchnorm_fwd_train(const sdp_backend *be, float *out, float *m
                                      const float *gamma, const float *beta, int B, int C, int H,
                                      int W) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
-    check_dims("sdp_cuda_batchnorm_fwd_train", B, C, H, W);
+    check_dims("sdp_batchnorm_fwd_train", B, C, H, W);
     const bn_shape s = bn_shape_of(B, C, H, W);
     SDP_CHECK(s.n > 1,
-              "sdp_cuda_batchnorm_fwd_train: one value per channel (B=%d, H=%d, W=%d) has no batch "
+              "sdp_batchnorm_fwd_train: one value per channel (B=%d, H=%d, W=%d) has no batch "
               "variance: train with a larger batch or use eval mode",
               B, H, W);
     SDP_CHECK(!running_mean == !running_var,
-              "sdp_cuda_batchnorm_fwd_train: pass both running_mean and running_var, or neither");
+              "sdp_batchnorm_fwd_train: pass both running_mean and running_var, or neither");
     const size_t partial_bytes = (size_t)s.C * s.nchunks * sizeof(double2);
     char *ws = (char *)sdp_cuda_workspace(ctx, partial_bytes + (size_t)s.C * sizeof(double));
     double2 *partials = (double2 *)ws;
@@ -216,7 +216,7 @@ static void cuda_batchnorm_fwd_eval(const sdp_backend *be, float *out, const flo
                                     const float *gamma, const float *beta, int B, int C, int H,
                                     int W) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
-    check_dims("sdp_cuda_batchnorm_fwd_eval", B, C, H, W);
+    check_dims("sdp_batchnorm_fwd_eval", B, C, H, W);
     const bn_shape s = bn_shape_of(B, C, H, W);
     const unsigned total = s.n * s.C;
     normalize_eval_kernel<<<elementwise_blocks(total), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
@@ -274,7 +274,7 @@ static void cuda_batchnorm_bwd(const sdp_backend *be, float *dinp, float *dgamma
                                const float *dout, const float *inp, const float *gamma,
                                const float *mean, const float *rstd, int B, int C, int H, int W) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
-    check_dims("sdp_cuda_batchnorm_bwd", B, C, H, W);
+    check_dims("sdp_batchnorm_bwd", B, C, H, W);
     if (!dinp && !dgamma && !dbeta) return;
     const bn_shape s = bn_shape_of(B, C, H, W);
     const size_t partial_bytes = (size_t)s.C * s.nchunks * sizeof(double2);

@@ -215,8 +215,8 @@ static void cuda_conv2d_bwd(const sdp_backend *be, const void *plan, float *dinp
     (void)scratch; /* conv_scratch_bytes is 0: the workspace is the context's */
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     const sdp_cuda_conv *c = (const sdp_cuda_conv *)plan;
-    SDP_CHECK(!dinp || w, "sdp_cuda_conv2d_bwd: dinp needs the weights: pass w");
-    SDP_CHECK(!dw || inp, "sdp_cuda_conv2d_bwd: dw needs the input: pass inp");
+    SDP_CHECK(!dinp || w, "sdp_conv2d_bwd: dinp needs the weights: pass w");
+    SDP_CHECK(!dw || inp, "sdp_conv2d_bwd: dw needs the input: pass inp");
     SDP_ASSERT(ctx->cudnn);
     const size_t data_bytes = dinp ? c->bwd_data_bytes : 0,
                  filter_bytes = dw ? c->bwd_filter_bytes : 0;

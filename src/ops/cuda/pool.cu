@@ -42,7 +42,7 @@ __global__ void avgpool_bwd_kernel(float *dinp, const float *dout, int H, int W,
 static void cuda_avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B, int C,
                              int H, int W, int k) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
-    check_pool("sdp_cuda_avgpool_fwd", B, C, H, W, k);
+    check_pool("sdp_avgpool_fwd", B, C, H, W, k);
     const int OH = H / k, OW = W / k;
     const size_t n_out = (size_t)B * C * OH * OW;
     avgpool_fwd_kernel<<<elementwise_blocks(n_out), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
@@ -53,7 +53,7 @@ static void cuda_avgpool_fwd(const sdp_backend *be, float *out, const float *inp
 static void cuda_avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B, int C,
                              int H, int W, int k) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
-    check_pool("sdp_cuda_avgpool_bwd", B, C, H, W, k);
+    check_pool("sdp_avgpool_bwd", B, C, H, W, k);
     if (!dinp) return;
     const size_t n_in = (size_t)B * C * H * W;
     avgpool_bwd_kernel<<<elementwise_blocks(n_in), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
@@ -80,7 +80,7 @@ __global__ void global_avgpool_bwd_kernel(float *dinp, const float *dout, size_t
 static void cuda_global_avgpool_fwd(const sdp_backend *be, float *out, const float *inp, int B,
                                     int C, int H, int W) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
-    check_pool("sdp_cuda_global_avgpool_fwd", B, C, H, W, 1);
+    check_pool("sdp_global_avgpool_fwd", B, C, H, W, 1);
     const size_t planes = (size_t)B * C, hw = (size_t)H * W;
     global_avgpool_fwd_kernel<<<ceil_div(planes, POOL_WARPS_PER_BLOCK), ELEMENTWISE_THREADS, 0,
                                 ctx->stream>>>(out, inp, planes, hw);
@@ -90,7 +90,7 @@ static void cuda_global_avgpool_fwd(const sdp_backend *be, float *out, const flo
 static void cuda_global_avgpool_bwd(const sdp_backend *be, float *dinp, const float *dout, int B,
                                     int C, int H, int W) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
-    check_pool("sdp_cuda_global_avgpool_bwd", B, C, H, W, 1);
+    check_pool("sdp_global_avgpool_bwd", B, C, H, W, 1);
     if (!dinp) return;
     const size_t hw = (size_t)H * W, n = (size_t)B * C * hw;
     global_avgpool_bwd_kernel<<<elementwise_blocks(n), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
