@@ -2,7 +2,6 @@
  * GELU MLP, with biases; a final LayerNorm and the LM head tied to the token embeddings. HF GPT-2
  * names (weights in nn.Linear's [out, in], docs/checkpoints.md). */
 #include "models/tf_families.h"
-#include "models/tf_stack.h"
 #include "models/tf_tokens.h"
 
 #include <math.h>
@@ -56,36 +55,10 @@ void tf_gpt_describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *
     o->lm_head = o->wte; /* tied */
 }
 
-static double head(sdp_tf *m, const float *x, const int *targets, int B, int T) {
-    return tf_lm_head(m, SDP_TF_LAYERNORM, x, targets, B, T);
-}
-
-static double forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T) {
-    tf_tokens_stem(m, inputs, B, T);
-    return head(m, tf_stack_forward(m, m->embed, B, T), targets, B, T);
-}
-
-static void backward(sdp_tf *m, float dloss) {
-    const int B = m->last_B, T = m->last_T;
-    tf_lm_head_backward(m, SDP_TF_LAYERNORM, dloss);
-    tf_stack_backward(m, B, T);
-    if (m->backward_floor < 0) tf_tokens_stem_backward(m, B, T);
-    m->has_targets = false; /* probs now hold gradients */
-}
-
-static const struct sdp_tf_family GPT = {
-    .stem_tokens = tf_tokens_stem,
-    .head_tokens = head,
-    .forward_tokens = forward,
-    .backward = backward,
-    .destroy = tf_tokens_free,
-    .train_flops = tf_tokens_train_flops,
-};
-
 void tf_gpt_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
                    sdp_model_mode mode, const sdp_backend *be) {
     tf_begin(m, cfg, shape, B, T, false, be);
-    m->family = &GPT;
+    m->family = &TF_TOKEN_FAMILY;
     m->opts = (sdp_tf_layer_opts){.norm = SDP_TF_LAYERNORM, .mlp = SDP_TF_GELU, .causal = true};
     tf_gpt_describe(&m->layout, &m->cfg, &m->shape, &m->off);
     tf_tokens_build(m, mode);

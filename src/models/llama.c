@@ -3,7 +3,6 @@
  * LM head. HF LLaMA names; q/k/v and gate/up are declared back to back, so each pair of
  * projections is one contiguous matrix and runs as one GEMM. */
 #include "models/tf_families.h"
-#include "models/tf_stack.h"
 #include "models/tf_tokens.h"
 
 #include <math.h>
@@ -53,36 +52,10 @@ void tf_llama_describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape
     o->lm_head = tf_add(&a, "lm_head.weight", 2, Vp, C, -1, 0, 1, true, SDP_INIT_NORMAL, 0.02f);
 }
 
-static double head(sdp_tf *m, const float *x, const int *targets, int B, int T) {
-    return tf_lm_head(m, SDP_TF_RMSNORM, x, targets, B, T);
-}
-
-static double forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T) {
-    tf_tokens_stem(m, inputs, B, T);
-    return head(m, tf_stack_forward(m, m->embed, B, T), targets, B, T);
-}
-
-static void backward(sdp_tf *m, float dloss) {
-    const int B = m->last_B, T = m->last_T;
-    tf_lm_head_backward(m, SDP_TF_RMSNORM, dloss);
-    tf_stack_backward(m, B, T);
-    if (m->backward_floor < 0) tf_tokens_stem_backward(m, B, T);
-    m->has_targets = false; /* probs now hold gradients */
-}
-
-static const struct sdp_tf_family LLAMA = {
-    .stem_tokens = tf_tokens_stem,
-    .head_tokens = head,
-    .forward_tokens = forward,
-    .backward = backward,
-    .destroy = tf_tokens_free,
-    .train_flops = tf_tokens_train_flops,
-};
-
 void tf_llama_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
                      sdp_model_mode mode, const sdp_backend *be) {
     tf_begin(m, cfg, shape, B, T, false, be);
-    m->family = &LLAMA;
+    m->family = &TF_TOKEN_FAMILY;
     m->opts = (sdp_tf_layer_opts){.norm = SDP_TF_RMSNORM,
                                   .mlp = SDP_TF_SWIGLU,
                                   .rope = true,

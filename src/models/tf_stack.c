@@ -190,41 +190,54 @@ static void linear_bwd(const sdp_tf *m, float *dinp, const float *dout, const fl
     if (gb == SDP_GRAD_SLICED) sliced_bias_grads(m, b, dout, n, oc);
 }
 
+/* A layer's sizes for a batch of B sequences of T tokens: its heads and MLP width are its own. */
+typedef struct {
+    int N, C, H, hs, D, F, fc; /* N = B * T rows; D = H * hs; fc: the first MLP linear's width */
+    size_t NC;
+    float s; /* the branch scale */
+} layer_dims;
+
+static layer_dims dims_of(const sdp_tf *m, int i, int B, int T) {
+    layer_dims d = {.N = B * T, .C = m->cfg.d_model, .H = m->shape.n_head[i], .hs = m->head_size};
+    d.D = d.H * d.hs;
+    d.F = m->shape.d_ff[i];
+    d.fc = (int)fc_width(m, (size_t)d.F);
+    d.NC = (size_t)d.N * d.C;
+    d.s = m->shape.branch_scale[i];
+    return d;
+}
+
 /* Each branch's projection is written into `out` first and then folded into the residual, so no
  * extra [N, C] buffer is needed per layer. */
 static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
     const sdp_tf_layer_offsets *o = &m->off.layers[i];
     sdp_tf_layer_acts *a = &m->layers[i];
-    const int N = B * T, C = m->cfg.d_model, H = m->shape.n_head[i], hs = m->head_size;
-    const int D = H * hs, F = m->shape.d_ff[i];
-    const size_t NC = (size_t)N * C;
-    const float s = m->shape.branch_scale[i];
     const sdp_tf_layer_opts *op = &m->opts;
     const bool swiglu = op->mlp == SDP_TF_SWIGLU;
     const sdp_backend *be = m->be;
+    const layer_dims d = dims_of(m, i, B, T);
 
-    if (H > 0) {
-        tf_norm_fwd(m, op->norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, N);
-        sdp_linear_fwd(be, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), N, C, 3 * D);
-        if (op->rope) sdp_rope_fwd(be, a->qkv, B, T, H, hs, op->rope_theta);
-        sdp_attention_fwd(be, a->att, a->lse, a->qkv, B, T, H, hs, op->causal, m->attn_scratch);
-        sdp_linear_fwd(be, a->out, a->att, P(m, o->w_o), P(m, o->b_o), N, D, C);
-        sdp_residual_fwd(be, a->mid, x, a->out, s, NC);
+    if (d.H > 0) {
+        tf_norm_fwd(m, op->norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, d.N);
+        sdp_linear_fwd(be, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), d.N, d.C, 3 * d.D);
+        if (op->rope) sdp_rope_fwd(be, a->qkv, B, T, d.H, d.hs, op->rope_theta);
+        sdp_attention_fwd(be, a->att, a->lse, a->qkv, B, T, d.H, d.hs, op->causal, m->attn_scratch);
+        sdp_linear_fwd(be, a->out, a->att, P(m, o->w_o), P(m, o->b_o), d.N, d.D, d.C);
+        sdp_residual_fwd(be, a->mid, x, a->out, d.s, d.NC);
     } else {
-        sdp_copy_rows(be, a->mid, 0, x, 0, 1, NC);
+        sdp_copy_rows(be, a->mid, 0, x, 0, 1, d.NC);
     }
-    if (F > 0) {
-        tf_norm_fwd(m, op->norm, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, o->ln2_w, o->ln2_b, N);
-        sdp_linear_fwd(be, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), N, C,
-                       (int)fc_width(m, (size_t)F));
+    if (d.F > 0) {
+        tf_norm_fwd(m, op->norm, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, o->ln2_w, o->ln2_b, d.N);
+        sdp_linear_fwd(be, a->fc, a->ln2, P(m, o->w_fc), P(m, o->b_fc), d.N, d.C, d.fc);
         if (swiglu)
-            sdp_swiglu_fwd(be, a->act, a->fc, N, F);
+            sdp_swiglu_fwd(be, a->act, a->fc, d.N, d.F);
         else
-            sdp_gelu_fwd(be, a->act, a->fc, (size_t)N * F);
-        sdp_linear_fwd(be, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), N, F, C);
-        sdp_residual_fwd(be, a->out, a->mid, a->out, s, NC);
+            sdp_gelu_fwd(be, a->act, a->fc, (size_t)d.N * d.F);
+        sdp_linear_fwd(be, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), d.N, d.F, d.C);
+        sdp_residual_fwd(be, a->out, a->mid, a->out, d.s, d.NC);
     } else {
-        sdp_copy_rows(be, a->out, 0, a->mid, 0, 1, NC);
+        sdp_copy_rows(be, a->out, 0, a->mid, 0, 1, d.NC);
     }
 }
 
@@ -258,45 +271,43 @@ static void zero(const sdp_tf *m, float *x, size_t n) {
 static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
     const sdp_tf_layer_offsets *o = &m->off.layers[i], *go = &m->goff.layers[i];
     const sdp_tf_layer_acts *a = &m->layers[i];
-    const int N = B * T, C = m->cfg.d_model, H = m->shape.n_head[i], hs = m->head_size;
-    const int D = H * hs, F = m->shape.d_ff[i];
-    const size_t NC = (size_t)N * C;
-    const float s = m->shape.branch_scale[i];
     const sdp_tf_layer_opts *op = &m->opts;
     const bool swiglu = op->mlp == SDP_TF_SWIGLU;
-    const int fc = (int)fc_width(m, (size_t)F);
     const sdp_backend *be = m->be;
+    const layer_dims d = dims_of(m, i, B, T);
 
-    if (F > 0) { /* out = mid + s * proj(act(fc(norm2(mid)))) */
-        zero(m, m->d_branch, NC);
-        sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
-        zero(m, m->d_act, (size_t)N * F);
+    if (d.F > 0) { /* out = mid + s * proj(act(fc(norm2(mid)))) */
+        zero(m, m->d_branch, d.NC);
+        sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, d.s, d.NC);
+        zero(m, m->d_act, (size_t)d.N * d.F);
         linear_bwd(m, m->d_act, m->d_branch, a->act, o->w_proj, go->w_proj, o->b_proj, go->b_proj,
-                   N, F, C);
-        zero(m, m->d_fc, (size_t)N * fc);
+                   d.N, d.F, d.C);
+        zero(m, m->d_fc, (size_t)d.N * d.fc);
         if (swiglu)
-            sdp_swiglu_bwd(be, m->d_fc, m->d_act, a->fc, N, F);
+            sdp_swiglu_bwd(be, m->d_fc, m->d_act, a->fc, d.N, d.F);
         else
-            sdp_gelu_bwd(be, m->d_fc, m->d_act, a->fc, (size_t)N * F);
-        zero(m, m->d_norm, NC);
-        linear_bwd(m, m->d_norm, m->d_fc, a->ln2, o->w_fc, go->w_fc, o->b_fc, go->b_fc, N, C, fc);
+            sdp_gelu_bwd(be, m->d_fc, m->d_act, a->fc, (size_t)d.N * d.F);
+        zero(m, m->d_norm, d.NC);
+        linear_bwd(m, m->d_norm, m->d_fc, a->ln2, o->w_fc, go->w_fc, o->b_fc, go->b_fc, d.N, d.C,
+                   d.fc);
         tf_norm_bwd(m, op->norm, m->d_res, m->d_norm, a->mid, a->ln2_mean, a->ln2_rstd, o->ln2_w,
-                    go->ln2_w, go->ln2_b, N);
+                    go->ln2_w, go->ln2_b, d.N);
     }
-    if (H > 0) { /* mid = x + s * o_proj(attention(qkv(norm1(x)))) */
-        zero(m, m->d_branch, NC);
-        sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, s, NC);
-        zero(m, m->d_att, (size_t)N * D);
-        linear_bwd(m, m->d_att, m->d_branch, a->att, o->w_o, go->w_o, o->b_o, go->b_o, N, D, C);
-        zero(m, m->d_qkv, (size_t)N * 3 * D);
-        sdp_attention_bwd(be, m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, H, hs, op->causal,
-                          m->attn_scratch);
-        if (op->rope) sdp_rope_bwd(be, m->d_qkv, B, T, H, hs, op->rope_theta);
-        zero(m, m->d_norm, NC);
-        linear_bwd(m, m->d_norm, m->d_qkv, a->ln1, o->w_qkv, go->w_qkv, o->b_qkv, go->b_qkv, N, C,
-                   3 * D);
+    if (d.H > 0) { /* mid = x + s * o_proj(attention(qkv(norm1(x)))) */
+        zero(m, m->d_branch, d.NC);
+        sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, d.s, d.NC);
+        zero(m, m->d_att, (size_t)d.N * d.D);
+        linear_bwd(m, m->d_att, m->d_branch, a->att, o->w_o, go->w_o, o->b_o, go->b_o, d.N, d.D,
+                   d.C);
+        zero(m, m->d_qkv, (size_t)d.N * 3 * d.D);
+        sdp_attention_bwd(be, m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, d.H, d.hs,
+                          op->causal, m->attn_scratch);
+        if (op->rope) sdp_rope_bwd(be, m->d_qkv, B, T, d.H, d.hs, op->rope_theta);
+        zero(m, m->d_norm, d.NC);
+        linear_bwd(m, m->d_norm, m->d_qkv, a->ln1, o->w_qkv, go->w_qkv, o->b_qkv, go->b_qkv, d.N,
+                   d.C, 3 * d.D);
         tf_norm_bwd(m, op->norm, m->d_res, m->d_norm, x, a->ln1_mean, a->ln1_rstd, o->ln1_w,
-                    go->ln1_w, go->ln1_b, N);
+                    go->ln1_w, go->ln1_b, d.N);
     }
 }
 

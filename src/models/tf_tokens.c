@@ -1,7 +1,7 @@
-/* The stem and head of the token models (gpt, llama): token embeddings, with learned positions
- * where the family declared a position table; the final norm and the LM head over the padded
- * vocabulary, tied to the token embeddings where the family made lm_head the same offset as wte.
- * Calls down into the stack (tf_stack.c) and the shared helpers only. */
+/* The token models (gpt, llama) but for their layouts: token embeddings, with learned positions
+ * where the family declared a position table; the layer stack; the final norm (of the layers'
+ * kind) and the LM head over the padded vocabulary, tied to the token embeddings where the family
+ * made lm_head the same offset as wte. Calls down into the stack and the shared helpers only. */
 #include "models/tf_tokens.h"
 
 #include "models/tf_stack.h"
@@ -20,11 +20,11 @@ void tf_tokens_build(sdp_tf *m, sdp_model_mode mode) {
     tf_stack_alloc_backward(m, mode);
 }
 
-void tf_tokens_free(sdp_tf *m) {
+static void free_tokens(sdp_tf *m) {
     m->be->free(m->be, m->inputs);
 }
 
-void tf_tokens_stem(sdp_tf *m, const int *inputs, int B, int T) {
+static void stem(sdp_tf *m, const int *inputs, int B, int T) {
     SDP_ASSERT(B <= m->B && T <= m->T && B * T <= m->B * m->T);
     const int N = B * T, V = m->cfg.vocab, C = m->cfg.d_model;
     for (int i = 0; i < N; i++)
@@ -39,17 +39,18 @@ void tf_tokens_stem(sdp_tf *m, const int *inputs, int B, int T) {
     sdp_embed_fwd(be, m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
 }
 
-void tf_tokens_stem_backward(sdp_tf *m, int B, int T) {
+static void stem_backward(sdp_tf *m, int B, int T) {
     sdp_embed_bwd(m->be, G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T,
                   m->cfg.d_model);
 }
 
-double tf_lm_head(sdp_tf *m, sdp_tf_norm norm, const float *x, const int *targets, int B, int T) {
+static double lm_head(sdp_tf *m, const float *x, const int *targets, int B, int T) {
     const int N = B * T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded, C = m->cfg.d_model;
     const sdp_backend *be = m->be;
     m->last_B = B;
     m->last_T = T;
-    tf_norm_fwd(m, norm, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->off.lnf_w, m->off.lnf_b, N);
+    tf_norm_fwd(m, m->opts.norm, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->off.lnf_w, m->off.lnf_b,
+                N);
     sdp_linear_fwd(be, m->probs, m->lnf, P(m, m->off.lm_head), NULL, N, C, Vp);
     m->has_targets = targets != NULL;
     if (!targets) return 0.0;
@@ -63,7 +64,7 @@ double tf_lm_head(sdp_tf *m, sdp_tf_norm norm, const float *x, const int *target
     return sdp_softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, N, V, Vp);
 }
 
-void tf_lm_head_backward(sdp_tf *m, sdp_tf_norm norm, float dloss) {
+static void lm_head_backward(sdp_tf *m, float dloss) {
     const int N = m->last_B * m->last_T, C = m->cfg.d_model;
     const int V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
     const size_t NC = (size_t)N * C;
@@ -73,13 +74,35 @@ void tf_lm_head_backward(sdp_tf *m, sdp_tf_norm norm, float dloss) {
     sdp_linear_bwd(be, m->d_norm, G(m, m->goff.lm_head), NULL, m->probs, m->lnf,
                    P(m, m->off.lm_head), N, C, Vp);
     be->zero(be, m->d_res, NC * sizeof(float));
-    tf_norm_bwd(m, norm, m->d_res, m->d_norm, tf_stack_top(m), m->lnf_mean, m->lnf_rstd,
+    tf_norm_bwd(m, m->opts.norm, m->d_res, m->d_norm, tf_stack_top(m), m->lnf_mean, m->lnf_rstd,
                 m->off.lnf_w, m->goff.lnf_w, m->goff.lnf_b, N);
 }
 
-double tf_tokens_train_flops(const sdp_tf *m, int T) {
+static double train_flops(const sdp_tf *m, int T) {
     const double C = m->cfg.d_model;
     double layers, attn;
     tf_stack_flops(m, T, &layers, &attn);
     return 6.0 * (layers + C * m->cfg.vocab_padded) + 6.0 * attn;
 }
+
+static double forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T) {
+    stem(m, inputs, B, T);
+    return lm_head(m, tf_stack_forward(m, m->embed, B, T), targets, B, T);
+}
+
+static void backward(sdp_tf *m, float dloss) {
+    const int B = m->last_B, T = m->last_T;
+    lm_head_backward(m, dloss);
+    tf_stack_backward(m, B, T);
+    if (m->backward_floor < 0) stem_backward(m, B, T);
+    m->has_targets = false; /* probs now hold gradients */
+}
+
+const struct sdp_tf_family TF_TOKEN_FAMILY = {
+    .stem_tokens = stem,
+    .head_tokens = lm_head,
+    .forward_tokens = forward,
+    .backward = backward,
+    .destroy = free_tokens,
+    .train_flops = train_flops,
+};
