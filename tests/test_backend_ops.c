@@ -25,7 +25,9 @@
  * Coverage is checked, not assumed: every function-pointer slot of sdp_backend must be claimed
  * exactly once, by a case below, by the harness (which uses the memory entries on every case),
  * or by the list of communication entries (they need several ranks: tests/mpi_invariants.c
- * runs them on the emulated device). A slot added to the table without a case fails the test. */
+ * runs them on the emulated device). A slot added to the table without a case fails the test.
+ * So does a backend with an empty slot; the CUDA table is checked for that even without a GPU
+ * (sdp_backend_cuda_entries), before the cuda modes skip. */
 #include "sdp/backend.h"
 #include "sdp/check.h"
 #include "sdp/rng.h"
@@ -1003,6 +1005,27 @@ static int coverage(void) {
     return ok ? ops : -1;
 }
 
+/* How many function-pointer slots of t have no entry (each printed, with the case that calls it):
+ * a backend with an empty slot would crash on the first model to call that op. */
+static int empty_slots(const sdp_backend *t, const char *backend) {
+    enum { SLOT = sizeof(void (*)(void)) };
+    const size_t first = F(destroy);
+    int empty = 0;
+    for (size_t off = first; off + SLOT <= sizeof(sdp_backend); off += SLOT) {
+        void (*entry)(void);
+        memcpy(&entry, (const char *)t + off, SLOT);
+        if (entry) continue;
+        const char *user = "the harness or the communication entries";
+        for (int c = 0; c < NCASES; c++)
+            for (int f = 0; f < MAX_FIELDS && CASES[c].fields[f]; f++)
+                if (CASES[c].fields[f] == off) user = CASES[c].name;
+        printf("%s has no entry in table slot at byte offset %zu (used by %s)\n", backend, off,
+               user);
+        empty++;
+    }
+    return empty;
+}
+
 int main(int argc, char **argv) {
     const char *which = argc == 2 ? argv[1] : "";
     bool bf16 = strcmp(which, "cuda-bf16") == 0, cuda = bf16 || strcmp(which, "cuda") == 0;
@@ -1012,6 +1035,12 @@ int main(int argc, char **argv) {
     }
     int ops = coverage();
     if (ops < 0) return 1;
+    /* Without a GPU the CUDA table can still be checked for an entry in every slot. */
+    sdp_backend cuda_table = {0};
+    if (cuda && sdp_backend_cuda_entries(&cuda_table)) {
+        if (empty_slots(&cuda_table, "the CUDA backend") > 0) return 1;
+        printf("the CUDA backend has an entry in every slot of the table\n");
+    }
     if (cuda && !sdp_backend_cuda_available()) {
         printf("test_backend_ops: no CUDA device (or no CUDA backend in this build): skipped\n");
         return 77;
@@ -1021,6 +1050,7 @@ int main(int argc, char **argv) {
     h.be[0] = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
     h.be[1] = cuda ? sdp_backend_cuda(0, bf16 ? SDP_PRECISION_BF16 : SDP_PRECISION_FP32)
                    : sdp_backend_emulated(SDP_GEMM_DNNL, false);
+    if (empty_slots(h.be[0], "the CPU backend") + empty_slots(h.be[1], which) > 0) return 1;
     int checked = 0, failed = 0;
     for (int c = 0; c < NCASES; c++) {
         h.normwise = bf16 && CASES[c].matmul;

@@ -242,6 +242,11 @@ sdp_backend *sdp_backend_cuda(int device, sdp_precision precision);
 /* The cuBLAS handle (a cublasHandle_t) of a backend made by sdp_backend_cuda, bound to its stream:
  * for programs that time cuBLAS itself beside the backend (bench/bench_cuda_train.c). */
 void *sdp_backend_cuda_cublas(const sdp_backend *be);
+/* Fills t's entries with the CUDA backend's, leaving name, ctx and mem alone: what
+ * sdp_backend_cuda does after making its context. Needs no device, so that a build without a
+ * GPU can check that every slot of the table has a CUDA entry (tests/test_backend_ops.c). Returns
+ * false, filling nothing, in a build without the CUDA backend. */
+bool sdp_backend_cuda_entries(sdp_backend *t);
 /* Whether this build has the CUDA backend and a device to run it on (never fails). */
 bool sdp_backend_cuda_available(void);
 /* The CUDA devices this process sees (0 without the CUDA backend or a device; never fails). */

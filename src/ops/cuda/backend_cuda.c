@@ -24,31 +24,36 @@ int sdp_backend_cuda_devices(void) {
     return sdp_cuda_device_count();
 }
 
+bool sdp_backend_cuda_entries(sdp_backend *t) {
+    cuda_ops_context(t);
+    cuda_ops_comm_nccl(t);
+    cuda_ops_adamw(t);
+    cuda_ops_sgd(t);
+    cuda_ops_reduce(t);
+    cuda_ops_gemm(t);
+    cuda_ops_linear(t);
+    cuda_ops_embed(t);
+    cuda_ops_layernorm(t);
+    cuda_ops_rmsnorm(t);
+    cuda_ops_activations(t);
+    cuda_ops_residual(t);
+    cuda_ops_attention(t);
+    cuda_ops_rope(t);
+    cuda_ops_softmax_xent(t);
+    cuda_ops_vit(t);
+    cuda_ops_conv2d(t);
+    cuda_ops_batchnorm(t);
+    cuda_ops_relu(t);
+    cuda_ops_pool(t);
+    cuda_ops_add_rows(t);
+    return true;
+}
+
 sdp_backend *sdp_backend_cuda(int device, sdp_precision precision) {
     sdp_cuda_ctx *ctx = sdp_cuda_ctx_create(device, precision);
     sdp_backend *be = malloc(sizeof *be);
     SDP_CHECK(be, "out of memory creating the CUDA backend");
     *be = (sdp_backend){.name = backend_name, .ctx = ctx, .mem = &ctx->mem};
-    cuda_ops_context(be);
-    cuda_ops_comm_nccl(be);
-    cuda_ops_adamw(be);
-    cuda_ops_sgd(be);
-    cuda_ops_reduce(be);
-    cuda_ops_gemm(be);
-    cuda_ops_linear(be);
-    cuda_ops_embed(be);
-    cuda_ops_layernorm(be);
-    cuda_ops_rmsnorm(be);
-    cuda_ops_activations(be);
-    cuda_ops_residual(be);
-    cuda_ops_attention(be);
-    cuda_ops_rope(be);
-    cuda_ops_softmax_xent(be);
-    cuda_ops_vit(be);
-    cuda_ops_conv2d(be);
-    cuda_ops_batchnorm(be);
-    cuda_ops_relu(be);
-    cuda_ops_pool(be);
-    cuda_ops_add_rows(be);
+    sdp_backend_cuda_entries(be);
     return be;
 }

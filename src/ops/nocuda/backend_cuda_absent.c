@@ -16,6 +16,11 @@ void *sdp_backend_cuda_cublas(const sdp_backend *be) {
     sdp_fatal("this sdp was built without CUDA: there is no cuBLAS handle");
 }
 
+bool sdp_backend_cuda_entries(sdp_backend *t) {
+    (void)t;
+    return false;
+}
+
 bool sdp_backend_cuda_available(void) {
     return false;
 }
