@@ -51,8 +51,6 @@ static void cuda_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, lon
                               const sdp_opt_segment *segs, int nseg, float lr) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     SDP_ASSERT(cfg && cfg->kind == SDP_OPT_ADAMW && t >= 1 && (nseg == 0 || segs));
-    SDP_CHECK(isfinite(lr) && lr >= 0.0f, "learning rate %g is invalid: use a finite value >= 0",
-              (double)lr);
     const adamw_coeffs c = adamw_coeffs_at(cfg, t, lr);
     float decay = (float)(1.0 - (double)lr * (double)cfg->weight_decay);
     for (int s = 0; s < nseg; s++) {

@@ -41,13 +41,6 @@ __global__ void rope_rotate_kernel(float *qkv, const float *cos_t, const float *
 
 static void rope_apply(sdp_cuda_ctx *ctx, float *qkv, int B, int T, int H, int hs, float theta,
                        float sign) {
-    SDP_CHECK(B > 0 && T > 0 && H > 0 && hs > 0,
-              "rope needs positive sizes, got B=%d T=%d H=%d hs=%d: check the model config", B, T,
-              H, hs);
-    SDP_CHECK(hs % 2 == 0, "rope needs an even head size, got %d: change n_embd or n_head", hs);
-    SDP_CHECK(theta > 0 && isfinite(theta),
-              "rope theta must be a positive number, got %g: fix rope_theta in the config",
-              (double)theta);
     int half = hs / 2;
     size_t table = (size_t)T * half;
     float *cos_t = (float *)sdp_cuda_workspace(ctx, 2 * table * sizeof(float));

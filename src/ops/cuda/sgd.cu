@@ -34,8 +34,6 @@ static void cuda_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long 
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     SDP_ASSERT(cfg && cfg->kind == SDP_OPT_SGD && t >= 1 && (nseg == 0 || segs));
     SDP_ASSERT(!buf == (cfg->momentum == 0.0f)); /* sdp_optim_init's state */
-    SDP_CHECK(isfinite(lr) && lr >= 0.0f, "learning rate %g is invalid: use a finite value >= 0",
-              (double)lr);
     for (int s = 0; s < nseg; s++) {
         const size_t count = segs[s].count;
         if (count == 0) continue;

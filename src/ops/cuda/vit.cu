@@ -52,19 +52,11 @@ __global__ void vit_dpos_dcls_kernel(float *dcls, float *dpos, const float *demb
     }
 }
 
-static void check_patch_dims(int B, int C, int H, int W, int p) {
-    SDP_CHECK(B >= 1 && C >= 1 && H >= 1 && W >= 1 && p >= 1 && H % p == 0 && W % p == 0,
-              "patch gather: image %dx%d (B=%d, C=%d) is not cut by patch size %d: use a patch "
-              "size that divides both sides",
-              H, W, B, C, p);
-}
-
 /* As sdp_patch_gather: rows [B * (H/p) * (W/p), C*p*p] = the p x p patches of images
  * [B, C, H, W], each row in the order (c, i, j) of a conv weight. */
 static void cuda_patch_gather(const sdp_backend *be, float *rows, const float *images, int B, int C,
                               int H, int W, int p) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
-    check_patch_dims(B, C, H, W, p);
     const size_t total = (size_t)B * C * H * W; /* patches tile the image exactly */
     patch_gather_kernel<<<elementwise_blocks(total), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
         rows, images, C, H, W, p, total);
