@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "train_report.h"
 #include "train/run_dir.h"
+#include "train/run_paths.h"
 
 #include "sdp/check.h"
 #include "sdp/interrupt.h"
@@ -23,14 +24,52 @@ static double now_s(void) {
 
 /* ---- options ------------------------------------------------------------------------------ */
 
-/* On resume the run's own config.json decides everything but the options a user may change. */
-static void apply_resume_config(trainer *t, int argc, char **argv, train_opts *recorded,
-                                run_resolved *resolved) {
+/* A resumed run keeps its own learning-rate schedule unless --reschedule stretches it to the
+ * new --steps; returns the schedule's length before this invocation. */
+static int resume_schedule(train_opts *o, int recorded_steps) {
+    if (!o->schedule_steps) o->schedule_steps = recorded_steps; /* config.json of an older sdp */
+    const int before = o->schedule_steps;
+    if (o->reschedule) o->schedule_steps = o->steps;
+    return before;
+}
+
+/* The one line a resume prints when --steps no longer matches the schedule, or --reschedule
+ * changed it: what the learning rate does from here. */
+static void schedule_note(const train_opts *o, int before, long step, char *note, size_t n) {
+    note[0] = 0;
+    const float lr = (float)o->lr, lr_min = (float)o->lr_min;
+    if (o->schedule_steps != before) {
+        snprintf(note, n,
+                 "resume: --reschedule stretches the schedule from %d to %d steps: the learning "
+                 "rate at step %ld moves from %.2e to %.2e",
+                 before, o->schedule_steps, step, sdp_lr_at(step, o->warmup, before, lr, lr_min),
+                 sdp_lr_at(step, o->warmup, o->schedule_steps, lr, lr_min));
+    } else if (o->steps > o->schedule_steps) {
+        snprintf(note, n,
+                 "resume: the run keeps its schedule of %d steps, so from step %d on the learning "
+                 "rate holds at --lr-min %.2e; pass --reschedule to stretch it to %d steps",
+                 o->schedule_steps, o->schedule_steps, lr_min, o->steps);
+    } else if (o->steps < o->schedule_steps) {
+        snprintf(note, n,
+                 "resume: --steps %d ends the run before its schedule of %d steps does, at a "
+                 "learning rate of %.2e; pass --reschedule to fit the schedule to %d steps",
+                 o->steps, o->schedule_steps,
+                 sdp_lr_at(o->steps, o->warmup, o->schedule_steps, lr, lr_min), o->steps);
+    }
+}
+
+/* On resume the run's own config.json decides everything but the options a user may change
+ * (train_opt_may_change_on_resume) and the data's path, which may be spelt another way. */
+static int apply_resume_config(trainer *t, int argc, char **argv, train_opts *recorded,
+                               run_resolved *resolved) {
     train_opts cli = t->o;
     run_load_config(&t->o, resolved, cli.resume);
     *recorded = t->o;
+    char source[1024];
+    run_path(source, sizeof source, cli.resume, "config.json");
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++) {
         if (!opts_given(argc, argv, s->name)) continue;
+        if (!strcmp(s->name, "data") || !strcmp(s->name, "val-data")) continue;
         SDP_CHECK(train_opt_may_change_on_resume(s->name),
                   "--%s cannot change when resuming (the run was configured with its own "
                   "value): drop it, or start a new run",
@@ -41,16 +80,29 @@ static void apply_resume_config(trainer *t, int argc, char **argv, train_opts *r
                                             : sizeof(double);
         memcpy((char *)&t->o + s->offset, (char *)&cli + s->offset, size);
     }
+    run_paths_resume(&t->o, &cli, opts_given(argc, argv, "data"),
+                     opts_given(argc, argv, "val-data"), source);
     strcpy(t->o.resume, cli.resume);
-    /* Stopping early and replacing a run are about one invocation, not the run: they never
-     * carry over. */
+    /* Stopping early, replacing a run and re-stretching its schedule are about one invocation,
+     * not the run: they never carry over. */
     if (!opts_given(argc, argv, "stop-after")) t->o.stop_after = 0;
+    if (!opts_given(argc, argv, "reschedule")) t->o.reschedule = false;
     t->o.overwrite = false;
+    return resume_schedule(&t->o, recorded->steps);
 }
 
 static void validate_options(train_opts *o) {
-    if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
-    SDP_CHECK(o->warmup <= o->steps, "--warmup %d exceeds --steps %d", o->warmup, o->steps);
+    SDP_CHECK(o->resume[0] || !o->reschedule,
+              "--reschedule stretches a resumed run's schedule to a new --steps: use it with "
+              "--resume, or set a new run's schedule with --schedule-steps");
+    if (!o->resume[0]) run_paths_make_absolute(o);
+    if (o->schedule_steps == 0) o->schedule_steps = o->steps;
+    const int span = o->schedule_steps;
+    if (o->warmup < 0) o->warmup = span / 10 < 100 ? span / 10 : 100;
+    SDP_CHECK(o->warmup <= span,
+              "--warmup %d exceeds the schedule's %d steps (--steps, or "
+              "--schedule-steps)",
+              o->warmup, span);
     SDP_CHECK(o->lr_min <= o->lr, "--lr-min %g exceeds --lr %g", o->lr_min, o->lr);
     train_opts_check_precision(o);
     if (o->sim_world == 0) {
@@ -99,12 +151,15 @@ static void choose_run_dir(trainer *t) {
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
-static void setup(trainer *t, int argc, char **argv) {
+/* note: the line that a resume prints about its schedule (empty when there is none). */
+static void setup(trainer *t, int argc, char **argv, char *note, size_t n) {
     SDP_CHECK(!(t->o.overwrite && t->o.resume[0]),
               "--overwrite starts a new run and --resume continues one: pass one of them");
     train_opts recorded = t->o;
     run_resolved resolved = {0};
-    if (t->o.resume[0]) apply_resume_config(t, argc, argv, &recorded, &resolved);
+    int schedule_before = 0;
+    note[0] = 0;
+    if (t->o.resume[0]) schedule_before = apply_resume_config(t, argc, argv, &recorded, &resolved);
     validate_options(&t->o);
     sdp_world_init(&t->world, &argc, &argv, t->o.threads);
     sdp_interrupt_install(); /* a signal from now on stops the run after a step */
@@ -117,6 +172,7 @@ static void setup(trainer *t, int argc, char **argv) {
         strcpy(t->o.out, t->o.resume);
         load_checkpoint(t);
         check_metrics_log(t);
+        schedule_note(&t->o, schedule_before, t->step, note, n);
     }
     choose_run_dir(t); /* only once the data, the model and any checkpoint are known to be good */
 }
@@ -155,15 +211,21 @@ int cmd_train(int argc, char **argv) {
                "--sim-world N --sim-rank r runs worker r of an N-worker job alone (one process, "
                "no\ncommunication, no checkpoints), to measure one worker's memory and speed.\n"
                "--device cuda trains on GPUs, one per rank (sdp-cuda only).");
-    setup(&t, argc, argv);
+    char schedule[512];
+    setup(&t, argc, argv, schedule, sizeof schedule);
     t.watchdog = sdp_watchdog_start(t.o.stall_timeout, t.world.rank);
     t.data.watchdog = t.watchdog;
-    write_run_files(&t);
+    write_run_files(&t, argc, argv);
     open_metrics(&t);
     print_start(&t);
+    if (is_rank0(&t) && schedule[0]) printf("%s\n", schedule);
 
     const double t0 = now_s();
     double window_t = t0, window_loss = 0;
+    /* Validation, checkpoints and replica checks pause training: the rate leaves them out, and
+     * the ETA adds the validations still to come at their measured cost. */
+    double paused = 0, val_s = 0;
+    int nval = 0;
     sdp_metrics final_val = {NAN, 0, NAN};
     int window_steps = 0;
     trainer_step_result parts = {0}; /* summed over the window */
@@ -185,20 +247,29 @@ int cmd_train(int argc, char **argv) {
             (t.o.stop_after > 0 && t.step - first >= t.o.stop_after) || interrupted != 0;
         if (t.step % t.o.log_every == 0 || last || stop) {
             double now = now_s();
-            log_progress(&t, window_loss / window_steps, r.lr, r.grad_norm, now - window_t,
-                         window_steps, now - t0, &parts);
+            const progress_timing pt = {.window_s = now - window_t - paused,
+                                        .elapsed_s = now - t0,
+                                        .val_s_each = nval > 0 ? val_s / nval : NAN};
+            log_progress(&t, window_loss / window_steps, r.lr, r.grad_norm, window_steps, &pt,
+                         &parts);
             parts = (trainer_step_result){0};
             window_t = now;
+            paused = 0;
             window_loss = 0;
             window_steps = 0;
         }
+        const double pause_t = now_s();
         if (t.o.check_replicas > 0 && t.step % t.o.check_replicas == 0) device_check_replicas(&t);
         if ((t.o.val_every > 0 && t.step % t.o.val_every == 0) || last) {
+            const double v0 = now_s();
             final_val = trainer_validate(&t);
+            val_s += now_s() - v0;
+            nval++;
             log_validation(&t, final_val, now_s() - t0);
         }
         const bool ckpt_due = (t.o.ckpt_every > 0 && t.step % t.o.ckpt_every == 0) || last || stop;
         if (ckpt_due && !simulating(&t)) save_checkpoint(&t);
+        paused += now_s() - pause_t;
         if (stop) break;
     }
     sdp_watchdog_stop(t.watchdog);

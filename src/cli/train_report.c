@@ -2,6 +2,7 @@
  * metrics.jsonl, the start-up banner and ownership table, progress lines, and the final summary
  * of memory per worker next to data parallelism's, and of bytes communicated. */
 #include "train/io_memplan.h"
+#include "train/run_history.h"
 #include "train_report.h"
 
 #include "sdp/check.h"
@@ -20,19 +21,18 @@ void check_metrics_log(const trainer *t) {
     if (access(path, F_OK) == 0) close(sdp_open_input(path, "metrics log", NULL));
 }
 
-void write_run_files(trainer *t) {
+void write_run_files(trainer *t, int argc, char **argv) {
     if (!is_rank0(t)) return;
     char path[1024];
-    /* A resumed run keeps its config.json: the options it was started with, and what they
-     * resolved to then (resume checks that they still do), even when this invocation trains
-     * another plan. */
-    if (!t->o.resume[0]) {
-        const run_resolved resolved = run_resolved_of(&t->plan);
-        char *json = run_resolved_config_json(&t->o, &resolved);
-        run_path(path, sizeof path, t->o.out, "config.json");
-        sdp_write_file_atomic(path, json, strlen(json));
-        free(json);
-    }
+    /* config.json describes what the run trains from here on (a further resume continues it),
+     * and keeps every earlier invocation's setting in "invocations". */
+    run_path(path, sizeof path, t->o.out, "config.json");
+    char *previous = t->o.resume[0] ? run_read_text(path) : NULL;
+    const run_resolved resolved = run_resolved_of(&t->plan);
+    char *json = run_history_config_json(&t->o, &resolved, previous, path, t->step, argc, argv);
+    sdp_write_file_atomic(path, json, strlen(json));
+    free(json);
+    free(previous);
     char *plan = sdp_plan_to_json(&t->plan, &t->full);
     run_path(path, sizeof path, t->o.out, "plan.json");
     sdp_write_file_atomic(path, plan, strlen(plan));
@@ -66,7 +66,12 @@ void print_start(const trainer *t) {
     if (!is_rank0(t)) return;
     const sdp_model_config *c = &t->cfg;
     char p[32];
-    if (t->data.images)
+    if (t->data.images && c->patch > 0)
+        printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, patch %d, %dx%dx%d images, "
+               "%d classes\n",
+               c->arch, c->layers, c->heads, c->width, c->d_ff, c->patch, c->in_channels,
+               c->image_size, c->image_size, c->classes);
+    else if (t->data.images)
         printf("sdp train: %s, depth %d, base channels %d, %dx%dx%d images, %d classes\n", c->arch,
                c->depth, c->width, c->in_channels, c->image_size, c->image_size, c->classes);
     else
@@ -109,14 +114,27 @@ static void fmt_duration(char *buf, size_t n, double s) {
         snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
-void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
-                  double elapsed, const trainer_step_result *sum) {
+/* Validations still to come after this step, the final one included. */
+static long validations_left(const trainer *t) {
+    const long left = t->o.steps - t->step;
+    if (left <= 0) return 0;
+    long n = t->o.val_every > 0 ? t->o.steps / t->o.val_every - t->step / t->o.val_every : 0;
+    if (t->o.val_every <= 0 || t->o.steps % t->o.val_every != 0) n++; /* the last step's */
+    return n;
+}
+
+void log_progress(trainer *t, double loss, double lr, double norm, int nsteps,
+                  const progress_timing *pt, const trainer_step_result *sum) {
     if (!is_rank0(t)) return;
+    const double dt = pt->window_s > 0 ? pt->window_s : 1e-9;
     const double tokens = (double)t->data.B * t->data.T * t->o.grad_accum * nsteps;
     const double tok_s = tokens / dt, ms = 1000.0 * dt / nsteps;
-    char mem[32], eta[32];
+    char mem[32], eta[48];
     sdp_fmt_bytes(mem, sizeof mem, (double)device_mem(t)->total_cur);
-    fmt_duration(eta, sizeof eta, (double)(t->o.steps - t->step) * dt / nsteps);
+    const long vals = validations_left(t);
+    const double train_left = (double)(t->o.steps - t->step) * dt / nsteps;
+    fmt_duration(eta, sizeof eta, train_left + (isnan(pt->val_s_each) ? 0 : vals * pt->val_s_each));
+    if (vals > 0 && isnan(pt->val_s_each)) strcat(eta, " + validation");
     printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f %s/s/worker | %7.1f ms/step | "
            "mem %s | eta %s\n",
            t->step, t->o.steps, loss, lr, norm, tok_s, t->data.images ? "img" : "tok", ms, mem,
@@ -128,8 +146,8 @@ void log_progress(trainer *t, double loss, double lr, double norm, double dt, in
             "\"elapsed_s\":%.3f,\"ms_forward\":%.4g,\"ms_backward\":%.4g,\"ms_sync\":%.4g,"
             "\"ms_update\":%.4g}\n",
             t->step, loss, lr, norm, tok_s, ms, t->examples_seen, t->flops_done,
-            device_mem(t)->total_cur, elapsed, sum->ms_forward / nsteps, sum->ms_backward / nsteps,
-            sum->ms_sync / nsteps, sum->ms_update / nsteps);
+            device_mem(t)->total_cur, pt->elapsed_s, sum->ms_forward / nsteps,
+            sum->ms_backward / nsteps, sum->ms_sync / nsteps, sum->ms_update / nsteps);
     fflush(t->metrics);
 }
 
@@ -259,6 +277,29 @@ static const char *fmt_change(char *buf, size_t n, double x, double ref) {
     return buf;
 }
 
+/* "summary: 30 steps in 1.0 s, final val loss 2.3": this invocation's steps and time, where the
+ * run stands when it was resumed or stopped early, and the last validation's figures or, when
+ * none ran in this invocation, how to get one. */
+static void print_summary_line(const trainer *t, sdp_metrics val, double wall) {
+    const long done = t->step - t->first_step;
+    char span[160] = "";
+    if (t->first_step > 0 || t->step < t->o.steps)
+        snprintf(span, sizeof span, " (steps %ld to %ld of %d%s)", t->first_step + 1, t->step,
+                 t->o.steps, t->step < t->o.steps ? "; stopped early" : "");
+    printf("\nsummary: %ld step%s in %.1f s%s, ", done, done == 1 ? "" : "s", wall, span);
+    const char *what = simulating(t) ? "simulated worker's own " : "";
+    if (!(val.count > 0)) {
+        printf("no validation in this invocation: sdp eval --run %s measures the checkpoint\n",
+               t->o.out);
+        return;
+    }
+    const double v = val.loss / val.count;
+    if (t->data.images)
+        printf("%stest loss %.4f, test accuracy %.2f%%\n", what, v, 100 * val.correct / val.count);
+    else
+        printf("%sfinal val loss %.4f\n", what, v);
+}
+
 void print_summary(trainer *t, sdp_metrics val, double wall) {
     const int N = t->world.size;
     double mine[NCOLS];
@@ -277,18 +318,12 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
     if (is_rank0(t)) device_all = malloc(sizeof(double) * (size_t)N);
     MPI_Gather(&device_peak, 1, MPI_DOUBLE, device_all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (!is_rank0(t)) return;
-    const long steps = t->step > 0 ? t->step : 1;
+    /* The bytes were counted over this invocation's steps only: a rate per step of it. */
+    const long steps = t->step - t->first_step > 0 ? t->step - t->first_step : 1;
     write_memory_json(t, all, sent_all, device_all, steps);
     free(sent_all);
     free(device_all);
-    const double final_val = val.count > 0 ? val.loss / val.count : NAN;
-    const char *what = simulating(t) ? "simulated worker's own " : "";
-    if (t->data.images)
-        printf("\nsummary: %ld steps in %.1f s, %stest loss %.4f, test accuracy %.2f%%\n", t->step,
-               wall, what, final_val, val.count > 0 ? 100 * val.correct / val.count : NAN);
-    else
-        printf("\nsummary: %ld steps in %.1f s, %sfinal val loss %.4f\n", t->step, wall, what,
-               final_val);
+    print_summary_line(t, val, wall);
     if (simulating(t))
         printf("  simulated rank %d of %d: the row below is what that worker holds in the real "
                "job\n",

@@ -9,11 +9,19 @@
  * block) must fail before the run directory is claimed (rank 0). */
 void check_metrics_log(const trainer *t);
 void open_metrics(trainer *t);
-void write_run_files(trainer *t);
+/* config.json (the run's options and, on resume, one more invocation: argv's changes) and
+ * plan.json. */
+void write_run_files(trainer *t, int argc, char **argv);
 void print_start(const trainer *t);
+/* A progress window's time: its training steps alone (validation and checkpoints left out), the
+ * invocation's wall-clock time so far, and one validation's measured cost (NAN before the
+ * first), which the ETA adds for each validation still to come. */
+typedef struct {
+    double window_s, elapsed_s, val_s_each;
+} progress_timing;
 /* sum: the parts of the window's steps, summed (metrics.jsonl gets their means). */
-void log_progress(trainer *t, double loss, double lr, double norm, double dt, int nsteps,
-                  double elapsed, const trainer_step_result *sum);
+void log_progress(trainer *t, double loss, double lr, double norm, int nsteps,
+                  const progress_timing *pt, const trainer_step_result *sum);
 void log_validation(trainer *t, sdp_metrics val, double elapsed);
 void print_summary(trainer *t, sdp_metrics final_val, double wall);
 

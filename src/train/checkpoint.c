@@ -268,6 +268,7 @@ void load_checkpoint(trainer *t) {
     SDP_CHECK(step == s.step, "%s and %s are from different steps: the checkpoint is inconsistent",
               mpath, opath);
     t->step = step;
+    t->first_step = step;
     t->opt.t = s.opt_t;
     batches_seek(&t->data, s.pos);
     t->examples_seen = s.tokens;

@@ -35,6 +35,14 @@ const opt_spec TRAIN_OPTS[] = {
     {"batch", OPT_INT, F(batch), "8", "sequences per micro-batch per worker", 1},
     {"grad-accum", OPT_INT, F(grad_accum), "1", "micro-batches accumulated per step", 1},
     {"steps", OPT_INT, F(steps), "1000", "optimizer steps in the whole run", 1},
+    {"schedule-steps", OPT_INT, F(schedule_steps), "0",
+     "steps of the warmup-and-cosine schedule; 0 = --steps (a resumed run keeps its own unless "
+     "--reschedule)",
+     0},
+    {"reschedule", OPT_FLAG, F(reschedule), "false",
+     "on resume with another --steps: stretch the schedule to the new --steps (default: keep "
+     "the run's schedule)",
+     0},
     {"warmup", OPT_INT, F(warmup), "-1", "linear warmup steps; -1 = 10% of --steps, at most 100",
      -1},
     {"lr", OPT_FLOAT, F(lr), "1e-3", "peak learning rate", 0},
@@ -109,12 +117,12 @@ const opt_spec TRAIN_OPTS[] = {
 bool train_opt_may_change_on_resume(const char *name) {
     /* The checkpoint holds the full model and optimizer state, so the plan may change too: every
      * worker re-slices what it owns. */
-    static const char *ok[] = {"steps",        "stop-after",     "log-every",  "val-every",
-                               "val-batches",  "ckpt-every",     "threads",    "gemm",
-                               "resume",       "check-replicas", "sdp-mask",   "sdp-unit",
-                               "sdp-owners",   "sdp-coverage",   "sdp-assign", "sdp-chunks",
-                               "sdp-seed",     "branch-scale",   "device",     "precision",
-                               "stall-timeout"};
+    static const char *ok[] = {"steps",         "stop-after",     "log-every",  "val-every",
+                               "val-batches",   "ckpt-every",     "threads",    "gemm",
+                               "resume",        "check-replicas", "sdp-mask",   "sdp-unit",
+                               "sdp-owners",    "sdp-coverage",   "sdp-assign", "sdp-chunks",
+                               "sdp-seed",      "branch-scale",   "device",     "precision",
+                               "stall-timeout", "reschedule"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;
     return false;

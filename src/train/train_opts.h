@@ -20,6 +20,8 @@ typedef struct {
     bool flip;
     /* optimisation */
     int batch, grad_accum, steps, warmup;
+    int schedule_steps; /* the cosine's length: --steps of the run's first invocation by default */
+    bool reschedule;
     double lr, lr_min, weight_decay, beta1, beta2, eps, momentum, clip;
     char optimizer[OPT_STR_MAX];
     bool nesterov, decay_all;

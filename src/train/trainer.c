@@ -178,7 +178,8 @@ trainer_step_result trainer_step(trainer *t) {
               r.grad_norm, t->step + 1);
     double t3 = now_ms();
     device_scale(t, t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
-    r.lr = sdp_lr_at(t->step, t->o.warmup, t->o.steps, (float)t->o.lr, (float)t->o.lr_min);
+    const int span = t->o.schedule_steps > 0 ? t->o.schedule_steps : t->o.steps;
+    r.lr = sdp_lr_at(t->step, t->o.warmup, span, (float)t->o.lr, (float)t->o.lr_min);
     device_optim_step(t, r.lr);
     device_sample_peak(t);
     if (t->plan.cfg.mask == SDP_MASK_BACKWARD && sync) sdp_sync_publish(&t->sync, m->params);

@@ -44,6 +44,7 @@ typedef struct {
     float *recal;
     long recal_step;
     long step;
+    long first_step; /* where this invocation began: 0, or the resumed checkpoint's step */
     double examples_seen, flops_done;          /* tokens or images, over all workers */
     uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
     FILE *metrics;
