@@ -26,6 +26,11 @@ got=$(json "$R/config.json" \
 want="(30, 'backward', 2, [(0, 4, 2, 'forward'), (10, 2, 1, 'backward')], {'steps': 30, 'sdp-mask': 'backward'})"
 [ "$got" = "$want" ] && pass "config.json: the latest setting on top, both invocations recorded" \
   || fail "config.json after resume: $got (want $want)"
+python3 - "$R/metrics.jsonl" <<'EOF' && pass "elapsed_s counts the whole run: it never falls across the resume" || fail "elapsed_s falls across the resume"
+import json, sys
+t = [json.loads(l)["elapsed_s"] for l in open(sys.argv[1])]
+sys.exit(not all(a <= b for a, b in zip(t, t[1:])))
+EOF
 (cd "$WORK/elsewhere" && "$SDP_BIN" eval --run "$R" >"$WORK/eval.log" 2>&1) \
   && pass "eval of that run works from another directory" || { fail "eval elsewhere"; cat "$WORK/eval.log"; }
 

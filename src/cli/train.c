@@ -216,7 +216,7 @@ int cmd_train(int argc, char **argv) {
     t.watchdog = sdp_watchdog_start(t.o.stall_timeout, t.world.rank);
     t.data.watchdog = t.watchdog;
     write_run_files(&t, argc, argv);
-    open_metrics(&t);
+    const double before = open_metrics(&t); /* earlier invocations' seconds */
     print_start(&t);
     if (is_rank0(&t) && schedule[0]) printf("%s\n", schedule);
 
@@ -248,7 +248,7 @@ int cmd_train(int argc, char **argv) {
         if (t.step % t.o.log_every == 0 || last || stop) {
             double now = now_s();
             const progress_timing pt = {.window_s = now - window_t - paused,
-                                        .elapsed_s = now - t0,
+                                        .elapsed_s = before + now - t0,
                                         .val_s_each = nval > 0 ? val_s / nval : NAN};
             log_progress(&t, window_loss / window_steps, r.lr, r.grad_norm, window_steps, &pt,
                          &parts);
@@ -265,7 +265,7 @@ int cmd_train(int argc, char **argv) {
             final_val = trainer_validate(&t);
             val_s += now_s() - v0;
             nval++;
-            log_validation(&t, final_val, now_s() - t0);
+            log_validation(&t, final_val, before + now_s() - t0);
         }
         const bool ckpt_due = (t.o.ckpt_every > 0 && t.step % t.o.ckpt_every == 0) || last || stop;
         if (ckpt_due && !simulating(&t)) save_checkpoint(&t);

@@ -39,9 +39,12 @@ void write_run_files(trainer *t, int argc, char **argv) {
     free(plan);
 }
 
-/* Keeps metrics lines up to the resumed step, so the log reads as one uninterrupted run. */
-void open_metrics(trainer *t) {
-    if (!is_rank0(t)) return;
+/* Keeps metrics lines up to the resumed step, so the log reads as one uninterrupted run, and
+ * returns the wall-clock seconds they had logged (0 for a new run): elapsed_s counts the whole
+ * run's time, every invocation's. */
+double open_metrics(trainer *t) {
+    double elapsed = 0;
+    if (!is_rank0(t)) return 0;
     char path[1024];
     run_path(path, sizeof path, t->o.out, "metrics.jsonl");
     if (t->o.resume[0]) {
@@ -52,7 +55,11 @@ void open_metrics(trainer *t) {
         char line[4096];
         while (in && fgets(line, sizeof line, in)) {
             const char *s = strstr(line, "\"step\":");
-            if (s && strtol(s + 7, NULL, 10) <= t->step) fputs(line, mem);
+            if (!s || strtol(s + 7, NULL, 10) > t->step) continue;
+            fputs(line, mem);
+            const char *e = strstr(line, "\"elapsed_s\":");
+            const double x = e ? strtod(e + 12, NULL) : 0;
+            if (isfinite(x) && x > elapsed) elapsed = x;
         }
         if (in) fclose(in);
         fclose(mem);
@@ -60,6 +67,7 @@ void open_metrics(trainer *t) {
         free(kept);
     }
     t->metrics = sdp_fopen(path, "ab");
+    return elapsed;
 }
 
 void print_start(const trainer *t) {

@@ -8,7 +8,8 @@
 /* On resume, open_metrics reads the log back: one that is not a regular file (a FIFO would
  * block) must fail before the run directory is claimed (rank 0). */
 void check_metrics_log(const trainer *t);
-void open_metrics(trainer *t);
+/* Opens metrics.jsonl; returns the seconds earlier invocations logged (rank 0; else 0). */
+double open_metrics(trainer *t);
 /* config.json (the run's options and, on resume, one more invocation: argv's changes) and
  * plan.json. */
 void write_run_files(trainer *t, int argc, char **argv);
