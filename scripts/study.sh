@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The pay-off study: quality per byte of device memory, DDP against SDP and the dense
+# alternatives, on workloads calibrated against public references (docs/results.md).
+#
+# Usage: bash scripts/study.sh WORKLOAD...        (after scripts/build.sh)
+#   calibrate   sdp's DDP on nanoGPT's shakespeare-char CPU recipe, on 1 and on 4 workers at the
+#               same global batch (3 seeds each), and a ResNet-20 on Fashion-MNIST for 5 epochs
+#
+# Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
+# FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
+# metrics and its wall-clock time. A run whose row is there is skipped, so a sweep resumes from
+# the rows alone, on a fresh clone too; a run cut off mid-way resumes from its last checkpoint.
+# Run directories (runs/study/, never committed) are only the means.
+#   STUDY_COMMIT=1   commit each row as it lands (git commit of that TSV alone)
+#   SEEDS="1 2 3"    the seeds of every configuration
+#   SDP_BIN=PATH     the sdp binary (default build/sdp)
+# Run it in the background: nohup bash scripts/study.sh calibrate > runs/study.log 2>&1 &
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SDP=${SDP_BIN:-build/sdp} # a copy keeps a long sweep on one binary while the tree is rebuilt
+[ -x "$SDP" ] || { echo "$SDP is missing: run bash scripts/build.sh first" >&2; exit 1; }
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+TEXT=$(realpath -m "${SDP_TEXT:-../shared/data/tinyshakespeare.txt}")
+SEEDS=${SEEDS:-1 2 3}
+OUT=runs/study
+COLUMNS_TSV="workload	config	seed	N	mask	unit	C	layers	width	lr	steps	tflop_per_worker	state_bytes	total_bytes	peak_rss_bytes	val_loss	val_acc	wall_s"
+
+# nanoGPT's shakespeare-char CPU recipe (karpathy/nanoGPT, README "baby GPT" on a CPU): 4 layers,
+# 4 heads, width 128, context 64, batch 12, 2000 iterations, lr 1e-3 cosine to 1e-4 after 100
+# warmup steps, beta2 0.99, weight decay 0.1, clip 1.0, no dropout. Its README reports a
+# validation loss of 1.88. Validation takes 200 batches of 12, as its eval_iters does.
+GPT_REF=(--model gpt --data "$TEXT" --layers 4 --heads 4 --width 128 --seq-len 64 --steps 2000
+         --warmup 100 --lr 1e-3 --lr-min 1e-4 --beta2 0.99 --weight-decay 0.1 --clip 1.0
+         --val-frac 0.1 --val-every 500 --log-every 100 --ckpt-every 500)
+# ResNet-20 (CIFAR-style) on Fashion-MNIST: 5 epochs of 4 x 32 images, SGD with Nesterov
+# momentum, random crops; one evaluation of the whole test split per epoch.
+RESNET_REF=(--model resnet --depth 20 --channels 16 --dataset fashion-mnist --batch 32
+            --steps 2345 --optimizer sgd --lr 0.1 --lr-min 0.001 --momentum 0.9 --nesterov
+            --weight-decay 5e-4 --val-every 469 --log-every 50 --ckpt-every 469)
+
+tsv_of() { echo "docs/study/$1.tsv"; }
+
+has_row() { # workload config seed
+  local f; f=$(tsv_of "$1")
+  [ -f "$f" ] && awk -F'\t' -v c="$2" -v s="$3" '$2 == c && $3 == s { found = 1 } END { exit !found }' "$f"
+}
+
+# One row from a finished run directory: config.json, metrics.jsonl and memory.json.
+add_row() { # workload config seed dir wall_s
+  local f; f=$(tsv_of "$1")
+  mkdir -p docs/study
+  [ -f "$f" ] || echo "$COLUMNS_TSV" >"$f"
+  python3 - "$@" >>"$f" <<'EOF'
+import json, sys
+w, name, seed, d, wall = sys.argv[1:6]
+cfg = json.load(open(f"{d}/config.json"))
+res = cfg.get("resolved", {})
+mem = json.load(open(f"{d}/memory.json"))["workers"]
+lines = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.strip()]
+train = [l for l in lines if "loss" in l]
+val = [l for l in lines if "val_loss" in l]
+state = max(w_["params"] + w_["grads"] + w_["optimizer"] for w_ in mem)
+total = max(w_["total"] for w_ in mem)
+rss = max(w_["peak_rss"] for w_ in mem)
+mask = cfg["sdp-mask"]
+unit = "-" if mask == "none" else cfg["sdp-unit"]
+acc = val[-1].get("val_accuracy") if val else None
+row = [w, name, seed, res.get("world", 1), mask, unit, f"{res.get('coverage', 1):.4g}",
+       cfg["layers"] if cfg["model"] != "resnet" else cfg["depth"],
+       cfg["width"] if cfg["model"] != "resnet" else cfg["channels"], f"{cfg['lr']:.4g}",
+       train[-1]["step"], f"{train[-1]['flops'] / 1e12:.6g}", int(state), int(total), int(rss),
+       f"{val[-1]['val_loss']:.6f}" if val else "nan", f"{acc:.6f}" if acc is not None else "-",
+       wall]
+print("\t".join(str(x) for x in row))
+EOF
+  if [ "${STUDY_COMMIT:-0}" = 1 ]; then
+    git add "$f" && git commit -q -m "study: $1 $2 seed $3 finished" -- "$f" || true
+  fi
+}
+
+DONE=0
+# run WORKLOAD CONFIG SEED NP FLAGS...: trains (or resumes) one configuration and records it.
+run() {
+  local w=$1 name=$2 seed=$3 np=$4; shift 4
+  local dir="$OUT/$w/$name-s$seed"
+  DONE=$((DONE + 1))
+  if has_row "$w" "$name" "$seed"; then echo "[$DONE] $w $name seed $seed: recorded before"; return; fi
+  mkdir -p "$OUT/$w"
+  local launch=(mpirun -np "$np" --oversubscribe)
+  [ "$np" -eq 1 ] && launch=()
+  local args=("$@" --seed "$seed" --out "$dir")
+  if [ -f "$dir/memory.json" ]; then
+    args=() # finished, but its row was not written: record it
+  elif [ -f "$dir/model.safetensors" ]; then
+    args=(--resume "$dir") && echo "[$DONE] $w $name seed $seed: resuming from its checkpoint"
+  else
+    rm -rf "$dir"
+  fi
+  local t0=$SECONDS
+  if [ ${#args[@]} -gt 0 ] && ! "${launch[@]}" "$SDP" train "${args[@]}" >>"$dir.log" 2>&1; then
+    echo "[$DONE] $w $name seed $seed: FAILED (log: $dir.log)"; tail -3 "$dir.log"; return
+  fi
+  add_row "$w" "$name" "$seed" "$dir" $((SECONDS - t0))
+  echo "[$DONE] $w $name seed $seed: $((SECONDS - t0)) s, $(grep -E '^summary' "$dir.log" | tail -1 | sed 's/^summary: //')"
+}
+
+calibrate() {
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  for seed in $SEEDS; do
+    run calibrate gpt-ddp-n1 "$seed" 1 "${GPT_REF[@]}" --batch 12 --val-batches 200
+    run calibrate gpt-ddp-n4 "$seed" 4 "${GPT_REF[@]}" --batch 3 --val-batches 200
+  done
+  run calibrate resnet20-ddp-n4 1 4 "${RESNET_REF[@]}"
+}
+
+[ $# -gt 0 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 1; }
+for w in "$@"; do
+  t0=$SECONDS
+  case $w in
+    calibrate) calibrate ;;
+    *) echo "unknown workload '$w': use calibrate" >&2; exit 1 ;;
+  esac
+  echo "== $w: $((SECONDS - t0)) s"
+done
