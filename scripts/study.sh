@@ -5,6 +5,9 @@
 # Usage: bash scripts/study.sh WORKLOAD...        (after scripts/build.sh)
 #   calibrate   sdp's DDP on nanoGPT's shakespeare-char CPU recipe, on 1 and on 4 workers at the
 #               same global batch (3 seeds each), and a ResNet-20 on Fashion-MNIST for 5 epochs
+#   gpt         the reference recipe at N = 4: DDP and the four SDP modes at C = 0.5, each at the
+#               best of three learning rates (0.5x, 1x, 2x the recipe's, picked on seed 1), then
+#               3 seeds at equal steps and at matched FLOPs per worker
 #
 # Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
 # FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
@@ -104,6 +107,62 @@ run() {
   echo "[$DONE] $w $name seed $seed: $((SECONDS - t0)) s, $(grep -E '^summary' "$dir.log" | tail -1 | sed 's/^summary: //')"
 }
 
+# The value of column col in the row of config at seed.
+cell() { # workload config seed col
+  local f; f=$(tsv_of "$1")
+  [ -f "$f" ] || return 0
+  awk -F'\t' -v c="$2" -v s="$3" -v k="$4" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    $2 == c && $3 == s { print $col[k]; exit }' "$f"
+}
+
+# The learning rate of prefix-lr<LR> with the lowest seed-1 validation loss.
+best_lr() { # workload prefix lrs...
+  local w=$1 prefix=$2 best="" best_loss=""; shift 2
+  for lr in "$@"; do
+    local v; v=$(cell "$w" "$prefix-lr$lr" 1 val_loss)
+    [ -n "$v" ] || continue
+    if [ -z "$best" ] || awk -v a="$v" -v b="$best_loss" 'BEGIN { exit !(a < b) }'; then
+      best=$lr best_loss=$v
+    fi
+  done
+  echo "$best"
+}
+
+SDP_MODES=(forward-block forward-neuron backward-block backward-neuron)
+mode_flags() { # mode coverage
+  case $1 in
+    ddp) echo "--sdp-mask none" ;;
+    *) echo "--sdp-mask ${1%-*} --sdp-unit ${1#*-} --sdp-coverage $2" ;;
+  esac
+}
+
+gpt() {
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  local lrs=(5e-4 1e-3 2e-3) w=gpt
+  local base=("${GPT_REF[@]}" --batch 3 --val-batches 200)
+  for mode in ddp "${SDP_MODES[@]}"; do
+    local prefix=$mode; [ "$mode" = ddp ] || prefix=$mode-c0.5
+    # shellcheck disable=SC2046
+    for lr in "${lrs[@]}"; do run $w "$prefix-lr$lr" 1 4 "${base[@]}" --lr "$lr" $(mode_flags "$mode" 0.5); done
+    local lr; lr=$(best_lr $w "$prefix" "${lrs[@]}")
+    [ -n "$lr" ] || { echo "$w $prefix: no learning rate finished"; continue; }
+    for seed in $SEEDS; do
+      # shellcheck disable=SC2046
+      run $w "$prefix-lr$lr" "$seed" 4 "${base[@]}" --lr "$lr" $(mode_flags "$mode" 0.5)
+    done
+    [ "$mode" = ddp ] && continue
+    # Matched FLOPs: as many steps as give this worker DDP's FLOPs of 2000 steps.
+    local ddp_lr; ddp_lr=$(best_lr $w ddp "${lrs[@]}")
+    local steps; steps=$(awk -v d="$(cell $w "ddp-lr$ddp_lr" 1 tflop_per_worker)" \
+      -v m="$(cell $w "$prefix-lr$lr" 1 tflop_per_worker)" 'BEGIN { printf "%d", 2000 * d / m + 0.5 }')
+    for seed in $SEEDS; do
+      # shellcheck disable=SC2046
+      run $w "$prefix-lr$lr-matched" "$seed" 4 "${base[@]}" --lr "$lr" --steps "$steps" \
+        --val-every $((steps / 4)) $(mode_flags "$mode" 0.5)
+    done
+  done
+}
+
 calibrate() {
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
   for seed in $SEEDS; do
@@ -118,7 +177,8 @@ for w in "$@"; do
   t0=$SECONDS
   case $w in
     calibrate) calibrate ;;
-    *) echo "unknown workload '$w': use calibrate" >&2; exit 1 ;;
+    gpt) gpt ;;
+    *) echo "unknown workload '$w': use calibrate or gpt" >&2; exit 1 ;;
   esac
   echo "== $w: $((SECONDS - t0)) s"
 done
