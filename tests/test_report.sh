@@ -1,7 +1,8 @@
 # sdp report on real tiny runs: the per-run table; --group, where two runs that differ only in
 # --seed form one group whose figures are the mean and sample std of their own final figures; a
 # run with more steps and a DDP run form groups of their own; --plots writes SVG charts whose
-# data are the group means; bad input gets one line naming the problem.
+# data are the group means, each chart under a title of its own and with the dataset's memory as
+# a category of its own; bad input gets one line naming the problem.
 source "$(dirname "$0")/lib.sh"
 MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
 make_text "$WORK/text.txt" 60000
@@ -117,6 +118,40 @@ elif "$SDP_BIN" report --group --plots "$WORK/plots" "${RUNS[@]}" >"$WORK/plots.
           END { exit !(n == 5 && !bad) }'; then
     pass "--plots: the group's training curve is the mean of its seeds at each logged step"
   else fail "--plots: curve_0_train.dat is not the mean of fwd1 and fwd2"; fi
+  # Every chart says what it shows: no two share a title.
+  nscripts=$(ls "$WORK/plots"/*.gp | wc -l)
+  ntitles=$(grep -h '^set title ' "$WORK/plots"/*.gp | sort -u | wc -l)
+  if [ "$nscripts" -ge 3 ] && [ "$ntitles" -eq "$nscripts" ] &&
+     grep -q "^set title .*step" "$WORK/plots/loss_vs_steps.gp" &&
+     grep -q "^set title .*FLOP" "$WORK/plots/loss_vs_flops.gp"; then
+    pass "--plots: each of the $nscripts charts has a title of its own"
+  else fail "--plots: $nscripts charts share $ntitles titles"; grep -h '^set title' "$WORK/plots"/*.gp; fi
+  # The dataset's bytes are a bar of their own, of the size memory.json gives the largest worker of
+  # group 1 (fwd1 and fwd2), and the per-run table shows them too.
+  if python3 - "$WORK/plots/memory.dat" "$WORK/plots/memory.gp" "$WORK/table.md" \
+       "$WORK/fwd1/memory.json" "$WORK/fwd2/memory.json" <<'PY'
+import json, sys
+dat, gp, table = (open(p).read().splitlines() for p in sys.argv[1:4])
+header = dat[0].lstrip("# ").split()
+row = dat[1].split()
+assert row[0] == "1", row
+assert "data" in header and "title 'data'" in "\n".join(gp), header
+workers = [w for p in sys.argv[4:] for w in json.load(open(p))["workers"]]
+largest = max(workers, key=lambda w: w["total"])
+want = largest["data"] / 2**20
+got = float(row[header.index("data")])
+print("data MiB: memory.dat", got, "memory.json", want)
+assert want > 0 and abs(got - want) <= 1e-4 * want, (got, want)
+rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in table if l.startswith("|")]
+cells = {r[0]: dict(zip(rows[0], r)) for r in rows[2:]}
+fwd1 = max(json.load(open(sys.argv[4]))["workers"], key=lambda w: w["total"])
+assert cells["fwd1"]["data MiB"] == "%.1f" % (fwd1["data"] / 2**20), cells["fwd1"]
+PY
+  then pass "--plots: the memory chart and the table show the dataset's bytes as a category"
+  else
+    fail "--plots: the memory chart has no data category, or not memory.json's"
+    head -3 "$WORK/plots/memory.dat"
+  fi
 else fail "report --plots failed"; cat "$WORK/plots.log"; fi
 
 # ---- an image run: validation accuracy in the table and in accuracy.svg -------------------------

@@ -19,8 +19,8 @@ static const char USAGE[] =
     "Prints a Markdown table of each run's final figures: mode, unit, N, k, steps, FLOPs per\n"
     "worker, final train and validation loss (and accuracy for image models), tokens or\n"
     "images per second per worker, the largest worker's memory over every rank, rank 0\n"
-    "included (training bytes plus evaluation and checkpoint buffers; peak RSS), and bytes\n"
-    "sent per step.\n\n"
+    "included (training bytes, the dataset's bytes, and the total with evaluation and\n"
+    "checkpoint buffers; peak RSS), and bytes sent per step.\n\n"
     "  --group      also print one row per group of runs whose config.json and number of\n"
     "               workers are equal except for seed, out, resume, threads, stop-after and\n"
     "               ckpt-every (any other option, steps included, separates groups): the\n"
@@ -33,9 +33,10 @@ static const char USAGE[] =
     "               loss_vs_steps.svg and loss_vs_flops.svg (train loss thin, validation\n"
     "               loss thick with points, against steps and cumulative FLOPs per worker),\n"
     "               accuracy.svg (validation accuracy, when a run logged it) and memory.svg\n"
-    "               (the largest worker's MiB by category, stacked). One colour per group\n"
-    "               with --group (curves are the mean over seeds), else per run. DIR keeps\n"
-    "               the .gp scripts and .dat files: edit one and run `gnuplot NAME.gp` there.\n"
+    "               (the largest worker's MiB by category, stacked: params, grads,\n"
+    "               optimizer, activations, data, other). One colour per group with --group\n"
+    "               (curves are the mean over seeds), else per run. DIR keeps the .gp scripts\n"
+    "               and .dat files: edit one and run `gnuplot NAME.gp` there.\n"
     "  --help       print this help\n";
 
 static const char *mib(char *b, size_t n, double bytes) {
@@ -46,13 +47,13 @@ static const char *mib(char *b, size_t n, double bytes) {
 
 static void print_table(const report_run *r, int n) {
     printf("| run | mode | unit | N | k | steps | TFLOP/worker | train loss | val loss | val acc | "
-           "examples/s/worker | params+grads+opt MiB | total MiB | peak RSS MiB | sent/step MiB "
-           "|\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "examples/s/worker | params+grads+opt MiB | data MiB | total MiB | peak RSS MiB | "
+           "sent/step MiB |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         const report_run *f = &r[i];
         const bool ddp = strcmp(f->o.sdp_mask, "none") == 0;
-        char k[16], a[32], b[32], c[32], d[32];
+        char k[16], a[32], b[32], c[32], d[32], e[32];
         if (report_run_owners(f) > 0)
             snprintf(k, sizeof k, "%d", report_run_owners(f));
         else if (f->o.sdp_owners > 0 && !ddp)
@@ -65,13 +66,14 @@ static void print_table(const report_run *r, int n) {
         if (!isnan(f->val_acc)) snprintf(acc, sizeof acc, "%.2f%%", 100 * f->val_acc);
         printf(
             "| %s | %s | %s | %d | %s | %ld | %.4g | %.4f | %.4f | %s | %.0f | %s | %s | %s | %s "
-            "|\n",
+            "| %s |\n",
             sdp_escape(name, sizeof name, report_run_name(f)),
             ddp ? "DDP" : sdp_escape(mask, sizeof mask, f->o.sdp_mask),
             ddp ? "-" : sdp_escape(unit, sizeof unit, f->o.sdp_unit), f->world, k, f->steps,
             f->flops / 1e12, f->train_loss, f->val_loss, acc, f->tok_s,
-            mib(a, sizeof a, f->state_bytes), mib(b, sizeof b, f->total_bytes),
-            mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
+            mib(a, sizeof a, f->state_bytes), mib(e, sizeof e, f->bars[BAR_DATA]),
+            mib(b, sizeof b, f->total_bytes), mib(c, sizeof c, f->peak_rss),
+            mib(d, sizeof d, f->sent));
     }
 }
 

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-const char *const REPORT_BAR_NAMES[REPORT_NBARS] = {"params", "grads", "optimizer", "activations",
-                                                    "other"};
+const char *const REPORT_BAR_NAMES[REPORT_NBARS] = {"params",      "grads", "optimizer",
+                                                    "activations", "data",  "other"};
 
 void report_curve_push(report_curve *c, double step, double flops, double loss, double acc) {
     if (c->n == c->cap) {
@@ -115,7 +115,8 @@ static void read_memory(report_run *r) {
             r->bars[BAR_GRADS] = bytes[SDP_MEM_GRADS];
             r->bars[BAR_OPTIM] = bytes[SDP_MEM_OPTIM];
             r->bars[BAR_ACTS] = bytes[SDP_MEM_ACTS];
-            r->bars[BAR_OTHER] = total - state - bytes[SDP_MEM_ACTS];
+            r->bars[BAR_DATA] = bytes[SDP_MEM_DATA];
+            r->bars[BAR_OTHER] = total - state - bytes[SDP_MEM_ACTS] - bytes[SDP_MEM_DATA];
         }
         if (number(w, "peak_rss") > r->peak_rss) r->peak_rss = number(w, "peak_rss");
         if (number(w, "sent_per_step") > r->sent) r->sent = number(w, "sent_per_step");

@@ -12,8 +12,10 @@ typedef struct {
     double *step, *flops, *loss, *acc;
 } report_curve;
 
-/* The memory chart's bars: the first three make up the training state. */
-enum { BAR_PARAMS, BAR_GRADS, BAR_OPTIM, BAR_ACTS, BAR_OTHER, REPORT_NBARS };
+/* The memory chart's bars: the first three make up the training state; data is the dataset and
+ * its batches (memory.json's "data"); other is the rest (buffers, scratch, evaluation and
+ * checkpoint buffers). */
+enum { BAR_PARAMS, BAR_GRADS, BAR_OPTIM, BAR_ACTS, BAR_DATA, BAR_OTHER, REPORT_NBARS };
 extern const char *const REPORT_BAR_NAMES[REPORT_NBARS];
 
 typedef struct {
