@@ -1,7 +1,9 @@
 # sdp report on real tiny runs: the per-run table; --group, where two runs that differ only in
 # --seed form one group whose figures are the mean and sample std of their own final figures; a
-# run with more steps and a DDP run form groups of their own; --plots writes SVG charts whose
-# data are the group means; bad input gets one line naming the problem.
+# run with more steps and a DDP run form groups of their own; a copy of a run (resumed or not) is
+# not another seed; a run whose invocations trained different plans stands alone as mixed;
+# --plots writes SVG charts whose data are the group means, each under its own title, with the
+# dataset's memory as a category of its own; bad input gets one line naming the problem.
 source "$(dirname "$0")/lib.sh"
 MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
 make_text "$WORK/text.txt" 60000
@@ -27,6 +29,30 @@ last() { grep "\"$2\"" "$1/metrics.jsonl" | tail -1 | sed -E "s/.*\"$2\":([-0-9.
 group_cell() {
   sed -n '/^| group |/,$p' "$WORK/grouped.md" |
     awk -F' [|] ' -v label="$1" -v col="$2" '{ sub(/^[|] /, "") } $1 == label { print $col }'
+}
+# The grouped table's rows, header and rule left out.
+group_rows() { sed -n '/^| group |/,$p' "$WORK/grouped.md" | awk 'NR > 2' | grep '^|'; }
+# A column (1 = run) of the per-run table in file $1 whose run cell starts with $2.
+run_cell() {
+  awk -F' [|] ' -v run="$2" -v col="$3" '{ sub(/^[|] /, "") }
+    index($1, run) == 1 && (length($1) == length(run) || substr($1, length(run) + 1, 1) == " ") {
+      print $col }' "$1"
+}
+# is_mean_std CELL A B: CELL reads "mean ± sample std" of A and B (to the 4 decimals shown).
+is_mean_std() {
+  awk -v a="$2" -v b="$3" -v cell="$1" 'BEGIN {
+    split(cell, p, " ± "); mean = (a + b) / 2; sd = sqrt(((a - mean)^2 + (b - mean)^2) / 1)
+    printf "runs %s and %s: mean %.6f sd %.6f; table %s\n", a, b, mean, sd, cell
+    exit !(a != b && p[2] != "" && (p[1] - mean)^2 < 5.1e-5^2 && (p[2] - sd)^2 < 5.1e-5^2) }'
+}
+# is_mean_curve DAT RUN1 RUN2: the training curve in DAT is the mean of the two runs' logged
+# training losses at each of their 5 logged steps.
+is_mean_curve() {
+  paste <(grep '"loss"' "$2/metrics.jsonl" | sed -E 's/.*"loss":([-0-9.e+]+).*/\1/') \
+        <(grep '"loss"' "$3/metrics.jsonl" | sed -E 's/.*"loss":([-0-9.e+]+).*/\1/') \
+        <(grep -v '^#' "$1" | awk '{ print $3 }') |
+    awk '{ n++; if (($1 + $2) / 2 - $3 > 1e-6 || $3 - ($1 + $2) / 2 > 1e-6) bad++ }
+         END { exit !(n == 5 && !bad) }'
 }
 
 # ---- the per-run table ------------------------------------------------------------------------
@@ -77,17 +103,13 @@ if "$SDP_BIN" report --group "${RUNS[@]}" >"$WORK/grouped.md" 2>"$WORK/err"; the
   ngroups=$(sed -n '/^| group |/,$p' "$WORK/grouped.md" | awk 'NR > 2' | grep -c '^|')
   seeds=$(group_cell "forward/block C=0.5, 10 steps" 2)
   if [ "$ngroups" -eq 3 ] && [ "$seeds" = 2 ] && [ "$(group_cell "DDP, 10 steps" 2)" = 1 ] &&
-     [ "$(group_cell "forward/block C=0.5, 20 steps" 2)" = 1 ]; then
+     [ "$(group_cell "forward/block C=0.5, 20 steps" 2)" = 1 ] && [ ! -s "$WORK/err" ]; then
     pass "--group: the two seeds form one group; 20 steps and DDP form groups of their own"
   else fail "--group: $ngroups groups, forward 10-step group has '$seeds' seeds"; fi
   # "mean ± std" of the val loss against the two runs' own final val losses.
   v1=$(last "$WORK/fwd1" val_loss) v2=$(last "$WORK/fwd2" val_loss)
   cell=$(group_cell "forward/block C=0.5, 10 steps" 6)
-  if awk -v a="$v1" -v b="$v2" -v cell="$cell" 'BEGIN {
-      split(cell, p, " ± "); mean = (a + b) / 2; sd = sqrt(((a - mean)^2 + (b - mean)^2) / 1)
-      printf "runs %s and %s: mean %.6f sd %.6f; table %s\n", a, b, mean, sd, cell
-      exit !(a != b && p[2] != "" && (p[1] - mean)^2 < 5.1e-5^2 && (p[2] - sd)^2 < 5.1e-5^2) }'
-  then pass "--group: val loss is the mean ± sample std of the seeds' final val losses"
+  if is_mean_std "$cell" "$v1" "$v2"; then pass "--group: val loss is the mean ± sample std of the seeds' final val losses"
   else fail "--group: val loss cell '$cell' is not mean ± std of $v1 and $v2"; fi
   one=$(group_cell "DDP, 10 steps" 6) ddp_val=$(last "$WORK/ddp" val_loss)
   awk -v c="$one" -v v="$ddp_val" 'BEGIN { exit !(c !~ /±/ && (c - v)^2 < 5.1e-5^2) }' &&
@@ -110,13 +132,43 @@ elif "$SDP_BIN" report --group --plots "$WORK/plots" "${RUNS[@]}" >"$WORK/plots.
   [ ! -e "$WORK/plots/accuracy.svg" ] && pass "--plots: no accuracy.svg for text runs" ||
     fail "--plots drew accuracy.svg for runs without val_accuracy"
   # Group 0 (fwd1 and fwd2) is drawn at the mean of its two runs at every logged step.
-  if paste <(grep '"loss"' "$WORK/fwd1/metrics.jsonl" | sed -E 's/.*"loss":([-0-9.e+]+).*/\1/') \
-           <(grep '"loss"' "$WORK/fwd2/metrics.jsonl" | sed -E 's/.*"loss":([-0-9.e+]+).*/\1/') \
-           <(grep -v '^#' "$WORK/plots/curve_0_train.dat" | awk '{ print $3 }') |
-     awk '{ n++; if (($1 + $2) / 2 - $3 > 1e-6 || $3 - ($1 + $2) / 2 > 1e-6) bad++ }
-          END { exit !(n == 5 && !bad) }'; then
+  if is_mean_curve "$WORK/plots/curve_0_train.dat" "$WORK/fwd1" "$WORK/fwd2"; then
     pass "--plots: the group's training curve is the mean of its seeds at each logged step"
   else fail "--plots: curve_0_train.dat is not the mean of fwd1 and fwd2"; fi
+  # Every chart says what it shows: no two share a title.
+  nscripts=$(ls "$WORK/plots"/*.gp | wc -l)
+  ntitles=$(grep -h '^set title ' "$WORK/plots"/*.gp | sort -u | wc -l)
+  if [ "$nscripts" -ge 3 ] && [ "$ntitles" -eq "$nscripts" ] &&
+     grep -q "^set title .*step" "$WORK/plots/loss_vs_steps.gp" &&
+     grep -q "^set title .*FLOP" "$WORK/plots/loss_vs_flops.gp"; then
+    pass "--plots: each of the $nscripts charts has a title of its own"
+  else fail "--plots: $nscripts charts share $ntitles titles"; grep -h '^set title' "$WORK/plots"/*.gp; fi
+  # The dataset's bytes are a bar of their own, of the size memory.json gives the largest worker of
+  # group 1 (fwd1 and fwd2), and the per-run table shows them too.
+  if python3 - "$WORK/plots/memory.dat" "$WORK/plots/memory.gp" "$WORK/table.md" \
+       "$WORK/fwd1/memory.json" "$WORK/fwd2/memory.json" <<'PY'
+import json, sys
+dat, gp, table = (open(p).read().splitlines() for p in sys.argv[1:4])
+header = dat[0].lstrip("# ").split()
+row = dat[1].split()
+assert row[0] == "1", row
+assert "data" in header and "title 'data'" in "\n".join(gp), header
+workers = [w for p in sys.argv[4:] for w in json.load(open(p))["workers"]]
+largest = max(workers, key=lambda w: w["total"])
+want = largest["data"] / 2**20
+got = float(row[header.index("data")])
+print("data MiB: memory.dat", got, "memory.json", want)
+assert want > 0 and abs(got - want) <= 1e-4 * want, (got, want)
+rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in table if l.startswith("|")]
+cells = {r[0]: dict(zip(rows[0], r)) for r in rows[2:]}
+fwd1 = max(json.load(open(sys.argv[4]))["workers"], key=lambda w: w["total"])
+assert cells["fwd1"]["data MiB"] == "%.1f" % (fwd1["data"] / 2**20), cells["fwd1"]
+PY
+  then pass "--plots: the memory chart and the table show the dataset's bytes as a category"
+  else
+    fail "--plots: the memory chart has no data category, or not memory.json's"
+    head -3 "$WORK/plots/memory.dat"
+  fi
 else fail "report --plots failed"; cat "$WORK/plots.log"; fi
 
 # ---- an image run: validation accuracy in the table and in accuracy.svg -------------------------
@@ -163,6 +215,103 @@ if [ "$(group_cell "forward/block C=1, 10 steps" 2)" = 1 ] &&
   pass "report --group: the label's C is the recorded one"
 else fail "report --group labels ignore the recorded coverage"; cat "$WORK/grouped.md"; fi
 
+# ---- one seed counts once; the steps trained decide the group ---------------------------------
+# copy is fwd1 copied: the same seed again. resumed is another copy of fwd1 trained on to 20 steps:
+# whatever --steps its config.json records, it trained the steps of fwd_long, whose seed it
+# shares. Neither may add a seed to a group, nor its losses to a group's mean.
+cp -r "$WORK/fwd1" "$WORK/copy" && cp -r "$WORK/fwd1" "$WORK/resumed"
+timeout 30 "${MPI[@]}" -n 2 "$SDP_BIN" train --resume "$WORK/resumed" --steps 20 \
+  >"$WORK/resumed.log" 2>&1 || { fail "resuming a copy of fwd1"; tail -3 "$WORK/resumed.log"; }
+SEEDS=("$WORK/fwd1" "$WORK/fwd2" "$WORK/copy" "$WORK/resumed" "$WORK/fwd_long")
+if "$SDP_BIN" report --group "${SEEDS[@]}" >"$WORK/grouped.md" 2>"$WORK/warn"; then
+  group_rows
+  cat "$WORK/warn"
+  ten=$(group_cell "forward/block C=0.5, 10 steps" 2)
+  twenty=$(group_cell "forward/block C=0.5, 20 steps" 2)
+  if [ "$(group_rows | wc -l)" -eq 2 ] && [ "$ten" = 2 ] && [ "$twenty" = 1 ]; then
+    pass "--group: a copy and a resumed copy add no seed (10 steps: $ten seeds, 20 steps: $twenty)"
+  else fail "--group: copies counted as seeds (10 steps: '$ten' seeds, 20 steps: '$twenty')"; fi
+  is_mean_std "$(group_cell "forward/block C=0.5, 10 steps" 6)" \
+    "$(last "$WORK/fwd1" val_loss)" "$(last "$WORK/fwd2" val_loss)" &&
+    pass "--group: the copies' losses are not averaged into the group" ||
+    fail "--group: the 10-step group's val loss is not that of fwd1 and fwd2 alone"
+  if [ "$(grep -c . "$WORK/warn")" -eq 2 ] &&
+     grep -F "$WORK/copy" "$WORK/warn" | grep -qF "$WORK/fwd1" &&
+     grep -F "$WORK/resumed" "$WORK/warn" | grep -qF "$WORK/fwd_long"; then
+    pass "--group: one warning per dropped duplicate seed, naming both runs"
+  else fail "--group: expected two warnings naming copy/fwd1 and resumed/fwd_long"; fi
+  [ "$(run_cell "$WORK/grouped.md" resumed 6)" = 20 ] &&
+    pass "report: the resumed copy's row counts the 20 steps it trained" ||
+    fail "report: the resumed copy's row shows '$(run_cell "$WORK/grouped.md" resumed 6)' steps"
+else fail "report --group of copied runs failed"; cat "$WORK/warn"; fi
+if command -v gnuplot >/dev/null &&
+   "$SDP_BIN" report --group --plots "$WORK/seed_plots" "${SEEDS[@]}" >/dev/null 2>&1; then
+  # One curve per group of the table, over the steps its label counts, and the 10-step curve is
+  # that of fwd1 and fwd2 alone.
+  ok=1 i=0
+  while IFS= read -r label; do
+    steps=$(sed -E 's/.*, ([0-9]+) steps$/\1/' <<<"$label")
+    end=$(grep -v '^#' "$WORK/seed_plots/curve_${i}_train.dat" | tail -1 | awk '{ print $1 }')
+    [ "$end" = "$steps" ] || { ok=0; echo "group '$label': curve ends at step $end"; }
+    i=$((i + 1))
+  done < <(group_rows | awk -F' [|] ' '{ sub(/^[|] /, ""); print $1 }')
+  [ "$(ls "$WORK/seed_plots"/curve_*_train.dat | wc -l)" -eq "$i" ] || ok=0
+  is_mean_curve "$WORK/seed_plots/curve_0_train.dat" "$WORK/fwd1" "$WORK/fwd2" || ok=0
+  [ $ok -eq 1 ] && pass "--plots: one curve per group, over the steps the table counts" ||
+    fail "--plots: the charts disagree with the grouped table"
+fi
+
+# ---- runs whose invocations trained different plans ---------------------------------------------
+# config.json's "invocations" records each `sdp train` on the run (from_step: where it started).
+# Hand-written records in copies of fwd1, each with a seed of its own: maskflip trained with
+# backward masking, then forward (its top level, the latest invocation, says forward); shrunk went
+# from 4 workers to 2; stepsonly changed --steps alone, which is no other plan.
+python3 - "$WORK" <<'PY'
+import json, shutil, sys
+work = sys.argv[1]
+def fixture(name, seed, invocations):
+    shutil.copytree(f"{work}/fwd1", f"{work}/{name}")
+    path = f"{work}/{name}/config.json"
+    c = json.load(open(path))
+    base = {"steps": 10, "world": 2, "owners": 1, "coverage": 0.5,
+            "chunks": c["resolved"]["chunks"], "branch_scale": c["resolved"]["branch_scale"],
+            "sdp-mask": "forward", "sdp-unit": "block", "sdp-assign": "cyclic", "changed": {}}
+    c["invocations"] = [dict(base, **i) for i in invocations]
+    c["seed"] = seed
+    json.dump(c, open(path, "w"), indent=1)
+fixture("maskflip", 3, [{"from_step": 0, "sdp-mask": "backward"},
+                        {"from_step": 4, "changed": {"sdp-mask": "forward"}}])
+fixture("shrunk", 4, [{"from_step": 0, "world": 4, "owners": 2}, {"from_step": 6}])
+fixture("stepsonly", 5, [{"from_step": 0, "steps": 4}, {"from_step": 4, "changed": {"steps": 10}}])
+PY
+MIXED=("$WORK/fwd1" "$WORK/fwd2" "$WORK/maskflip" "$WORK/shrunk" "$WORK/stepsonly")
+if "$SDP_BIN" report --group "${MIXED[@]}" >"$WORK/grouped.md" 2>"$WORK/warn"; then
+  group_rows
+  cat "$WORK/warn"
+  seeds=$(group_cell "forward/block C=0.5, 10 steps" 2)
+  mixed_rows=$(group_rows | grep -c 'mixed')
+  mixed_seeds=$(group_rows | grep 'mixed' | awk -F' [|] ' '{ print $2 }' | sort -u | tr '\n' ' ')
+  if [ "$seeds" = 3 ] && [ "$mixed_rows" -eq 2 ] && [ "$mixed_seeds" = "1 " ]; then
+    pass "--group: mixed runs stand alone, labelled mixed; a change of --steps alone is grouped"
+  else fail "--group: forward group has '$seeds' seeds, $mixed_rows mixed rows ($mixed_seeds seeds)"; fi
+  if [ "$(grep -c . "$WORK/warn")" -eq 2 ] &&
+     grep -F "$WORK/maskflip" "$WORK/warn" | grep 'sdp-mask' | grep 'backward' | grep -q 'forward' &&
+     grep -F "$WORK/shrunk" "$WORK/warn" | grep -q 'world'; then
+    pass "--group: one warning per mixed run, naming it and what changed"
+  else fail "--group: expected one warning each for maskflip (sdp-mask) and shrunk (world size)"; fi
+  [ "$(group_rows | grep 'shrunk' | awk -F' [|] ' '{ print $3 }')" = "4→2" ] &&
+    pass "--group: the mixed group's N column shows 4→2" ||
+    fail "--group: shrunk's N column: $(group_rows | grep shrunk)"
+else fail "report --group of mixed runs failed"; cat "$WORK/warn"; fi
+if "$SDP_BIN" report "${MIXED[@]}" >"$WORK/mixed.md" 2>"$WORK/warn"; then
+  mode=$(run_cell "$WORK/mixed.md" maskflip 2)
+  n=$(run_cell "$WORK/mixed.md" shrunk 4) k=$(run_cell "$WORK/mixed.md" shrunk 5)
+  if [ "$mode" = "backward→forward" ] && [ "$n" = "4→2" ] && [ "$k" = "2→1" ] &&
+     [ "$(run_cell "$WORK/mixed.md" stepsonly 2)" = forward ] && [ ! -s "$WORK/warn" ]; then
+    pass "report: a mixed run's row shows each changed column as its values in order"
+  else fail "report: maskflip mode '$mode', shrunk N '$n' k '$k'"; cat "$WORK/mixed.md"; fi
+else fail "report of mixed runs failed"; cat "$WORK/warn"; fi
+
 # ---- bad input --------------------------------------------------------------------------------
 mkdir -p "$WORK/empty" "$WORK/half" && cp "$WORK/fwd1/config.json" "$WORK/half/"
 expect_error "missing run directory" "$WORK/nope" "$SDP_BIN" report "$WORK/fwd1" "$WORK/nope"
@@ -182,6 +331,21 @@ printf '%s\n' '{"loss":1.5}' '{"step":1e300,"loss":1.5}' '{"step":-2,"loss":1.5}
 if "$SDP_BIN" report "$WORK/damaged" | grep -qE '^\| damaged \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \| 10 \|'; then
   pass "report skips metrics lines whose step is missing or out of range"
 else fail "report of damaged metrics lines"; "$SDP_BIN" report "$WORK/damaged"; fi
+# A damaged "invocations" record: one line naming the file, the key and the remedy; no crash.
+for bad in '5' '[]' '[{"from_step": "zero"}]' '[{"from_step": 0, "steps": 10, "world": "two"}]'; do
+  rm -rf "$WORK/badinv" && cp -r "$WORK/fwd1" "$WORK/badinv"
+  python3 - "$WORK/badinv/config.json" "$bad" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["invocations"] = json.loads(sys.argv[2])
+json.dump(c, open(sys.argv[1], "w"))
+PY
+  before=$FAILED
+  expect_error "damaged \"invocations\": $bad" "$WORK/badinv/config.json" "$SDP_BIN" report "$WORK/badinv"
+  [ "$FAILED" -ne "$before" ] ||
+    grep -F '"invocations"' "$WORK/stderr" | grep -qF "restore the file or start a new run" ||
+    fail "damaged \"invocations\": $bad: the message lacks the key or the remedy"
+done
 "$SDP_BIN" report --help | grep -q -- "--plots DIR" && "$SDP_BIN" report --help | grep -q -- "--group" &&
   pass "report --help documents --group and --plots" || fail "report --help lacks --group or --plots"
 finish

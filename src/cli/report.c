@@ -1,6 +1,7 @@
 /* sdp report: turns run directories into a Markdown table of their final figures; with --group,
- * a second table over runs that differ only in their seed; with --plots DIR, gnuplot charts of
- * loss against steps and FLOPs, accuracy, and memory per worker. */
+ * a second table over runs that differ only in their seed (each seed counted once, mixed runs
+ * alone); with --plots DIR, gnuplot charts of the same runs or groups: loss against steps and
+ * FLOPs, accuracy, and memory per worker. */
 #include "commands.h"
 #include "report_group.h"
 #include "report_plot.h"
@@ -16,26 +17,36 @@
 
 static const char USAGE[] =
     "usage: sdp report [--group] [--plots DIR] RUN_DIR...\n"
-    "Prints a Markdown table of each run's final figures: mode, unit, N, k, steps, FLOPs per\n"
-    "worker, final train and validation loss (and accuracy for image models), tokens or\n"
-    "images per second per worker, the largest worker's memory over every rank, rank 0\n"
-    "included (training bytes plus evaluation and checkpoint buffers; peak RSS), and bytes\n"
-    "sent per step.\n\n"
-    "  --group      also print one row per group of runs whose config.json and number of\n"
-    "               workers are equal except for seed, out, resume, threads, stop-after and\n"
-    "               ckpt-every (any other option, steps included, separates groups): the\n"
-    "               number of seeds, final train loss, val loss and val accuracy as mean ±\n"
-    "               sample standard deviation over seeds (the mean alone for one seed), TFLOP\n"
-    "               per worker, and the largest worker's params+grads+optimizer MiB, peak RSS\n"
-    "               and bytes sent per step. Groups are labelled by mode, coverage and steps,\n"
-    "               plus any option that differs between groups.\n"
-    "  --plots DIR  draw SVG charts with gnuplot (Debian: gnuplot-nox) into DIR:\n"
+    "Prints a Markdown table of each run's final figures: mode, unit, N, k, steps trained (the\n"
+    "last training step in metrics.jsonl), FLOPs per worker, final train and validation loss\n"
+    "(and accuracy for image models), tokens or images per second per worker, the largest\n"
+    "worker's memory over every rank, rank 0 included (training bytes, the dataset's bytes,\n"
+    "and the total with evaluation and checkpoint buffers; peak RSS), and bytes sent per step.\n"
+    "A run resumed with another plan (config.json's \"invocations\" differ in N, k, coverage,\n"
+    "chunks, sdp-mask, sdp-unit, sdp-assign or branch scale) is mixed: its row shows each\n"
+    "changed column as its values in order (\"4→2\") and its name is marked (mixed).\n\n"
+    "  --group      also print one row per group of runs that trained the same steps and whose\n"
+    "               config.json and plan (N, k, chunks, branch scale) are equal except for\n"
+    "               seed and per-invocation options (steps, out, resume, overwrite, threads,\n"
+    "               gemm, stop-after, ckpt-every, log-every, val-every, check-replicas,\n"
+    "               stall-timeout): the number of distinct seeds, final train loss, val loss\n"
+    "               and val accuracy as mean ± sample standard deviation over seeds (the mean\n"
+    "               alone for one seed), TFLOP per worker, and the largest worker's\n"
+    "               params+grads+optimizer MiB, peak RSS and bytes sent per step. Groups are\n"
+    "               labelled by mode, coverage and steps trained, plus any option that differs\n"
+    "               between groups. A run with the seed of another in its group (a copy, or a\n"
+    "               resumed copy) counts once, with a warning naming both; a mixed run is not\n"
+    "               grouped: it stands alone, labelled mixed, with a warning saying what\n"
+    "               changed.\n"
+    "  --plots DIR  draw SVG charts with gnuplot (Debian: gnuplot-nox) into DIR, of exactly\n"
+    "               the runs or groups in the table and over the steps it counts:\n"
     "               loss_vs_steps.svg and loss_vs_flops.svg (train loss thin, validation\n"
     "               loss thick with points, against steps and cumulative FLOPs per worker),\n"
     "               accuracy.svg (validation accuracy, when a run logged it) and memory.svg\n"
-    "               (the largest worker's MiB by category, stacked). One colour per group\n"
-    "               with --group (curves are the mean over seeds), else per run. DIR keeps\n"
-    "               the .gp scripts and .dat files: edit one and run `gnuplot NAME.gp` there.\n"
+    "               (the largest worker's MiB by category, stacked: params, grads, optimizer,\n"
+    "               activations, data, other). One colour per group with --group (curves are\n"
+    "               the mean over seeds), else per run. DIR keeps the .gp scripts and .dat\n"
+    "               files: edit one and run `gnuplot NAME.gp` there.\n"
     "  --help       print this help\n";
 
 static const char *mib(char *b, size_t n, double bytes) {
@@ -44,16 +55,46 @@ static const char *mib(char *b, size_t n, double bytes) {
     return b;
 }
 
+/* The run column: its name, and for a mixed run what changed that no other column shows. */
+static const char *run_cell(char *buf, size_t n, const report_run *f) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    SDP_CHECK(m, "out of memory");
+    fputs(report_run_name(f), m);
+    if (report_run_mixed(f)) {
+        static const int elsewhere[] = {INV_CHUNKS, INV_ASSIGN, INV_SCALE};
+        const char *sep = ": ";
+        fputs(" (mixed", m);
+        for (size_t i = 0; i < sizeof elsewhere / sizeof *elsewhere; i++) {
+            if (!f->changed[elsewhere[i]]) continue;
+            char value[256];
+            fprintf(m, "%s%s %s", sep, report_field_name(elsewhere[i]),
+                    report_run_field(value, sizeof value, f, elsewhere[i]));
+            sep = ", ";
+        }
+        fputs(")", m);
+    }
+    SDP_CHECK(fclose(m) == 0, "out of memory");
+    sdp_escape(buf, n, text);
+    free(text);
+    return buf;
+}
+
 static void print_table(const report_run *r, int n) {
     printf("| run | mode | unit | N | k | steps | TFLOP/worker | train loss | val loss | val acc | "
-           "examples/s/worker | params+grads+opt MiB | total MiB | peak RSS MiB | sent/step MiB "
-           "|\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "examples/s/worker | params+grads+opt MiB | data MiB | total MiB | peak RSS MiB | "
+           "sent/step MiB |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         const report_run *f = &r[i];
-        const bool ddp = strcmp(f->o.sdp_mask, "none") == 0;
-        char k[16], a[32], b[32], c[32], d[32];
-        if (report_run_owners(f) > 0)
+        /* A mixed run shows each changed column as its values in order ("4→2"). */
+        bool ddp = true;
+        for (int j = 0; j < f->ninv; j++) ddp &= strcmp(f->inv[j].mask, "none") == 0;
+        char k[256], world[256], a[32], b[32], c[32], d[32], e[32];
+        if (f->changed[INV_OWNERS])
+            report_run_field(k, sizeof k, f, INV_OWNERS);
+        else if (report_run_owners(f) > 0)
             snprintf(k, sizeof k, "%d", report_run_owners(f));
         else if (f->o.sdp_owners > 0 && !ddp)
             snprintf(k, sizeof k, "%d", f->o.sdp_owners);
@@ -61,17 +102,29 @@ static void print_table(const report_run *r, int n) {
             snprintf(k, sizeof k, "C=%g", f->o.sdp_coverage); /* unfinished: N unknown */
         else
             snprintf(k, sizeof k, "-");
+        if (f->changed[INV_WORLD])
+            report_run_field(world, sizeof world, f, INV_WORLD);
+        else
+            snprintf(world, sizeof world, "%d", f->world);
         char acc[32] = "-", name[4 * OPT_STR_MAX], mask[4 * OPT_STR_MAX], unit[4 * OPT_STR_MAX];
+        char field[2 * OPT_STR_MAX];
         if (!isnan(f->val_acc)) snprintf(acc, sizeof acc, "%.2f%%", 100 * f->val_acc);
-        printf(
-            "| %s | %s | %s | %d | %s | %ld | %.4g | %.4f | %.4f | %s | %.0f | %s | %s | %s | %s "
-            "|\n",
-            sdp_escape(name, sizeof name, report_run_name(f)),
-            ddp ? "DDP" : sdp_escape(mask, sizeof mask, f->o.sdp_mask),
-            ddp ? "-" : sdp_escape(unit, sizeof unit, f->o.sdp_unit), f->world, k, f->steps,
-            f->flops / 1e12, f->train_loss, f->val_loss, acc, f->tok_s,
-            mib(a, sizeof a, f->state_bytes), mib(b, sizeof b, f->total_bytes),
-            mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
+        if (f->changed[INV_MASK])
+            sdp_escape(mask, sizeof mask, report_run_field(field, sizeof field, f, INV_MASK));
+        else
+            sdp_escape(mask, sizeof mask, ddp ? "DDP" : f->o.sdp_mask);
+        if (ddp)
+            strcpy(unit, "-");
+        else if (f->changed[INV_UNIT])
+            sdp_escape(unit, sizeof unit, report_run_field(field, sizeof field, f, INV_UNIT));
+        else
+            sdp_escape(unit, sizeof unit, f->o.sdp_unit);
+        printf("| %s | %s | %s | %s | %s | %ld | %.4g | %.4f | %.4f | %s | %.0f | %s | %s | %s | "
+               "%s | %s |\n",
+               run_cell(name, sizeof name, f), mask, unit, world, k, f->steps, f->flops / 1e12,
+               f->train_loss, f->val_loss, acc, f->tok_s, mib(a, sizeof a, f->state_bytes),
+               mib(e, sizeof e, f->bars[BAR_DATA]), mib(b, sizeof b, f->total_bytes),
+               mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
     }
 }
 

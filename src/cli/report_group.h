@@ -9,24 +9,28 @@
 
 typedef struct {
     char *label; /* malloc'd */
-    int nruns;
+    bool mixed;  /* one run whose invocations trained different plans */
+    int nruns;   /* one per seed */
     const report_run **runs;
     report_curve train, val;   /* means over the group's runs */
     double bars[REPORT_NBARS]; /* of the run whose largest worker holds the most */
 } report_group;
 
 /* Partitions runs[0..n) into groups (at most n, written to g) and returns how many. With
- * by_seed, runs whose configurations are equal but for the seed and where the run lives share a
- * group, labelled by mode, coverage, steps and whatever else sets groups apart; without it each
- * run is a group of its own, labelled by its directory name. */
+ * by_seed, runs whose configurations and steps trained are equal but for the seed and
+ * per-invocation options share a group, labelled by mode, coverage, steps and whatever else sets
+ * groups apart; a run repeating a seed of its group is counted once, and a mixed run stands
+ * alone, each with one warning line on stderr. Without by_seed each run is a group of its own,
+ * labelled by its directory name. */
 int report_group_runs(report_group *g, const report_run *runs, int n, bool by_seed);
 void report_group_free(report_group *g);
 
 /* Markdown: one row per group with mean ± sample standard deviation over seeds. */
 void report_group_print_table(const report_group *g, int ngroups);
 
-/* The options that do not change what a run learns or measures, so runs differing only in them
- * belong to one group. */
+/* The options grouping does not compare: the seed, and those one invocation of sdp train may set
+ * without changing what the run learns or measures. --steps is among them: the steps actually
+ * trained are compared instead. */
 bool report_option_ignored_by_group(const char *name);
 
 #endif

@@ -149,10 +149,9 @@ static FILE *begin_script(const char *dir, const char *name, const char *title, 
 
 /* Training loss as thin lines and validation loss as thick lines with points, one colour per
  * group; x_column 1 is steps, 2 FLOPs. Two grey key entries explain the line styles. */
-static void loss_script(const char *dir, const char *name, const char *xlabel, int x_column,
-                        const report_group *g, int ngroups) {
-    FILE *f = begin_script(dir, name, "Training (thin) and validation (thick) loss", xlabel,
-                           "loss (nats)");
+static void loss_script(const char *dir, const char *name, const char *title, const char *xlabel,
+                        int x_column, const report_group *g, int ngroups) {
+    FILE *f = begin_script(dir, name, title, xlabel, "loss (nats)");
     char file[64];
     fprintf(f, "plot \\\n");
     for (int i = 0; i < ngroups; i++) {
@@ -182,7 +181,7 @@ static void loss_script(const char *dir, const char *name, const char *xlabel, i
 }
 
 static void accuracy_script(const char *dir, const report_group *g, int ngroups) {
-    FILE *f = begin_script(dir, "accuracy", "Validation accuracy", "step", "accuracy (%)");
+    FILE *f = begin_script(dir, "accuracy", "Validation accuracy vs step", "step", "accuracy (%)");
     char file[64];
     const char *sep = "plot";
     for (int i = 0; i < ngroups; i++) {
@@ -266,7 +265,7 @@ void report_plot(const char *dir, const report_group *g, int ngroups) {
                         "the first progress line");
     run_make_dir(dir, "plots directory");
     const flop_unit u = pick_flop_unit(g, ngroups);
-    char file[64], xlabel[64];
+    char file[64], xlabel[64], title[128];
     for (int i = 0; i < ngroups; i++) {
         curve_name(file, sizeof file, i, false);
         write_curve(dir, file, &g[i].train, u);
@@ -274,9 +273,13 @@ void report_plot(const char *dir, const report_group *g, int ngroups) {
         write_curve(dir, file, &g[i].val, u);
     }
     write_memory_data(dir, g, ngroups);
-    loss_script(dir, "loss_vs_steps", "step", 1, g, ngroups);
+    /* Each chart has a title of its own: the two loss charts differ only in their x axis. */
+    loss_script(dir, "loss_vs_steps", "Training (thin) and validation (thick) loss vs step", "step",
+                1, g, ngroups);
     snprintf(xlabel, sizeof xlabel, "cumulative %s per worker", u.name);
-    loss_script(dir, "loss_vs_flops", xlabel, 2, g, ngroups);
+    snprintf(title, sizeof title,
+             "Training (thin) and validation (thick) loss vs cumulative %s per worker", u.name);
+    loss_script(dir, "loss_vs_flops", title, xlabel, 2, g, ngroups);
     memory_script(dir, g, ngroups);
     run_gnuplot(dir, "loss_vs_steps");
     run_gnuplot(dir, "loss_vs_flops");
