@@ -201,8 +201,11 @@ import json, sys
 c = json.load(open(sys.argv[1]))
 assert c["resolved"]["owners"] == 1 and c["resolved"]["world"] == 2, c["resolved"]
 c["resolved"]["owners"], c["resolved"]["coverage"] = 2, 1.0
+for i in c["invocations"]:
+    i["owners"], i["coverage"] = 2, 1.0
 json.dump(c, open(sys.argv[1], "w"))
-c = json.load(open(sys.argv[2])); del c["resolved"]; json.dump(c, open(sys.argv[2], "w"))
+c = json.load(open(sys.argv[2])); del c["resolved"]; del c["invocations"]
+json.dump(c, open(sys.argv[2], "w"))
 PY
 "$SDP_BIN" report "$WORK/recorded" "$WORK/legacy" >"$WORK/recorded.md" 2>&1
 "$SDP_BIN" report --group "$WORK/recorded" "$WORK/legacy" >"$WORK/grouped.md" 2>&1
@@ -216,9 +219,10 @@ if [ "$(group_cell "forward/block C=1, 10 steps" 2)" = 1 ] &&
 else fail "report --group labels ignore the recorded coverage"; cat "$WORK/grouped.md"; fi
 
 # ---- one seed counts once; the steps trained decide the group ---------------------------------
-# copy is fwd1 copied: the same seed again. resumed is another copy of fwd1 trained on to 20 steps:
-# whatever --steps its config.json records, it trained the steps of fwd_long, whose seed it
-# shares. Neither may add a seed to a group, nor its losses to a group's mean.
+# copy is fwd1 copied: the same seed again, which may add neither a seed nor its losses to the
+# group. resumed is another copy of fwd1 trained on to 20 steps: it trained as many steps as
+# fwd_long, with its seed, but on fwd1's 10-step schedule (the learning rate then held at
+# --lr-min), so it is no seed of fwd_long's group either: it stands alone, labelled by its schedule.
 cp -r "$WORK/fwd1" "$WORK/copy" && cp -r "$WORK/fwd1" "$WORK/resumed"
 timeout 30 "${MPI[@]}" -n 2 "$SDP_BIN" train --resume "$WORK/resumed" --steps 20 \
   >"$WORK/resumed.log" 2>&1 || { fail "resuming a copy of fwd1"; tail -3 "$WORK/resumed.log"; }
@@ -227,19 +231,28 @@ if "$SDP_BIN" report --group "${SEEDS[@]}" >"$WORK/grouped.md" 2>"$WORK/warn"; t
   group_rows
   cat "$WORK/warn"
   ten=$(group_cell "forward/block C=0.5, 10 steps" 2)
-  twenty=$(group_cell "forward/block C=0.5, 20 steps" 2)
-  if [ "$(group_rows | wc -l)" -eq 2 ] && [ "$ten" = 2 ] && [ "$twenty" = 1 ]; then
-    pass "--group: a copy and a resumed copy add no seed (10 steps: $ten seeds, 20 steps: $twenty)"
-  else fail "--group: copies counted as seeds (10 steps: '$ten' seeds, 20 steps: '$twenty')"; fi
+  twenty=$(group_cell "forward/block C=0.5, 20 steps, schedule-steps=20" 2)
+  kept=$(group_cell "forward/block C=0.5, 20 steps, schedule-steps=10" 2)
+  if [ "$(group_rows | wc -l)" -eq 3 ] && [ "$ten" = 2 ] && [ "$twenty" = 1 ] && [ "$kept" = 1 ]; then
+    pass "--group: a copy adds no seed, and a resumed copy on another schedule stands alone ($ten, $twenty, $kept)"
+  else fail "--group: copies counted as seeds (10 steps: '$ten' seeds, 20 steps: '$twenty', resumed: '$kept')"; fi
   is_mean_std "$(group_cell "forward/block C=0.5, 10 steps" 6)" \
     "$(last "$WORK/fwd1" val_loss)" "$(last "$WORK/fwd2" val_loss)" &&
     pass "--group: the copies' losses are not averaged into the group" ||
     fail "--group: the 10-step group's val loss is not that of fwd1 and fwd2 alone"
-  if [ "$(grep -c . "$WORK/warn")" -eq 2 ] &&
-     grep -F "$WORK/copy" "$WORK/warn" | grep -qF "$WORK/fwd1" &&
-     grep -F "$WORK/resumed" "$WORK/warn" | grep -qF "$WORK/fwd_long"; then
-    pass "--group: one warning per dropped duplicate seed, naming both runs"
-  else fail "--group: expected two warnings naming copy/fwd1 and resumed/fwd_long"; fi
+  if [ "$(grep -c . "$WORK/warn")" -eq 1 ] &&
+     grep -F "$WORK/copy" "$WORK/warn" | grep -qF "$WORK/fwd1"; then
+    pass "--group: one warning for the dropped duplicate seed, naming both runs"
+  else fail "--group: expected one warning naming copy and fwd1"; fi
+  # The same copy resumed with --reschedule trained steps 1-10 on one schedule and 11-20 on
+  # another: a mixed run, reported alone.
+  cp -r "$WORK/fwd1" "$WORK/resched"
+  timeout 30 "${MPI[@]}" -n 2 "$SDP_BIN" train --resume "$WORK/resched" --steps 20 --reschedule \
+    >"$WORK/resched.log" 2>&1 || fail "resuming a copy of fwd1 with --reschedule"
+  "$SDP_BIN" report --group "$WORK/fwd_long" "$WORK/resched" >/dev/null 2>"$WORK/warn2"
+  grep -F "$WORK/resched" "$WORK/warn2" | grep -q "schedule-steps" &&
+    pass "--group: a rescheduled run is mixed ($(head -c 120 "$WORK/warn2"))" ||
+    { fail "--group: a rescheduled run was not flagged as mixed"; cat "$WORK/warn2"; }
   [ "$(run_cell "$WORK/grouped.md" resumed 6)" = 20 ] &&
     pass "report: the resumed copy's row counts the 20 steps it trained" ||
     fail "report: the resumed copy's row shows '$(run_cell "$WORK/grouped.md" resumed 6)' steps"
@@ -250,7 +263,7 @@ if command -v gnuplot >/dev/null &&
   # that of fwd1 and fwd2 alone.
   ok=1 i=0
   while IFS= read -r label; do
-    steps=$(sed -E 's/.*, ([0-9]+) steps$/\1/' <<<"$label")
+    steps=$(sed -E 's/.*, ([0-9]+) steps(, .*)?$/\1/' <<<"$label")
     end=$(grep -v '^#' "$WORK/seed_plots/curve_${i}_train.dat" | tail -1 | awk '{ print $1 }')
     [ "$end" = "$steps" ] || { ok=0; echo "group '$label': curve ends at step $end"; }
     i=$((i + 1))

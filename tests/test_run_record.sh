@@ -100,17 +100,19 @@ grep -q "^summary: 7 steps in .* (steps 1 to 7 of 40; stopped early)" "$WORK/sto
   || { fail "stop-after summary"; grep summary "$WORK/stop.log"; }
 
 # ---- the progress rate leaves validation out ---------------------------------------------------
-# Validation here costs many training windows; a rate that counted it would fall several-fold.
+# A validation here costs about a hundred training steps; a rate that counted it would fall
+# ten-fold in the window after it. (The first steps after a validation run a little slower, on
+# cold caches: hence windows of 10 steps and a loose bound.)
 "$SDP_BIN" train --data "$WORK/other.txt" --layers 2 --heads 4 --width 32 --seq-len 32 --batch 4 \
-  --steps 40 --log-every 5 --val-every 10 --val-batches 400 --out "$WORK/rate" >"$WORK/rate.log" 2>&1 \
+  --steps 60 --log-every 10 --val-every 20 --val-batches 400 --out "$WORK/rate" >"$WORK/rate.log" 2>&1 \
   || fail "rate run"
 python3 - "$WORK/rate/metrics.jsonl" <<'EOF' && pass "the rate after a validation stays that of training" || fail "rate counts validation: $(grep -o '"tokens_per_s":[0-9.e+]*' "$WORK/rate/metrics.jsonl" | tr '\n' ' ')"
 import json, sys, statistics
 lines = [json.loads(l) for l in open(sys.argv[1])]
 rate = {l['step']: l['tokens_per_s'] for l in lines if 'tokens_per_s' in l}
-after = [rate[s] for s in (15, 25, 35)]  # windows that follow a validation (steps 10, 20, 30)
-plain = [rate[s] for s in (10, 20, 30, 40)]
-sys.exit(not statistics.median(after) > 0.3 * statistics.median(plain))
+after = [rate[s] for s in (30, 50)]  # windows that follow a validation (steps 20 and 40)
+plain = [rate[s] for s in (10, 20, 40, 60)]
+sys.exit(not statistics.median(after) > 0.25 * statistics.median(plain))
 EOF
 
 # ---- the ViT banner names the ViT's own shape ----------------------------------------------------

@@ -63,7 +63,7 @@ static const char *run_cell(char *buf, size_t n, const report_run *f) {
     SDP_CHECK(m, "out of memory");
     fputs(report_run_name(f), m);
     if (report_run_mixed(f)) {
-        static const int elsewhere[] = {INV_CHUNKS, INV_ASSIGN, INV_SCALE};
+        static const int elsewhere[] = {INV_CHUNKS, INV_ASSIGN, INV_SCALE, INV_SCHEDULE};
         const char *sep = ": ";
         fputs(" (mixed", m);
         for (size_t i = 0; i < sizeof elsewhere / sizeof *elsewhere; i++) {

@@ -181,6 +181,10 @@ static void read_invocation(inv_reader *rd, const cJSON *o, report_invocation *v
     inv_string(rd, o, "branch_scale", v->scale);
     if (!sdp_branch_scale_parse(v->scale, &scale))
         damaged(rd, "branch_scale", "\"none\" or \"inverse\"");
+    /* Optional: entries of an sdp without --schedule-steps lack it. */
+    v->schedule = cJSON_GetObjectItemCaseSensitive(o, "schedule-steps")
+                      ? inv_integer(rd, o, "schedule-steps", 0, INT_MAX)
+                      : 0;
     inv_string(rd, o, "sdp-mask", v->mask);
     inv_string(rd, o, "sdp-unit", v->unit);
     inv_string(rd, o, "sdp-assign", v->assign);
@@ -193,6 +197,7 @@ static void one_invocation(report_run *r) {
     report_invocation *v = calloc(1, sizeof *v);
     SDP_CHECK(v, "out of memory");
     v->steps = r->o.steps;
+    v->schedule = r->o.schedule_steps;
     v->world = r->world;
     v->owners = report_run_owners(r);
     v->coverage = report_run_coverage(r);
@@ -225,6 +230,8 @@ static bool same_field(const report_invocation *a, const report_invocation *b, i
         return strcmp(a->assign, b->assign) == 0;
     case INV_SCALE:
         return strcmp(a->scale, b->scale) == 0;
+    case INV_SCHEDULE:
+        return a->schedule == b->schedule || a->schedule == 0 || b->schedule == 0;
     }
     return false;
 }
@@ -256,6 +263,7 @@ static void apply_latest(report_run *r) {
     strcpy(r->o.sdp_mask, v->mask);
     strcpy(r->o.sdp_unit, v->unit);
     strcpy(r->o.sdp_assign, v->assign);
+    if (v->schedule > 0) r->o.schedule_steps = v->schedule;
     r->resolved.present = true;
     r->resolved.world = v->world;
     r->resolved.owners = v->owners;
@@ -303,9 +311,9 @@ bool report_run_mixed(const report_run *r) {
 }
 
 const char *report_field_name(int field) {
-    static const char *const names[INV_NFIELDS] = {"world size", "owners",      "coverage",
-                                                   "chunks",     "sdp-mask",    "sdp-unit",
-                                                   "sdp-assign", "branch scale"};
+    static const char *const names[INV_NFIELDS] = {"world size", "owners",       "coverage",
+                                                   "chunks",     "sdp-mask",     "sdp-unit",
+                                                   "sdp-assign", "branch scale", "schedule-steps"};
     return names[field];
 }
 
@@ -335,6 +343,9 @@ static void put_value(FILE *f, const report_invocation *v, int field, bool ddp) 
         break;
     case INV_SCALE:
         fputs(v->scale, f);
+        break;
+    case INV_SCHEDULE:
+        fprintf(f, "%d", v->schedule);
         break;
     }
 }

@@ -29,6 +29,7 @@ enum {
     INV_UNIT,
     INV_ASSIGN,
     INV_SCALE,
+    INV_SCHEDULE, /* the schedule's length: --reschedule makes a run's learning rate a hybrid */
     INV_NFIELDS
 };
 
@@ -38,6 +39,7 @@ enum {
 typedef struct {
     long from, to;
     int steps;                 /* its --steps */
+    int schedule;              /* its schedule's length; 0 where the record does not say */
     int world, owners, chunks; /* 0 where a run without the record does not say */
     double coverage;           /* NAN where unknown */
     char mask[OPT_STR_MAX], unit[OPT_STR_MAX], assign[OPT_STR_MAX], scale[OPT_STR_MAX];
