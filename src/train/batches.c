@@ -1,4 +1,5 @@
 #include "batches.h"
+#include "eval_progress.h"
 
 #include "run.h"
 #include "sdp/check.h"
@@ -215,17 +216,24 @@ int batches_val_batch(batch_source *s, uint64_t v, sdp_batch *b) {
 }
 
 sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm) {
+    return batches_evaluate_progress(s, m, max_batches, comm, NULL);
+}
+
+sdp_metrics batches_evaluate_progress(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm,
+                                      eval_progress *p) {
     if (!s->has_val) return (sdp_metrics){NAN, 0, NAN};
     sdp_metrics total = {0, 0, 0};
     const uint64_t n = batches_val_count(s, max_batches);
     for (uint64_t v = 0; v < n; v++) {
         sdp_batch b;
+        if (p) eval_progress_update(p, v);
         if (batches_val_batch(s, v, &b) == 0) continue; /* a share shorter than the others */
         sdp_metrics mt;
         m->ops->forward(m, &b, false, &mt);
         sdp_watchdog_beat(s->watchdog);
         total.loss += mt.loss, total.count += mt.count, total.correct += mt.correct;
     }
+    if (p) eval_progress_update(p, n);
     double v[3] = {total.loss, total.count, total.correct};
     MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, comm);
     return (sdp_metrics){v[0], v[1], v[2]};
