@@ -41,11 +41,19 @@ static void open_images(batch_source *s, const train_opts *o, int rank, int worl
 }
 
 /* Every worker takes B sequences per batch: fewer than world * B in a split is an error that names
- * the data (`what`) and the options that set the sizes. */
-static void check_sequences(const sdp_tokens *src, const char *what, int B, int T, int world) {
+ * the data (`what`) and what set the sizes: the options, or the run's config.json they were read
+ * from (which may have been edited). */
+static void check_sequences(const sdp_tokens *src, const char *what, int B, int T, int world,
+                            const train_opts *o) {
     const size_t n = sdp_loader_count(src, T), need = (size_t)world * (size_t)B;
-    SDP_CHECK(n >= need,
-              "%s holds %zu sequences of %d tokens (--seq-len %d plus the next token), and %d "
+    if (n >= need) return;
+    if (o->config_file[0])
+        sdp_fatal(
+            "%s holds %zu sequences of %d tokens (\"seq-len\" %d plus the next token), and %d "
+            "worker(s) x \"batch\" %d need %zu, with \"batch\" and \"seq-len\" from %s: give "
+            "more data or, if that file was damaged or edited, restore it or start a new run",
+            what, n, T + 1, T, world, B, need, o->config_file);
+    sdp_fatal("%s holds %zu sequences of %d tokens (--seq-len %d plus the next token), and %d "
               "worker(s) x --batch %d need %zu: use a smaller --batch or --seq-len, or more data",
               what, n, T + 1, T, world, B, need);
 }
@@ -68,7 +76,7 @@ static void open_token_batches(batch_source *s, const train_opts *o, bool whole_
     if (s->has_val) {
         char what[2 * OPT_STR_MAX];
         describe_val(what, sizeof what, o, whole_file);
-        check_sequences(&s->val_tok, what, s->B, s->T, s->world);
+        check_sequences(&s->val_tok, what, s->B, s->T, s->world, o);
     }
     if (s->has_val)
         sdp_loader_init(&s->val_tl, &s->val_tok, s->B, s->T, s->rank, s->world, (uint64_t)o->seed,
@@ -83,7 +91,7 @@ static void open_tokens(batch_source *s, const train_opts *o, int rank, int worl
     /* Loaders first: they reject data too small for the batch before any model exists. */
     char what[OPT_STR_MAX + 64];
     snprintf(what, sizeof what, "the training split of --data '%s'", o->data);
-    check_sequences(&s->train_tok, what, s->B, s->T, world);
+    check_sequences(&s->train_tok, what, s->B, s->T, world, o);
     sdp_loader_init(&s->train_tl, &s->train_tok, s->B, s->T, rank, world, (uint64_t)o->seed, true,
                     mem);
     open_token_batches(s, o, false, mem);
