@@ -1,9 +1,10 @@
 /* A run directory's config.json, read as `sdp eval`, `sdp sample`, `sdp report` and
- * `sdp train --resume` read it: every option's type, then the checks a run's options pass, then its
- * "resolved" record. */
+ * `sdp train --resume` read it: every option's type, then the checks a run's options pass (as
+ * set-up would apply them: run_config_check), then its "resolved" record. */
 #include "harness.h"
 
 #include "train/options.h"
+#include "train/run_config_check.h"
 #include "train/run_resolved.h"
 #include "train/train_opts.h"
 
@@ -19,6 +20,7 @@ static void read_config(void *ctx) {
     memset(&o, 0, sizeof o);
     opts_set_defaults(TRAIN_OPTS, &o);
     opts_from_json(TRAIN_OPTS, &o, in->json, "RUN/config.json");
+    run_config_check(&o, "RUN/config.json");
     run_resolved r;
     run_resolved_from_json(&r, in->json, "RUN/config.json");
 }

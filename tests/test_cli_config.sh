@@ -41,8 +41,44 @@ check fraction 'c["batch"] = 2.5' 'config.json: "batch" is out of range'
 check negative_lr 'c["lr"] = -1' 'config.json: "lr" is out of range'
 check flag_string 'c["flip"] = "yes"' 'config.json: "flip" should be true or false'
 check not_object 'c = "[1, 2]"' 'config.json is not a valid JSON object'
-check overflow 'c["width"] = 2000000000; c["heads"] = 1' 'model too large to describe'
-check params 'c["layers"] = 60000; c["width"] = 60000; c["heads"] = 1' 'too large for sdp'
+check overflow 'c["width"] = 2000000000; c["heads"] = 1' \
+  'config.json: "width" is 2000000000, which is more than sdp describes (at most 65536)'
+check params 'c["layers"] = 60000; c["width"] = 60000; c["heads"] = 1' \
+  'config.json: "width" is 60000, which with 60000 "layers" makes a model of'
+
+# ---- values of the right type and range that set-up would still refuse -------------------------
+# Each names the file and the key, never an option the user did not give ("lower --batch").
+FIX='the file is damaged or was edited; restore it or start a new run'
+check batch_huge 'c["batch"] = 2147483647' \
+  "config.json: \"batch\" is 2147483647, which with sequences of 16 (\"seq-len\") is too large for the model's activations"
+check batch_data 'c["batch"] = 100000' \
+  'and 1 worker(s) x "batch" 100000 need 100000, with "batch" and "seq-len" from '
+check model_unknown 'c["model"] = "transformer-xl"' \
+  'config.json: "model" is "transformer-xl", which is not a model sdp knows (gpt, llama, resnet, vit): '"$FIX"
+check width_absurd 'c["width"] = 1000000' 'config.json: "width" is 1000000, which is more than sdp describes'
+check seq_len_huge 'c["seq-len"] = 100000000' 'config.json: "seq-len" is 100000000, which is more than sdp describes'
+check heads_divide 'c["heads"] = 3' 'config.json: "heads" is 3, which does not divide "width" (16)'
+check llama_heads 'c["model"] = "llama"; c["width"] = 18' \
+  'config.json: "heads" is 2, which with "width" 18 gives heads of 9, and llama'"'"'s RoPE needs an even head size'
+check vocab_one 'c["vocab"] = 1' 'config.json: "vocab" is 1, which is below 2'
+check vocab_small 'c["vocab"] = 100' 'config.json: "vocab" is 100, which is'
+check vocab_huge 'c["vocab"] = 100000000' 'config.json: "vocab" is 100000000, which is more than sdp describes'
+check mask_unknown 'c["sdp-mask"] = "sideways"' \
+  'config.json: "sdp-mask" is "sideways", which is not none, forward or backward: '"$FIX"
+check unit_unknown 'c["sdp-unit"] = "layer"' 'config.json: "sdp-unit" is "layer", which is not neuron or block'
+check assign_unknown 'c["sdp-assign"] = "greedy"' 'config.json: "sdp-assign" is "greedy", which is not cyclic or random'
+check scale_unknown 'c["branch-scale"] = "half"' 'config.json: "branch-scale" is "half", which is not auto, none or inverse'
+check coverage 'c["sdp-mask"] = "forward"; c["sdp-coverage"] = 3' \
+  'config.json: "sdp-coverage" is 3, which is not a fraction of the workers in (0, 1]'
+check optimizer_unknown 'c["optimizer"] = "lion"' 'config.json: "optimizer" is "lion", which is not adamw or sgd'
+check gemm_unknown 'c["gemm"] = "mkl"' 'config.json: "gemm" is "mkl", which is not dnnl or openblas'
+check device_unknown 'c["device"] = "tpu"' 'config.json: "device" is "tpu", which is not cpu, cuda'
+check precision_cpu 'c["precision"] = "bf16"' 'config.json: "precision" is "bf16", which needs "device" "cuda"'
+check beta1 'c["beta1"] = 1.5' 'config.json: "beta1" is 1.5, which is not below 1'
+check lr_min 'c["lr-min"] = 0.5' 'config.json: "lr-min" is 0.5, which exceeds "lr" (0.001)'
+check warmup 'c["warmup"] = 50' 'config.json: "warmup" is 50, which exceeds "steps" (2)'
+check val_frac 'c["val-frac"] = 3' 'config.json: "val-frac" is 3, which is not below 1'
+check sim_rank 'c["sim-rank"] = 2' 'config.json: "sim-rank" is 2, which needs "sim-world", which is 0'
 
 # ---- the "resolved" record: what the options resolved to (k, chunks, branch scale) -------------
 if python3 - "$run/config.json" "$run/plan.json" <<'PY'
@@ -106,6 +142,23 @@ open(sys.argv[1], "w").write(json.dumps(c))
 PY
   expect_error "eval of a Fashion-MNIST model on CIFAR-10 images" "trained on 1x28x28 images" \
     "$SDP_BIN" eval --run "$dir"
+  run="$img" # check() edits copies of the image run from here on
+  check resnet_depth 'c["depth"] = 19' 'config.json: "depth" is 19, which is not a CIFAR ResNet depth'
+  check resnet_channels 'c["channels"] = 100000' \
+    'config.json: "channels" is 100000, which makes the last stage wider than 65536 channels'
+  check dataset_unknown 'c["dataset"] = "imagenet"' \
+    'config.json: "dataset" is "imagenet", which is not fashion-mnist, mnist, cifar10 or cifar100'
+  check image_batch 'c["batch"] = 100000000' \
+    'config.json: "batch" is 100000000, which is more than the 60000 training images of "dataset" fashion-mnist'
+  check vit_patch 'c["model"] = "vit"; c["patch"] = 5; c["width"] = 16; c["heads"] = 2' \
+    'config.json: "patch" is 5, which does not divide the 28x28 images of "dataset" fashion-mnist'
+  # The checkpoint's image shape, read before the model is built for it.
+  dir="$WORK/img_shape"; rm -rf "$dir"; cp -r "$img" "$dir"
+  python3 "$(dirname "$0")/st_edit.py" "$dir/model.safetensors" meta "sdp.image_shape=1 100000 10"
+  expect_error "eval of a checkpoint with an absurd image shape" \
+    "model.safetensors': metadata 'sdp.image_shape' is '1 100000 10', which is not the shape of a dataset" \
+    "$SDP_BIN" eval --run "$dir"
+  run="$WORK/run"
 fi
 
 # Every rank stops at once (OpenMPI adds its own lines about the abort).

@@ -42,6 +42,10 @@ typedef struct {
 /* Checks a configuration (one-line message naming the problem and the fix) and fills defaults. */
 void sdp_resnet_config_finish(sdp_resnet_config *c);
 int sdp_resnet_stages(const sdp_resnet_config *c);
+/* What sdp_resnet_config_finish accepts: a CIFAR ResNet depth (18 or 34, four stages; 6n+2 of at
+ * least 8, three), and base widths up to this one (the last stage at most 65536 channels). */
+bool sdp_resnet_depth_ok(int depth);
+int sdp_resnet_max_width(int depth);
 int sdp_resnet_nblocks(const sdp_resnet_config *c);
 sdp_resnet_block_arch sdp_resnet_block(const sdp_resnet_config *c, int b);
 

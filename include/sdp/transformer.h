@@ -128,6 +128,22 @@ typedef struct {
 
 /* Checks a configuration and fills defaults; fails with a clear message when it is impossible. */
 void sdp_tf_config_finish(sdp_tf_config *cfg);
+/* The sizes sdp_tf_config_finish accepts: larger ones would overflow the int and size_t
+ * arithmetic of the layout and kernels. */
+enum {
+    SDP_TF_MAX_LAYERS = 65536,
+    SDP_TF_MAX_WIDTH = 65536,
+    SDP_TF_MAX_D_FF = 1 << 20,
+    SDP_TF_MAX_SEQ = 1 << 20,
+    SDP_TF_MAX_VOCAB = 1 << 24,
+};
+#define SDP_TF_MAX_PARAMS 0x1p40
+/* About the parameters of a configuration (d_ff 0 counted as 4 x d_model): sdp_tf_config_finish
+ * refuses SDP_TF_MAX_PARAMS or more. */
+double sdp_tf_params_estimate(const sdp_tf_config *c);
+/* Whether batches of B x T fit the activations' arithmetic (below 2^31 values of the widest
+ * tensor), as a model is built for them (vocab_padded 0: the vocabulary rounded up to 64). */
+bool sdp_tf_batch_fits(const sdp_tf_config *c, int B, int T);
 const char *sdp_tf_style_name(sdp_tf_style s);
 bool sdp_tf_style_parse(const char *s, sdp_tf_style *out);
 

@@ -1,6 +1,7 @@
 /* sdp eval: the validation loss of a trained run, on its own data or another. */
 #include "commands.h"
 #include "train/batches.h"
+#include "train/eval_progress.h"
 #include "load_run.h"
 
 #include "sdp/check.h"
@@ -12,6 +13,7 @@
 typedef struct {
     char run[OPT_STR_MAX], data[OPT_STR_MAX];
     int batches, threads;
+    double progress_every;
 } eval_opts;
 
 static const opt_spec EVAL_OPTS[] = {
@@ -21,6 +23,10 @@ static const opt_spec EVAL_OPTS[] = {
      0},
     {"batches", OPT_INT, offsetof(eval_opts, batches), "1000000", "at most this many batches", 1},
     {"threads", OPT_INT, offsetof(eval_opts, threads), "0", "threads; 0 = all cores", 0},
+    {"progress-every", OPT_FLOAT, offsetof(eval_opts, progress_every), "2",
+     "seconds between progress lines on stderr (tokens or images done, rate, time left); 0 = "
+     "after every batch, -1 = none",
+     -1},
     {NULL, 0, 0, NULL, NULL, 0},
 };
 
@@ -35,6 +41,19 @@ static void check_image_shape(const batch_source *data, run_data_shape trained, 
               "gives %dx%dx%d images of %d classes: evaluate it on the data it was trained on",
               run, trained.channels, trained.image_size, trained.image_size, trained.classes, c, s,
               s, k);
+}
+
+/* Progress lines on rank 0 for the pass over this worker's share of the data: a batch of every
+ * worker is B x T tokens or B images each; the last image batches of a share are padded, so the
+ * test split is the true total. */
+static void start_progress(eval_progress *p, const eval_opts *e, const batch_source *data, int rank,
+                           int world) {
+    const uint64_t n = batches_val_count(data, e->batches);
+    const double per_batch = (double)data->B * data->T * world;
+    double total = per_batch * (double)n;
+    if (data->images && (double)batches_val_examples(data) < total)
+        total = (double)batches_val_examples(data);
+    eval_progress_init(p, rank == 0 ? e->progress_every : -1, n, per_batch, total, data->images);
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -58,7 +77,9 @@ int cmd_eval(int argc, char **argv) {
     }
     SDP_CHECK(data.has_val, "the run has no validation split: pass --data FILE");
     check_image_shape(&data, trained, e.run);
-    sdp_metrics v = batches_evaluate(&data, &m, e.batches, MPI_COMM_WORLD);
+    eval_progress progress;
+    start_progress(&progress, &e, &data, w.rank, w.size);
+    sdp_metrics v = batches_evaluate_progress(&data, &m, e.batches, MPI_COMM_WORLD, &progress);
     const double loss = v.loss / v.count;
     if (w.rank == 0) {
         if (data.images)

@@ -1,18 +1,21 @@
 #include "load_run.h"
+#include "train/run_config_check.h"
 
 #include "sdp/check.h"
 #include "sdp/ckpt.h"
+#include "sdp/transformer.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 /* An image model's vocabulary is unused (0); a text model's is at least 2, and no more than the
- * file's floats, since its embedding has a row per token: a damaged value cannot make the model
- * built to hold the file far larger than the file. */
+ * file's floats, since its embedding has a row per token (a damaged value cannot make the model
+ * built to hold the file far larger than the file), nor than a model can have. */
 static int load_run_vocab(const sdp_st_file *f, bool images) {
     const double most = (double)(f->len / sizeof(float));
-    return (int)sdp_st_meta_number(f, "sdp.vocab", images ? 0 : 2, images ? INT_MAX : most, true);
+    const double hi = most < SDP_TF_MAX_VOCAB ? most : SDP_TF_MAX_VOCAB; /* the model's limit */
+    return (int)sdp_st_meta_number(f, "sdp.vocab", images ? 0 : 2, images ? INT_MAX : hi, true);
 }
 
 run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, const char *dir, int B,
@@ -29,6 +32,16 @@ run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, con
     run_data_shape shape = {.vocab = load_run_vocab(&f, run_images(o))};
     double img[3]; /* channels, size, classes: 0 0 0 for text */
     sdp_st_meta_numbers(&f, "sdp.image_shape", 3, img, 0, INT_MAX, true);
+    SDP_CHECK(!run_images(o) || run_image_shape_known(img[0], img[1], img[2]),
+              "cannot load '%s': metadata 'sdp.image_shape' is '%.0f %.0f %.0f', which is not the "
+              "shape of a dataset sdp reads (1 28 10, 3 32 10 or 3 32 100): the file is damaged "
+              "or was edited; restore it or start a new run",
+              path, img[0], img[1], img[2]);
+    SDP_CHECK(!o->vocab || o->vocab >= shape.vocab,
+              "%s/config.json: \"vocab\" is %d, which is below the vocabulary of %d tokens that "
+              "'%s' was trained with (its 'sdp.vocab'): one of the files is damaged or was edited; "
+              "restore it or start a new run",
+              dir, o->vocab, shape.vocab, path);
     shape.channels = (int)img[0], shape.image_size = (int)img[1], shape.classes = (int)img[2];
     sdp_st_close(&f, mem);
     sdp_model_config cfg = run_model_config(o, shape);

@@ -208,11 +208,11 @@ static void describe_shape(char *buf, size_t len, const sdp_model_config *c) {
 /* Every worker's step and DDP's under the step-time model. */
 static void predict_steps(const plan_opts *o, const sdp_plan *plan, const sdp_plan *ddp_plan,
                           const sdp_layout *full, const worker_bytes *rows, const worker_bytes *ddp,
-                          sdp_steptime_cfg *sc, sdp_step_times *st, sdp_step_times *ddp_st,
-                          sdp_mem *mem) {
+                          sdp_steptime_cfg *sc, plan_calibration *cal, sdp_step_times *st,
+                          sdp_step_times *ddp_st, sdp_mem *mem) {
     const sdp_opt_cfg oc = opt_cfg_of(o);
     plan_steptime_config(&o->st, o->world, on_cuda(o), strcmp(o->dtype, "bf16") == 0,
-                         (double)sdp_optim_state_bytes_per_param(&oc), sc);
+                         (double)sdp_optim_state_bytes_per_param(&oc), sc, cal);
     double *flops = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof(double));
     sdp_step_times *d = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof *d);
     for (int r = 0; r < o->world; r++) flops[r] = rows[r].flops;
@@ -227,14 +227,15 @@ static void predict_steps(const plan_opts *o, const sdp_plan *plan, const sdp_pl
 /* sc and st are NULL without the step-time model. */
 static void print_json(const plan_opts *o, const sdp_layout *full, const worker_bytes *rows,
                        const worker_bytes *ddp, const sdp_steptime_cfg *sc,
-                       const sdp_step_times *st, const sdp_step_times *ddp_st) {
+                       const plan_calibration *cal, const sdp_step_times *st,
+                       const sdp_step_times *ddp_st) {
     printf("{\n  \"parameters\": %zu,\n  \"world\": %d,\n  \"workers\": [\n", full->numel,
            o->world);
     for (int r = 0; r < o->world; r++)
         print_json_row(&rows[r], r, st ? &st[r] : NULL, r == o->world - 1);
     printf("  ],\n  \"ddp\": ");
     print_json_row(ddp, 0, st ? ddp_st : NULL, !st);
-    if (st) plan_steptime_json_summary(sc, st, o->world, ddp_st);
+    if (st) plan_steptime_json_summary(sc, cal, st, o->world, ddp_st);
     printf("}\n");
 }
 
@@ -348,15 +349,16 @@ int cmd_plan(int argc, char **argv) {
     }
     sdp_step_times *st = NULL, ddp_st;
     sdp_steptime_cfg sc;
+    plan_calibration cal;
     if (plan_steptime_on(&o.st)) {
         st = sdp_alloc(&mem, SDP_MEM_SCRATCH, (size_t)o.world * sizeof *st);
-        predict_steps(&o, &plan, &ddp_plan, &full, rows, &ddp, &sc, st, &ddp_st, &mem);
+        predict_steps(&o, &plan, &ddp_plan, &full, rows, &ddp, &sc, &cal, st, &ddp_st, &mem);
     }
     if (o.json)
-        print_json(&o, &full, rows, &ddp, st ? &sc : NULL, st, &ddp_st);
+        print_json(&o, &full, rows, &ddp, st ? &sc : NULL, &cal, st, &ddp_st);
     else {
         print_table(&o, &pc, &plan, &cfg, threads, full.numel, rows, &ddp);
-        if (st) plan_steptime_print(&sc, st, o.world, o.show, &ddp_st);
+        if (st) plan_steptime_print(&sc, &cal, st, o.world, o.show, &ddp_st);
     }
     sdp_free(&mem, rows);
     sdp_free(&mem, st);

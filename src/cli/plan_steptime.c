@@ -1,15 +1,13 @@
 /* sdp plan's step-time options, configuration and output (plan_steptime.h). */
 #include "plan_steptime.h"
 
-#include "sdp/bench.h"
 #include "sdp/check.h"
-#include "sdp/ops.h"
 
+#include <cjson/cJSON.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-
-/* The sgemm the benchmarks take as this machine's practical peak (bench/bench_train.c). */
-enum { PEAK_SIZE = 2048, PEAK_REPEATS = 3 };
 
 int plan_steptime_specs(opt_spec *specs, size_t base) {
 #define AT(f) (base + offsetof(plan_steptime_opts, f))
@@ -29,7 +27,16 @@ int plan_steptime_specs(opt_spec *specs, size_t base) {
          "which drive their transfers without pause; 0: --host-gbps",
          0},
         {"gflops", OPT_FLOAT, AT(gflops), "0",
-         "step-time model: one worker's compute rate, GFLOP/s; 0: this machine's sgemm peak", 0},
+         "step-time model: one worker's compute rate, GFLOP/s; 0: this machine's sgemm peak, "
+         "from --calibration (measured the first time)",
+         0},
+        {"calibration", OPT_STR, AT(calibration), "",
+         "step-time model: the file that keeps this machine's measured speeds; default "
+         "$SDP_CALIBRATION, else $XDG_CACHE_HOME/sdp/calibration.json, else "
+         "~/.cache/sdp/calibration.json",
+         0},
+        {"recalibrate", OPT_FLAG, AT(recalibrate), "false",
+         "step-time model: measure this machine's speeds again and store them in --calibration", 0},
         {"mem-gbs", OPT_FLOAT, AT(mem_gbs), "0",
          "step-time model: memory bandwidth of the optimizer step, GB/s; 0: not timed", 0},
         {"comm", OPT_STR, AT(comm), "auto",
@@ -45,10 +52,6 @@ bool plan_steptime_on(const plan_steptime_opts *o) {
     return o->link_gbps > 0;
 }
 
-static double measured_gflops(void) {
-    return sdp_measure_sgemm_peak(SDP_GEMM_DNNL, PEAK_SIZE, PEAK_REPEATS);
-}
-
 /* Clipping reads and writes the gradient, the optimizer reads it again, reads and writes the
  * weight and every state buffer (bf16 adds the fp32 master weight to the state). */
 static double update_bytes(bool bf16, double state_bytes) {
@@ -57,7 +60,7 @@ static double update_bytes(bool bf16, double state_bytes) {
 }
 
 void plan_steptime_config(const plan_steptime_opts *o, int world, bool cuda, bool bf16,
-                          double state_bytes, sdp_steptime_cfg *cfg) {
+                          double state_bytes, sdp_steptime_cfg *cfg, plan_calibration *cal) {
     sdp_comm_lib lib = cuda ? SDP_COMM_NCCL : SDP_COMM_MPI;
     SDP_CHECK(!strcmp(o->comm, "auto") || sdp_comm_lib_parse(o->comm, &lib),
               "unknown --comm '%s': use mpi, nccl or auto", o->comm);
@@ -65,6 +68,9 @@ void plan_steptime_config(const plan_steptime_opts *o, int world, bool cuda, boo
               "--gflops 0 measures this machine's sgemm peak, which says nothing of a GPU: give "
               "the GPU's rate, e.g. --gflops 400000");
     memset(cfg, 0, sizeof *cfg);
+    memset(cal, 0, sizeof *cal);
+    if (o->gflops <= 0)
+        plan_calibration_get(cal, o->calibration, omp_get_max_threads(), o->recalibrate);
     cfg->net = (sdp_net){.world = world,
                          .ranks_per_host = o->ranks_per_host,
                          .link_Bps = o->link_gbps * 1e9 / 8,
@@ -72,7 +78,7 @@ void plan_steptime_config(const plan_steptime_opts *o, int world, bool cuda, boo
                          .host_Bps = o->host_gbps * 1e9 / 8};
     cfg->lib = lib;
     cfg->overlap = lib == SDP_COMM_NCCL;
-    cfg->flops_per_s = (o->gflops > 0 ? o->gflops : measured_gflops()) * 1e9;
+    cfg->flops_per_s = (o->gflops > 0 ? o->gflops : cal->sgemm_gflops) * 1e9;
     cfg->mem_Bps = o->mem_gbs * 1e9;
     cfg->bcast_host_Bps = o->host_bcast_gbps * 1e9 / 8;
     cfg->wire_bytes = bf16 ? 2 : 4;
@@ -102,8 +108,23 @@ static const sdp_step_times *slowest(const sdp_step_times *t, int world) {
     return s;
 }
 
-void plan_steptime_print(const sdp_steptime_cfg *cfg, const sdp_step_times *t, int world, int show,
-                         const sdp_step_times *ddp) {
+/* Where the compute rate came from: the calibration file, or --gflops. */
+static void print_speeds(const sdp_steptime_cfg *cfg, const plan_calibration *cal) {
+    if (!cal->path[0]) {
+        printf("  machine speeds from the options (--gflops %.4g)\n", cfg->flops_per_s * 1e-9);
+        return;
+    }
+    char date[64], host[1024]; /* read from the file: escaped */
+    char day[11] = {0};
+    memcpy(day, cal->measured, sizeof day - 1); /* the date of "2026-11-26T10:31:02Z" */
+    printf("  machine speeds from %s, measured %s on %s: sgemm %.4g GFLOP/s at %d thread%s; "
+           "--recalibrate to measure again, or --gflops R to give the rate\n",
+           cal->path, sdp_escape(date, sizeof date, day), sdp_escape(host, sizeof host, cal->host),
+           cal->sgemm_gflops, cal->threads, cal->threads == 1 ? "" : "s");
+}
+
+void plan_steptime_print(const sdp_steptime_cfg *cfg, const plan_calibration *cal,
+                         const sdp_step_times *t, int world, int show, const sdp_step_times *ddp) {
     const sdp_net *n = &cfg->net;
     char transport[64] = "free";
     if (n->host_Bps > 0) snprintf(transport, sizeof transport, "%.4g Gbit/s", n->host_Bps * 8e-9);
@@ -116,6 +137,7 @@ void plan_steptime_print(const sdp_steptime_cfg *cfg, const sdp_step_times *t, i
            n->ranks_per_host == 1 ? "" : "s", transport, cfg->flops_per_s * 1e-9,
            sdp_comm_lib_name(cfg->lib),
            cfg->overlap ? "overlapped with the backward" : "after the backward");
+    print_speeds(cfg, cal);
     printf("  %-8s %12s %12s %12s %12s %12s\n", "worker", "forward", "backward", "exposed",
            "update", "step");
     for (int r = 0; r < world && r < show; r++) {
@@ -138,15 +160,29 @@ void plan_steptime_json_fields(const sdp_step_times *t, double flops) {
            t->step);
 }
 
-void plan_steptime_json_summary(const sdp_steptime_cfg *cfg, const sdp_step_times *t, int world,
-                                const sdp_step_times *ddp) {
+void plan_steptime_json_summary(const sdp_steptime_cfg *cfg, const plan_calibration *cal,
+                                const sdp_step_times *t, int world, const sdp_step_times *ddp) {
     const sdp_net *n = &cfg->net;
     printf("  \"steptime\": {\"link_gbps\": %.6g, \"latency_us\": %.6g, \"ranks_per_host\": %d, "
            "\"host_gbps\": %.6g, \"host_bcast_gbps\": %.6g, \"gflops\": %.6g, \"mem_gbs\": %.6g, "
            "\"comm\": \"%s\", "
-           "\"overlap\": %s, \"step_s\": %.6g, \"ddp_step_s\": %.6g}\n",
+           "\"overlap\": %s, \"step_s\": %.6g, \"ddp_step_s\": %.6g",
            n->link_Bps * 8e-9, n->latency_s * 1e6, n->ranks_per_host, n->host_Bps * 8e-9,
            cfg->bcast_host_Bps * 8e-9, cfg->flops_per_s * 1e-9, cfg->mem_Bps * 1e-9,
            sdp_comm_lib_name(cfg->lib), cfg->overlap ? "true" : "false", slowest(t, world)->step,
            ddp->step);
+    /* The calibration's path and date as JSON strings: the path is the user's, so escaped. */
+    if (cal->path[0]) {
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddStringToObject(s, "file", cal->path);
+        cJSON_AddStringToObject(s, "measured", cal->measured);
+        cJSON_AddStringToObject(s, "host", cal->host);
+        cJSON_AddNumberToObject(s, "threads", cal->threads);
+        char *txt = cJSON_PrintUnformatted(s);
+        SDP_CHECK(txt, "out of memory");
+        printf(", \"calibration\": %s", txt);
+        free(txt);
+        cJSON_Delete(s);
+    }
+    printf("}\n");
 }

@@ -103,7 +103,8 @@ static const sdp_st_entry *entry_of(const sdp_st_file *f, const char *path, cons
     for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
     SDP_CHECK(same,
               "checkpoint %s: tensor '%s' has dtype %s or a shape that differs "
-              "from the model's: it was written for a different model",
+              "from the model's: it was written for a different model (or the configuration it "
+              "is loaded with, such as the run's config.json, was edited)",
               path, name, e->dtype);
     free(name);
     return e;

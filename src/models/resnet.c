@@ -39,8 +39,16 @@ static int blocks_in_stage(const sdp_resnet_config *c, int s) {
     return (c->depth - 2) / 6;
 }
 
+bool sdp_resnet_depth_ok(int depth) {
+    return four_stages(depth) || (depth >= 8 && depth % 6 == 2);
+}
+
+int sdp_resnet_max_width(int depth) {
+    return 65536 >> ((four_stages(depth) ? 4 : 3) - 1);
+}
+
 void sdp_resnet_config_finish(sdp_resnet_config *c) {
-    SDP_CHECK(four_stages(c->depth) || (c->depth >= 8 && c->depth % 6 == 2),
+    SDP_CHECK(sdp_resnet_depth_ok(c->depth),
               "--depth %d is not a CIFAR ResNet depth: use 18 or 34 (four stages) or 6n+2 such as "
               "20, 32, 44, 56 or 110 (three stages)",
               c->depth);
@@ -59,10 +67,10 @@ void sdp_resnet_config_finish(sdp_resnet_config *c) {
               "images of at least %dx%d, or a 6n+2 depth (three stages)",
               c->image_size, c->image_size, stages, min, min);
     const long widest = (long)c->width << (stages - 1);
-    SDP_CHECK(widest <= 65536,
+    SDP_CHECK(c->width <= sdp_resnet_max_width(c->depth),
               "resnet: --width %d makes the last stage %ld channels wide: use a "
               "width of at most %d",
-              c->width, widest, 65536 >> (stages - 1));
+              c->width, widest, sdp_resnet_max_width(c->depth));
 }
 
 int sdp_resnet_nblocks(const sdp_resnet_config *c) {

@@ -3,6 +3,7 @@
 #include "models/transformer_internal.h"
 #include "sdp/check.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,11 @@ void tf_describe_block(tf_adder *a, const sdp_tf_config *c, const sdp_tf_shape *
 
 /* ---- building ------------------------------------------------------------------------------ */
 
+bool sdp_tf_batch_fits(const sdp_tf_config *c, int B, int T) {
+    const double vocab = c->vocab_padded ? c->vocab_padded : 64 * ceil(c->vocab / 64.0);
+    return (double)B * T * (c->d_model > vocab ? c->d_model : vocab) < 0x1p31;
+}
+
 void tf_begin(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
               bool whole_sequence, const sdp_backend *be) {
     memset(m, 0, sizeof *m);
@@ -112,13 +118,10 @@ void tf_begin(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, in
         sdp_tf_shape_full(&m->shape, &m->cfg);
     m->head_size = m->cfg.d_model / m->cfg.n_head;
     m->be = be;
-    SDP_CHECK(
-        (double)B * T *
-                (m->cfg.d_model > m->cfg.vocab_padded ? m->cfg.d_model : m->cfg.vocab_padded) <
-            0x1p31,
-        "a batch of %d x %d is too large for this model's activations: lower --batch or "
-        "--seq-len",
-        B, T);
+    SDP_CHECK(sdp_tf_batch_fits(&m->cfg, B, T),
+              "a batch of %d x %d is too large for this model's activations: lower --batch or "
+              "--seq-len",
+              B, T);
     m->B = B;
     m->T = T;
     m->off.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->off.layers);

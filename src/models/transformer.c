@@ -41,15 +41,20 @@ static void finish_vit(sdp_tf_config *c) {
 /* Sizes whose products would overflow the int and size_t arithmetic of the layout and kernels
  * (a damaged config.json, or a typo) are refused before anything is computed from them. */
 static void check_size(const sdp_tf_config *c) {
-    SDP_CHECK(c->d_model <= 65536 && c->n_layer <= 65536 && c->d_ff <= (1 << 20) &&
-                  c->seq_len <= (1 << 20) && c->vocab <= (1 << 24),
+    SDP_CHECK(c->d_model <= SDP_TF_MAX_WIDTH && c->n_layer <= SDP_TF_MAX_LAYERS &&
+                  c->d_ff <= SDP_TF_MAX_D_FF && c->seq_len <= SDP_TF_MAX_SEQ &&
+                  c->vocab <= SDP_TF_MAX_VOCAB,
               "model too large to describe: %d layers (at most 65536), width %d (65536), d_ff %d "
               "(2^20), sequence %d (2^20), vocabulary %d (2^24)",
               c->n_layer, c->d_model, c->d_ff, c->seq_len, c->vocab);
+    const double params = sdp_tf_params_estimate(c);
+    SDP_CHECK(params < SDP_TF_MAX_PARAMS,
+              "model of %.3g parameters is too large for sdp (at most 2^40)", params);
+}
+
+double sdp_tf_params_estimate(const sdp_tf_config *c) {
     const double C = c->d_model, F = c->d_ff ? c->d_ff : 4.0 * C;
-    const double params = c->n_layer * (4 * C * C + 3 * C * F) + (c->vocab + c->seq_len) * C;
-    SDP_CHECK(params < 0x1p40, "model of %.3g parameters is too large for sdp (at most 2^40)",
-              params);
+    return c->n_layer * (4 * C * C + 3 * C * F) + ((double)c->vocab + c->seq_len) * C;
 }
 
 void sdp_tf_config_finish(sdp_tf_config *c) {

@@ -1,4 +1,5 @@
 #include "batches.h"
+#include "eval_progress.h"
 
 #include "run.h"
 #include "sdp/check.h"
@@ -40,11 +41,19 @@ static void open_images(batch_source *s, const train_opts *o, int rank, int worl
 }
 
 /* Every worker takes B sequences per batch: fewer than world * B in a split is an error that names
- * the data (`what`) and the options that set the sizes. */
-static void check_sequences(const sdp_tokens *src, const char *what, int B, int T, int world) {
+ * the data (`what`) and what set the sizes: the options, or the run's config.json they were read
+ * from (which may have been edited). */
+static void check_sequences(const sdp_tokens *src, const char *what, int B, int T, int world,
+                            const train_opts *o) {
     const size_t n = sdp_loader_count(src, T), need = (size_t)world * (size_t)B;
-    SDP_CHECK(n >= need,
-              "%s holds %zu sequences of %d tokens (--seq-len %d plus the next token), and %d "
+    if (n >= need) return;
+    if (o->config_file[0])
+        sdp_fatal(
+            "%s holds %zu sequences of %d tokens (\"seq-len\" %d plus the next token), and %d "
+            "worker(s) x \"batch\" %d need %zu, with \"batch\" and \"seq-len\" from %s: give "
+            "more data or, if that file was damaged or edited, restore it or start a new run",
+            what, n, T + 1, T, world, B, need, o->config_file);
+    sdp_fatal("%s holds %zu sequences of %d tokens (--seq-len %d plus the next token), and %d "
               "worker(s) x --batch %d need %zu: use a smaller --batch or --seq-len, or more data",
               what, n, T + 1, T, world, B, need);
 }
@@ -67,7 +76,7 @@ static void open_token_batches(batch_source *s, const train_opts *o, bool whole_
     if (s->has_val) {
         char what[2 * OPT_STR_MAX];
         describe_val(what, sizeof what, o, whole_file);
-        check_sequences(&s->val_tok, what, s->B, s->T, s->world);
+        check_sequences(&s->val_tok, what, s->B, s->T, s->world, o);
     }
     if (s->has_val)
         sdp_loader_init(&s->val_tl, &s->val_tok, s->B, s->T, s->rank, s->world, (uint64_t)o->seed,
@@ -82,7 +91,7 @@ static void open_tokens(batch_source *s, const train_opts *o, int rank, int worl
     /* Loaders first: they reject data too small for the batch before any model exists. */
     char what[OPT_STR_MAX + 64];
     snprintf(what, sizeof what, "the training split of --data '%s'", o->data);
-    check_sequences(&s->train_tok, what, s->B, s->T, world);
+    check_sequences(&s->train_tok, what, s->B, s->T, world, o);
     sdp_loader_init(&s->train_tl, &s->train_tok, s->B, s->T, rank, world, (uint64_t)o->seed, true,
                     mem);
     open_token_batches(s, o, false, mem);
@@ -215,17 +224,24 @@ int batches_val_batch(batch_source *s, uint64_t v, sdp_batch *b) {
 }
 
 sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm) {
+    return batches_evaluate_progress(s, m, max_batches, comm, NULL);
+}
+
+sdp_metrics batches_evaluate_progress(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm,
+                                      eval_progress *p) {
     if (!s->has_val) return (sdp_metrics){NAN, 0, NAN};
     sdp_metrics total = {0, 0, 0};
     const uint64_t n = batches_val_count(s, max_batches);
     for (uint64_t v = 0; v < n; v++) {
         sdp_batch b;
+        if (p) eval_progress_update(p, v);
         if (batches_val_batch(s, v, &b) == 0) continue; /* a share shorter than the others */
         sdp_metrics mt;
         m->ops->forward(m, &b, false, &mt);
         sdp_watchdog_beat(s->watchdog);
         total.loss += mt.loss, total.count += mt.count, total.correct += mt.correct;
     }
+    if (p) eval_progress_update(p, n);
     double v[3] = {total.loss, total.count, total.correct};
     MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, comm);
     return (sdp_metrics){v[0], v[1], v[2]};

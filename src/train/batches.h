@@ -68,5 +68,9 @@ int batches_val_batch(batch_source *s, uint64_t v, sdp_batch *b);
 /* Loss, count and correct predictions of model m over this worker's share of the validation data,
  * summed over the workers of comm. */
 sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm);
+/* The same, with progress lines from p (eval_progress.h; NULL: none). */
+typedef struct eval_progress eval_progress;
+sdp_metrics batches_evaluate_progress(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm,
+                                      eval_progress *p);
 
 #endif

@@ -1,4 +1,5 @@
 #include "run.h"
+#include "run_config_check.h"
 
 #include "sdp/check.h"
 #include "sdp/subnet.h"
@@ -42,6 +43,8 @@ void run_load_config(train_opts *o, run_resolved *resolved, const char *dir) {
     char *txt = run_read_text(path);
     opts_set_defaults(TRAIN_OPTS, o);
     opts_from_json(TRAIN_OPTS, o, txt, path);
+    run_config_check(o, path);
+    snprintf(o->config_file, sizeof o->config_file, "%s", path);
     run_resolved record; /* checked even when the caller does not want it */
     run_resolved_from_json(resolved ? resolved : &record, txt, path);
     free(txt);
@@ -117,6 +120,10 @@ sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
     c.patch = o->patch;
     if (!strcmp(o->model, "resnet")) c.width = o->channels; /* vit's width is --width */
     c.vocab = o->vocab ? o->vocab : data_vocab;
+    SDP_CHECK(c.vocab >= data_vocab || !o->config_file[0],
+              "%s: \"vocab\" is %d, which is smaller than the data's vocabulary (%d tokens): the "
+              "file is damaged or was edited, or the data changed; restore them or start a new run",
+              o->config_file, c.vocab, data_vocab);
     SDP_CHECK(c.vocab >= data_vocab,
               "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",
               c.vocab, data_vocab);
@@ -155,15 +162,7 @@ void run_full_layout(sdp_layout *full, const sdp_model_config *cfg) {
 run_data_shape run_dataset_shape(const train_opts *o) {
     run_data_shape s = {.vocab = o->vocab ? o->vocab : 256};
     if (!run_images(o)) return s;
-    s.vocab = 0;
-    if (!strcmp(o->dataset, "fashion-mnist") || !strcmp(o->dataset, "mnist"))
-        s.channels = 1, s.image_size = 28, s.classes = 10;
-    else if (!strcmp(o->dataset, "cifar10"))
-        s.channels = 3, s.image_size = 32, s.classes = 10;
-    else if (!strcmp(o->dataset, "cifar100"))
-        s.channels = 3, s.image_size = 32, s.classes = 100;
-    else
-        sdp_fatal("unknown --dataset '%s': use fashion-mnist, mnist, cifar10 or cifar100",
-                  o->dataset);
+    SDP_CHECK(run_dataset_lookup(o->dataset, &s),
+              "unknown --dataset '%s': use fashion-mnist, mnist, cifar10 or cifar100", o->dataset);
     return s;
 }

@@ -38,6 +38,9 @@ typedef struct {
     /* device and simulation */
     char device[OPT_STR_MAX], precision[OPT_STR_MAX];
     int sim_world, sim_rank;
+    /* not an option: the config.json these options were read from (run_load_config), for
+     * messages about its values; empty when they came from the command line */
+    char config_file[1024];
 } train_opts;
 
 extern const opt_spec TRAIN_OPTS[];
