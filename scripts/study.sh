@@ -19,7 +19,16 @@
 #   SDP_BIN=PATH     the sdp binary (default build/sdp)
 # Run it in the background: nohup bash scripts/study.sh calibrate > runs/study.log 2>&1 &
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# bash reads a script as it runs: a sweep of hours runs from a copy, so that editing this file
+# meanwhile cannot change what it does mid-way.
+if [ -z "${STUDY_ROOT:-}" ]; then
+  STUDY_ROOT=$(cd "$(dirname "$0")/.." && pwd)
+  copy=$(mktemp /tmp/sdp-study.XXXXXX.sh)
+  cp "$0" "$copy"
+  STUDY_ROOT=$STUDY_ROOT exec bash "$copy" "$@"
+fi
+trap 'rm -f "$0"' EXIT
+cd "$STUDY_ROOT"
 SDP=${SDP_BIN:-build/sdp} # a copy keeps a long sweep on one binary while the tree is rebuilt
 [ -x "$SDP" ] || { echo "$SDP is missing: run bash scripts/build.sh first" >&2; exit 1; }
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
