@@ -99,6 +99,10 @@ grep -q "^summary: 7 steps in .* (steps 1 to 7 of 40; stopped early)" "$WORK/sto
   && pass "--stop-after: the summary counts this invocation's 7 steps and prints no nan" \
   || { fail "stop-after summary"; grep summary "$WORK/stop.log"; }
 
+"$SDP_BIN" report "$WORK/stop" >"$WORK/stop.md" 2>&1
+grep -E '^\| stop \|' "$WORK/stop.md" | grep -qvi "nan" \
+  && pass "report of a run not yet validated shows no nan" || { fail "report shows nan"; cat "$WORK/stop.md"; }
+
 # ---- the progress rate leaves validation out ---------------------------------------------------
 # A validation here costs about a hundred training steps; a rate that counted it would fall
 # ten-fold in the window after it. (The first steps after a validation run a little slower, on

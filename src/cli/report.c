@@ -109,6 +109,9 @@ static void print_table(const report_run *r, int n) {
         char acc[32] = "-", name[4 * OPT_STR_MAX], mask[4 * OPT_STR_MAX], unit[4 * OPT_STR_MAX];
         char field[2 * OPT_STR_MAX];
         if (!isnan(f->val_acc)) snprintf(acc, sizeof acc, "%.2f%%", 100 * f->val_acc);
+        char val[32] = "-", train[32] = "-"; /* "-": not logged yet */
+        if (!isnan(f->val_loss)) snprintf(val, sizeof val, "%.4f", f->val_loss);
+        if (!isnan(f->train_loss)) snprintf(train, sizeof train, "%.4f", f->train_loss);
         if (f->changed[INV_MASK])
             sdp_escape(mask, sizeof mask, report_run_field(field, sizeof field, f, INV_MASK));
         else
@@ -119,10 +122,10 @@ static void print_table(const report_run *r, int n) {
             sdp_escape(unit, sizeof unit, report_run_field(field, sizeof field, f, INV_UNIT));
         else
             sdp_escape(unit, sizeof unit, f->o.sdp_unit);
-        printf("| %s | %s | %s | %s | %s | %ld | %.4g | %.4f | %.4f | %s | %.0f | %s | %s | %s | "
+        printf("| %s | %s | %s | %s | %s | %ld | %.4g | %s | %s | %s | %.0f | %s | %s | %s | "
                "%s | %s |\n",
                run_cell(name, sizeof name, f), mask, unit, world, k, f->steps, f->flops / 1e12,
-               f->train_loss, f->val_loss, acc, f->tok_s, mib(a, sizeof a, f->state_bytes),
+               train, val, acc, f->tok_s, mib(a, sizeof a, f->state_bytes),
                mib(e, sizeof e, f->bars[BAR_DATA]), mib(b, sizeof b, f->total_bytes),
                mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
     }
