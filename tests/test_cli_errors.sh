@@ -11,7 +11,7 @@ expect_error "negative size" "--layers expects an integer from 1 to 2147483647" 
 expect_error "non-numeric size" "--batch expects an integer" "$SDP_BIN" train "${T[@]}" --batch abc
 expect_error "unknown model" "unknown --model 'bert'" "$SDP_BIN" train "${T[@]}" --model bert
 expect_error "unknown optimizer" "unknown --optimizer" "$SDP_BIN" train "${T[@]}" --optimizer lion
-expect_error "unknown option" "unknown or incomplete option" "$SDP_BIN" train "${T[@]}" --bogus 1
+expect_error "unknown option" "unknown option '--bogus': run with --help" "$SDP_BIN" train "${T[@]}" --bogus 1
 expect_error "unknown command" "unknown command" "$SDP_BIN" frobnicate
 expect_error "warmup beyond steps" "--warmup" "$SDP_BIN" train "${T[@]}" --warmup 5
 expect_error "odd head size for llama" "even head size" "$SDP_BIN" train "${T[@]}" --model llama --width 6 --heads 2

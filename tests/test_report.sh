@@ -169,7 +169,7 @@ expect_error "missing run directory" "$WORK/nope" "$SDP_BIN" report "$WORK/fwd1"
 expect_error "directory without config.json" "$WORK/empty' has no config.json" "$SDP_BIN" report "$WORK/empty"
 expect_error "directory without metrics.jsonl" "$WORK/half' has no metrics.jsonl" \
   "$SDP_BIN" report "$WORK/half"
-expect_error "unknown flag" "unknown or incomplete option '--bogus'" \
+expect_error "unknown flag" "unknown option '--bogus'" \
   "$SDP_BIN" report --bogus "$WORK/fwd1"
 expect_error "no run directory" "one or more run directories" "$SDP_BIN" report --group
 expect_error "gnuplot missing" "gnuplot not found: install gnuplot-nox" \
