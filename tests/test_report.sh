@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
 make_text "$WORK/text.txt" 60000
 
-R=(--data "$WORK/text.txt" --layers 1 --heads 2 --width 32 --seq-len 16 --batch 2 --warmup 1
+R=(--data "$WORK/text.txt" --layers 2 --heads 2 --width 32 --seq-len 16 --batch 2 --warmup 1
    --lr 1e-2 --log-every 2 --val-every 5 --val-batches 2 --threads 1)
 
 # train NAME ARGS...: a 2-rank run into $WORK/NAME (30 s at most).
