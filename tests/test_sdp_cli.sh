@@ -78,8 +78,8 @@ expect_job_error "more neuron chunks than heads" "more than the width" \
   2 "$SDP_BIN" "${E[@]}" --sdp-mask forward --sdp-unit neuron --sdp-chunks 8
 expect_job_error "chunks not dividing the heads" "dividing 4" \
   2 "$SDP_BIN" "${E[@]}" --sdp-mask backward --sdp-unit neuron --sdp-chunks 3
-expect_job_error "default chunks (one per worker) more than the heads" "the default of 5 chunks" \
-  5 "$SDP_BIN" "${E[@]}" --sdp-mask forward --sdp-unit neuron --sdp-owners 1
+expect_job_error "default chunks (one per worker) more than the heads" "the default of 4 chunks" \
+  4 "$SDP_BIN" "${E[@]}" --heads 2 --sdp-mask forward --sdp-unit neuron --sdp-owners 1
 
 # Ranks launched with different options (an MPMD command line): every rank stops, and the
 # message, printed once, names the rank that differs.
