@@ -154,8 +154,14 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for N in 8 64 256 1024; do
   model=("${LLAMA1B[@]}" --dtype bf16 --world "$N")
   row "$N | DDP | $N (1)" "total min state other sent mean" ddp -- "${model[@]}"
+  # k = N/2, 4 and 2 where the 18 blocks' 18k owner slots reach every worker (sdp plan refuses a
+  # plan under which a worker owns no block), else the smallest k that does, ceil(N/18).
+  ks=$(printf '%s\n' $((N / 2)) 4 2 | awk -v n="$N" '
+    $1 * 18 < n { short = 1; next }
+    !seen[$1]++ { print }
+    END { k = int((n + 17) / 18); if (short && !seen[k]) print k }')
   for mask in forward backward; do
-    for k in $(printf '%s\n' $((N / 2)) 4 2 | awk '!seen[$0]++'); do
+    for k in $ks; do
       C=$(awk -v k="$k" -v n="$N" 'BEGIN { printf "%.4g", k / n }')
       row "$N | $mask-block | $k ($C)" "total min state other sent mean" -- "${model[@]}" \
         --sdp-mask "$mask" --sdp-unit block --sdp-owners "$k"

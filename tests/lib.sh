@@ -24,6 +24,32 @@ expect_error() {
   pass "$what ($(head -c 150 "$err"))"
 }
 
+# expect_job_error "description" "needle" N ARGS...: ARGS (a command: "$SDP_BIN" train ...) run
+# under mpiexec on N ranks (N = 0: alone, without mpiexec) must exit non-zero within 60 s and
+# print, in stdout and stderr together, exactly one sdp error line, "sdp: error: ..." with needle
+# in it, and needle nowhere else: one line per job, by rank 0. Nothing may read like a crash: no
+# ORTE_ERROR_LOG, no MPI_ABORT banner. mpirun's own notice of the non-zero exit status is allowed.
+# Arguments naming "$WORK/never" (--out) must leave it uncreated.
+expect_job_error() {
+  local what=$1 needle=$2 n=$3 rc; shift 3
+  local out="$WORK/job.out" t0=$SECONDS
+  if [ "$n" -eq 0 ]; then
+    timeout 60 "$@" >"$out" 2>&1; rc=$?
+  else
+    timeout 60 "${MPIEXEC:-mpiexec}" --oversubscribe -n "$n" "$@" >"$out" 2>&1; rc=$?
+  fi
+  local where="on $n ranks"; [ "$n" -eq 1 ] && where="on 1 rank"; [ "$n" -eq 0 ] && where="alone"
+  if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then fail "$what ($where): exit status $rc"; cat "$out"; return; fi
+  local errors mentions; errors=$(grep -c '^sdp: error' "$out"); mentions=$(grep -cF -- "$needle" "$out")
+  if [ "$errors" -ne 1 ] || [ "$mentions" -ne 1 ] || ! grep -q '^sdp: error: ' "$out"; then
+    fail "$what ($where): expected one 'sdp: error: ' line with '$needle', got $errors error lines and $mentions mentions:"
+    cat "$out"; return
+  fi
+  if grep -qE 'ORTE_ERROR_LOG|MPI_ABORT' "$out"; then fail "$what ($where): reads like a crash:"; cat "$out"; return; fi
+  if [ -e "$WORK/never" ]; then fail "$what ($where): created $WORK/never"; rm -rf "$WORK/never"; return; fi
+  pass "$what ($where, $((SECONDS - t0)) s): $(grep -m1 '^sdp: error' "$out" | head -c 200)"
+}
+
 # A small real text: the start of tinyshakespeare when available, else generated prose.
 make_text() {
   local out=$1 bytes=${2:-60000}

@@ -1,4 +1,5 @@
-# Bad input of every kind gets one line naming the problem, a non-zero exit, and no crash.
+# Bad input of every kind gets one line naming the problem, a non-zero exit, and no crash; under
+# mpiexec, one line for the whole job (printed by rank 0), with nothing that reads like a crash.
 source "$(dirname "$0")/lib.sh"
 make_text "$WORK/text.txt" 20000
 T=(--data "$WORK/text.txt" --layers 1 --heads 2 --width 16 --seq-len 16 --batch 2 --steps 2
@@ -11,7 +12,7 @@ expect_error "negative size" "--layers expects an integer from 1 to 2147483647" 
 expect_error "non-numeric size" "--batch expects an integer" "$SDP_BIN" train "${T[@]}" --batch abc
 expect_error "unknown model" "unknown --model 'bert'" "$SDP_BIN" train "${T[@]}" --model bert
 expect_error "unknown optimizer" "unknown --optimizer" "$SDP_BIN" train "${T[@]}" --optimizer lion
-expect_error "unknown option" "unknown or incomplete option" "$SDP_BIN" train "${T[@]}" --bogus 1
+expect_error "unknown option" "unknown option '--bogus': run with --help" "$SDP_BIN" train "${T[@]}" --bogus 1
 expect_error "unknown command" "unknown command" "$SDP_BIN" frobnicate
 expect_error "warmup beyond steps" "--warmup" "$SDP_BIN" train "${T[@]}" --warmup 5
 expect_error "odd head size for llama" "even head size" "$SDP_BIN" train "${T[@]}" --model llama --width 6 --heads 2
@@ -47,6 +48,15 @@ expect_error "no shard matches" "no files match" "$SDP_BIN" train "${T[@]}" --da
 
 # A corrupted checkpoint is detected on resume and on eval.
 "$SDP_BIN" train "${T[@]}" >/dev/null 2>&1 || fail "small training run failed"
+# sdp eval keeps the run's --batch and --seq-len: data too small for them gets advice eval can
+# follow, on one rank and on four.
+printf 'First Citizen:' >"$WORK/short.txt"
+expect_error "eval on data too small" "evaluate on fewer ranks, or on more data (--data FILE)" \
+  "$SDP_BIN" eval --run "$WORK/run" --data "$WORK/short.txt"
+grep -q -- "--batch or" "$WORK/stderr" && fail "eval's advice names an option eval lacks"
+head -c 100 "$WORK/text.txt" >"$WORK/small.txt"
+expect_job_error "eval on data too small" "evaluate on fewer ranks" 4 "$SDP_BIN" eval --run "$WORK/run" \
+  --data "$WORK/small.txt" --threads 1
 python3 - "$WORK/run/model.safetensors" <<'PY'
 import sys
 p = sys.argv[1]
@@ -72,4 +82,83 @@ expect_error "a learning rate beyond float" "--lr expects a number from 0 to" \
   "$SDP_BIN" train "${T[@]}" --lr 1e39 --out "$WORK/tiny"
 expect_error "sdp plan with a typo in --world" "at most 65536" "$SDP_BIN" plan --world 100000000
 [ ! -e "$WORK/tiny" ] && pass "the failed runs left no run directory" || fail "left $(ls -A "$WORK/tiny")"
+
+# ---- option names are whole ---------------------------------------------------------------------
+# getopt_long would take an abbreviation as the option it abbreviates (`sdp eval --batch 1` ran as
+# --batches 1): every command refuses it and names the option meant.
+expect_error "eval: --batch is not --batches" "unknown option '--batch': did you mean --batches?" \
+  "$SDP_BIN" eval --run "$WORK/run" --batch 1
+expect_error "train: an abbreviation" "unknown option '--lr-mi': did you mean --lr-min?" \
+  "$SDP_BIN" train "${T[@]}" --lr-mi 1e-4
+expect_error "train: a misspelling" "unknown option '--stpes': did you mean --steps?" \
+  "$SDP_BIN" train "${T[@]}" --stpes 3
+expect_error "sample: an abbreviation" "unknown option '--len': did you mean --length?" \
+  "$SDP_BIN" sample --run "$WORK/run" --len 3
+expect_error "plan: an abbreviation" "unknown option '--wor': did you mean --world?" \
+  "$SDP_BIN" plan --wor 4
+expect_error "report: an abbreviation" "unknown option '--gro': did you mean --group?" \
+  "$SDP_BIN" report --gro "$WORK/run"
+expect_error "an option without its value" "--steps needs a value" "$SDP_BIN" train "${T[@]}" --steps
+
+# ---- one line per job -----------------------------------------------------------------------------
+# An error that every rank detects alike is printed once, by rank 0, and nothing is created: bad
+# options before MPI_Init, a broken SDP setup after it, before any data loads.
+J=(--data "$WORK/text.txt" --layers 2 --heads 2 --width 16 --seq-len 16 --batch 2 --steps 1
+   --warmup 0 --threads 1 --out "$WORK/never")
+for n in 4 3; do
+  expect_job_error "a bad option" "unknown option '--bogus'" "$n" "$SDP_BIN" train "${J[@]}" --bogus 1
+done
+expect_job_error "an abbreviated option" "did you mean --lr-min?" 4 "$SDP_BIN" train "${J[@]}" --lr-mi 1
+expect_job_error "a bad value" "--warmup 5 exceeds --steps 1" 4 "$SDP_BIN" train "${J[@]}" --warmup 5
+# Workers that would own nothing: 2 blocks with k = 1 cover 2 workers.
+BLOCK=(--sdp-unit block --sdp-coverage 0.25)
+expect_job_error "workers owning no block" "with --sdp-unit block, 2 droppable blocks and k = 1 of N = 4, workers 2 and 3 would own no block: use --sdp-unit neuron" \
+  4 "$SDP_BIN" train "${J[@]}" --sdp-mask forward "${BLOCK[@]}"
+expect_job_error "a worker owning no block" "k = 1 of N = 3, worker 2 would own no block" \
+  3 "$SDP_BIN" train "${J[@]}" --sdp-mask backward --sdp-unit block --sdp-owners 1
+expect_job_error "workers owning no block (--sim-world)" "workers 2 and 3 would own no block" \
+  0 "$SDP_BIN" train "${J[@]}" --sdp-mask forward "${BLOCK[@]}" --sim-world 4 --sim-rank 0
+# Masking needs workers to split the model among.
+for mask in forward backward; do
+  expect_job_error "--sdp-mask $mask without mpirun" \
+    "SDP needs at least 2 workers: run it under mpirun -np N (or drop --sdp-mask)" \
+    0 "$SDP_BIN" train "${J[@]}" --sdp-mask "$mask"
+done
+expect_job_error "--sdp-mask on one rank" "SDP needs at least 2 workers" 1 "$SDP_BIN" train "${J[@]}" --sdp-mask backward
+# Coverage: in (0, 1], and a fraction that gives a whole k, within rounding of its digits.
+expect_job_error "a coverage above 1" "--sdp-coverage must be in (0, 1]" \
+  4 "$SDP_BIN" train "${J[@]}" --sdp-mask forward --sdp-coverage 1.5
+expect_job_error "a coverage that gives no whole k" "--sdp-coverage 0.5 with 3 workers gives k = 1.5 owners per unit, which is not a whole number: use --sdp-coverage 0.333333 or 0.666667 (k = 1 or 2 of N = 3), or give k itself with --sdp-owners k" \
+  3 "$SDP_BIN" train "${J[@]}" --sdp-mask forward --sdp-coverage 0.5
+if timeout 60 "$SDP_BIN" train "${J[@]}" --out "$WORK/third" --sdp-mask forward --sdp-unit block \
+     --sdp-coverage 0.6666667 --sim-world 3 >"$WORK/third.log" 2>&1 && grep -q "k = 2 of N = 3" "$WORK/third.log"
+then pass "--sdp-coverage 0.6666667 of 3 workers is k = 2"
+else fail "--sdp-coverage 0.6666667 of 3 workers"; tail -3 "$WORK/third.log"; fi
+# SDP options under data parallelism: one warning (rank 0), and the run goes on.
+if timeout 60 "$MPIEXEC" --oversubscribe -n 4 "$SDP_BIN" train "${J[@]}" --out "$WORK/dp" \
+     --sdp-unit block --branch-scale none >"$WORK/dp.log" 2>&1 &&
+   [ "$(grep -c warning "$WORK/dp.log")" = 1 ] &&
+   grep -q "^sdp: warning: --sdp-unit and --branch-scale are ignored under data parallelism (--sdp-mask none)" "$WORK/dp.log"
+then pass "SDP options under --sdp-mask none: $(grep warning "$WORK/dp.log")"
+else fail "SDP options under --sdp-mask none: no single warning"; cat "$WORK/dp.log"; fi
+
+# sdp plan refuses and warns alike.
+P=(plan --layers 2 --heads 2 --width 16)
+expect_job_error "sdp plan: workers owning no block" "workers 2 and 3 would own no block" \
+  0 "$SDP_BIN" "${P[@]}" --world 4 --sdp-mask forward "${BLOCK[@]}"
+expect_job_error "sdp plan: masking on one worker" \
+  "SDP needs at least 2 workers: use --world N with N >= 2 (or drop --sdp-mask)" \
+  0 "$SDP_BIN" "${P[@]}" --world 1 --sdp-mask backward
+expect_job_error "sdp plan: a coverage above 1" "--sdp-coverage must be in (0, 1]" \
+  0 "$SDP_BIN" "${P[@]}" --world 4 --sdp-mask forward --sdp-coverage 1.5
+expect_job_error "sdp plan: a coverage that gives no whole k" "use --sdp-coverage 0.333333 or 0.666667" \
+  0 "$SDP_BIN" "${P[@]}" --world 3 --sdp-mask forward --sdp-coverage 0.5
+"$SDP_BIN" "${P[@]}" --world 3 --sdp-mask forward --sdp-unit block --sdp-coverage 0.6666667 \
+  2>&1 | head -1 | grep -q "k = 2 (C = 0.667)" && pass "sdp plan: --sdp-coverage 0.6666667 of 3 is k = 2" ||
+  fail "sdp plan: --sdp-coverage 0.6666667 of 3"
+if "$SDP_BIN" "${P[@]}" --world 4 --sdp-owners 2 --sdp-chunks 2 >/dev/null 2>"$WORK/plan.err" &&
+   [ "$(cat "$WORK/plan.err")" = "sdp: warning: --sdp-owners and --sdp-chunks are ignored under data parallelism (--sdp-mask none): drop them, or choose --sdp-mask forward or backward" ]
+then pass "sdp plan: SDP options under --sdp-mask none get one warning"
+else fail "sdp plan: SDP options under --sdp-mask none"; cat "$WORK/plan.err"; fi
+[ ! -e "$WORK/never" ] && pass "no refused job created its run directory" || fail "$WORK/never exists"
 finish

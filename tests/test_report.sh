@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
 make_text "$WORK/text.txt" 60000
 
-R=(--data "$WORK/text.txt" --layers 1 --heads 2 --width 32 --seq-len 16 --batch 2 --warmup 1
+R=(--data "$WORK/text.txt" --layers 2 --heads 2 --width 32 --seq-len 16 --batch 2 --warmup 1
    --lr 1e-2 --log-every 2 --val-every 5 --val-batches 2 --threads 1)
 
 # train NAME ARGS...: a 2-rank run into $WORK/NAME (30 s at most).
@@ -331,7 +331,7 @@ expect_error "missing run directory" "$WORK/nope" "$SDP_BIN" report "$WORK/fwd1"
 expect_error "directory without config.json" "$WORK/empty' has no config.json" "$SDP_BIN" report "$WORK/empty"
 expect_error "directory without metrics.jsonl" "$WORK/half' has no metrics.jsonl" \
   "$SDP_BIN" report "$WORK/half"
-expect_error "unknown flag" "unknown or incomplete option '--bogus'" \
+expect_error "unknown flag" "unknown option '--bogus'" \
   "$SDP_BIN" report --bogus "$WORK/fwd1"
 expect_error "no run directory" "one or more run directories" "$SDP_BIN" report --group
 expect_error "gnuplot missing" "gnuplot not found: install gnuplot-nox" \

@@ -45,18 +45,20 @@ unset SDP_CKPT_WINDOW
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   MODEL=(--model resnet --depth 8 --channels 4 --batch 4 --optimizer sgd)
   DATA=(--bn-recal-batches 2)
-  check 4 --sdp-mask forward --sdp-unit block
+  # Depth 14 for block units: depth 8 has one droppable block, too few for 4 workers.
+  check 4 --sdp-mask forward --sdp-unit block --depth 14
   check 4 --sdp-mask forward --sdp-unit neuron
   check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
-  check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
+  check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --depth 14
   # The ViT: patch stem and class token shared, layers split into blocks or heads and neurons.
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
   DATA=()
   check 2 --sdp-mask none
-  check 4 --sdp-mask forward --sdp-unit block
+  # Depth 14 for block units: depth 8 has one droppable block, too few for 4 workers.
+  check 4 --sdp-mask forward --sdp-unit block --depth 14
   check 4 --sdp-mask forward --sdp-unit neuron
   check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
-  check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
+  check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --depth 14
 else
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi

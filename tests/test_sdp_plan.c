@@ -582,16 +582,27 @@ static void test_bad_requests_fail_clearly(void **state) {
     expect_build_fails(SDP_UNIT_BLOCK, 4, 2, 0, 2,
                        "block units need droppable blocks (identity-shortcut blocks); this model "
                        "has none: use --sdp-unit neuron");
-    double bad[][2] = {{0.3, 4}, {0.0, 4}, {1.5, 4}, {NAN, 4}, {-0.25, 4}};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-        tu_expect_fatal(coverage_it, bad[i],
-                        "is not a whole number in [1, 4]: use a multiple "
-                        "of 1/4");
-    tu_expect_fatal(coverage_it, bad[0], "--sdp-coverage 0.3 with 4 workers gives k = 1.2");
+    double outside[][2] = {{0.0, 4}, {1.5, 4}, {NAN, 4}, {-0.25, 4}};
+    for (size_t i = 0; i < sizeof outside / sizeof *outside; i++)
+        tu_expect_fatal(coverage_it, outside[i], "--sdp-coverage must be in (0, 1]");
+    double between[2] = {0.3, 4}, below[2] = {0.1, 4}, third[2] = {0.5, 3};
+    tu_expect_fatal(coverage_it, between,
+                    "--sdp-coverage 0.3 with 4 workers gives k = 1.2 owners per unit, which is not "
+                    "a whole number: use --sdp-coverage 0.25 or 0.5 (k = 1 or 2 of N = 4), or "
+                    "give k itself with --sdp-owners k");
+    tu_expect_fatal(coverage_it, below,
+                    "gives k = 0.4 owners per unit, fewer than one: use --sdp-coverage 0.25 (k = 1 "
+                    "of N = 4) or more");
+    tu_expect_fatal(coverage_it, third,
+                    "use --sdp-coverage 0.333333 or 0.666667 (k = 1 or 2 of N = 3)");
     assert_int_equal(sdp_owners_from_coverage(0.5, 4), 2);
     assert_int_equal(sdp_owners_from_coverage(1.0 / 3.0, 3), 1);
     assert_int_equal(sdp_owners_from_coverage(1.0, 7), 7);
     assert_int_equal(sdp_owners_from_coverage(0.1, 10), 1);
+    /* A fraction typed rounded means the nearest k: within 1e-4 of it, relative. */
+    assert_int_equal(sdp_owners_from_coverage(0.6666667, 3), 2);
+    assert_int_equal(sdp_owners_from_coverage(0.3333, 3), 1);
+    assert_int_equal(sdp_owners_from_coverage(0.33333, 300), 100);
 }
 
 static void test_names_round_trip(void **state) {

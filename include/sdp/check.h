@@ -1,10 +1,20 @@
-/* Errors: every failure is one line naming the problem and the fix, then a non-zero exit.
- * Under MPI the process calls MPI_Abort so that no other rank is left waiting. Messages quote
- * names and values read from files, so sdp_fatal escapes control characters (sdp_escape): a
- * hostile file can neither forge a second line nor send the terminal escape sequences. */
+/* Errors: every failure is one line naming the problem and the fix, then a non-zero exit, and one
+ * line per job, not per rank. Two kinds:
+ * - sdp_fatal / SDP_CHECK: a fault that a rank may see alone (its own file, its own memory). Under
+ *   MPI the process prints its line, tagged with its rank, and calls MPI_Abort so that no other
+ *   rank is left waiting.
+ * - sdp_fatal_all / SDP_CHECK_ALL: an error that every rank detects alike, at the same point
+ *   (options, the SDP plan, which every rank derives from the same options). Rank 0 alone prints
+ *   it; every rank then calls MPI_Finalize and exits 1, which ends the job without MPI_Abort.
+ * Before MPI_Init every rank reads the same command line and files, so both behave as
+ * sdp_fatal_all: only the process its launcher numbered 0 prints (see sdp_fatal in check.c).
+ * Messages quote names and values read from files, so both escape control characters
+ * (sdp_escape): a hostile file can neither forge a second line nor send the terminal escape
+ * sequences. */
 #ifndef SDP_CHECK_H
 #define SDP_CHECK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -15,12 +25,28 @@ extern jmp_buf *sdp_fuzz_on_error;
 #endif
 
 _Noreturn void sdp_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Every rank must call it, with the same message: see above. Should a rank fail to arrive within
+ * 30 s (it did not see the error, which is a bug), the ranks that did fall back to MPI_Abort. */
+_Noreturn void sdp_fatal_all(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Use for user-facing conditions: the message must say what is wrong and what to do. */
 #define SDP_CHECK(cond, ...)                                                                       \
     do {                                                                                           \
         if (!(cond)) sdp_fatal(__VA_ARGS__);                                                       \
     } while (0)
+/* SDP_CHECK for a condition that every rank evaluates alike (see sdp_fatal_all). */
+#define SDP_CHECK_ALL(cond, ...)                                                                   \
+    do {                                                                                           \
+        if (!(cond)) sdp_fatal_all(__VA_ARGS__);                                                   \
+    } while (0)
+
+/* Readies sdp_fatal_all once MPI is initialised (sdp_world_init calls it; collective). */
+void sdp_fatal_all_init(void);
+/* Whether this process speaks for the job: MPI rank 0, or before MPI_Init the process its
+ * launcher numbered 0, or a process started without a launcher. Warnings print on it alone. */
+bool sdp_is_lead(void);
+/* A one-line warning ("sdp: warning: ..."), printed by the lead process alone. */
+void sdp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Use for internal invariants: a failure here is a bug in sdp, reported with its location. */
 #define SDP_ASSERT(cond)                                                                           \

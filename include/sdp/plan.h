@@ -66,12 +66,18 @@ const char *sdp_unit_kind_name(sdp_unit_kind u);
 const char *sdp_assign_kind_name(sdp_assign_kind a);
 const char *sdp_branch_scale_name(sdp_branch_scale s);
 
-/* k from a coverage C = k/N; fails clearly when C*N is not a whole number in [1, N]. */
+/* k from a coverage C = k/N. C must be in (0, 1], and C*N within 1e-4 (relative) of a whole
+ * number of at least 1: a coverage typed as a rounded fraction (0.6666667 of 3 workers) gives the
+ * nearest k. Otherwise it fails with one line naming the nearest coverages that work. Every rank
+ * fails alike (sdp_fatal_all). */
 int sdp_owners_from_coverage(double coverage, int world);
 
 /* Builds the plan for a full-model layout. Impossible requests fail with a message saying what
  * would work: k < 1 or k > N; more chunks than a group's width, or a width the chunks do not
- * divide; block units on a model with no droppable block.
+ * divide; block units on a model with no droppable block. The plan is a function of its
+ * arguments alone, so every rank that builds it fails alike: once per job (sdp_fatal_all). A plan
+ * under which some worker owns no unit is built: refusing it is the run's policy
+ * (run_plan_build in src/train/run_plan.c).
  * Publishers balance the elements published: groups in decreasing order of elements (ties by
  * index), each to the member that has published the fewest elements so far (ties: lowest rank);
  * then chains of hand-overs between fellow members relieve the busiest and feed the idlest. */

@@ -73,7 +73,7 @@ int cmd_eval(int argc, char **argv) {
         o.val_data[0] = 0;
         batches_open_file(&data, &o, w.rank, w.size, &mem);
     } else {
-        batches_open(&data, &o, run_images(&o), w.rank, w.size, &mem);
+        batches_open_eval(&data, &o, run_images(&o), w.rank, w.size, &mem);
     }
     SDP_CHECK(data.has_val, "the run has no validation split: pass --data FILE");
     check_image_shape(&data, trained, e.run);

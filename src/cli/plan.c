@@ -316,6 +316,8 @@ int cmd_plan(int argc, char **argv) {
               "unknown --dtype '%s': use fp32 or bf16", o.dtype);
     SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",
               o.t.device);
+    run_plan_check_options(&o.t, o.world, "--world"); /* what sdp train refuses, said alike */
+    run_plan_warn_ignored(&o.t, argc, argv);
     /* CPU kernels keep scratch per thread: count it for the threads each worker will run, which
      * sdp train chooses the same way (all N workers on this machine). */
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -329,6 +331,7 @@ int cmd_plan(int argc, char **argv) {
     sdp_plan_cfg pc = run_plan_config(&o.t, o.world, &full);
     sdp_plan plan, ddp_plan;
     sdp_plan_build(&plan, &pc, &full);
+    run_plan_check_owners(&plan);
     sdp_plan_cfg dc = pc;
     dc.mask = SDP_MASK_NONE;
     dc.owners = o.world;

@@ -143,19 +143,19 @@ static int parse_flags(report_opts *ro, int argc, char **argv) {
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     *ro = (report_opts){0};
+    opts_check_names(flags, argc, argv); /* whole names: getopt_long takes abbreviations */
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
         if (c == 'h') {
-            fputs(USAGE, stdout);
+            if (sdp_is_lead()) fputs(USAGE, stdout);
             exit(0);
         }
         if (c == 'g') ro->group = true;
         if (c == 'p') ro->plots = optarg;
         if (c == '?')
-            sdp_fatal("unknown or incomplete option '%s': run with --help to list the options",
-                      argv[optind - 1]);
+            sdp_fatal("unknown option '%s': run with --help to list the options", argv[optind - 1]);
     }
     return optind;
 }

@@ -4,6 +4,7 @@
 #include "train_report.h"
 #include "train/run_dir.h"
 #include "train/run_paths.h"
+#include "train/run_plan_check.h"
 
 #include "sdp/check.h"
 #include "sdp/interrupt.h"
@@ -122,10 +123,11 @@ static void validate_options(train_opts *o) {
 
 /* A simulated worker stands for one rank of a job that is not running: it must be alone. */
 static void check_simulation_world(const trainer *t) {
-    SDP_CHECK(!simulating(t) || t->world.size == 1,
-              "--sim-world runs one worker alone, but %d MPI ranks were started: run it without "
-              "mpirun (or with -n 1)",
-              t->world.size);
+    SDP_CHECK_ALL(
+        !simulating(t) || t->world.size == 1,
+        "--sim-world runs one worker alone, but %d MPI ranks were started: run it without "
+        "mpirun (or with -n 1)",
+        t->world.size);
 }
 
 /* ---- set-up ------------------------------------------------------------------------------- */
@@ -164,6 +166,7 @@ static void setup(trainer *t, int argc, char **argv, char *note, size_t n) {
     sdp_world_init(&t->world, &argc, &argv, t->o.threads);
     sdp_interrupt_install(); /* a signal from now on stops the run after a step */
     check_simulation_world(t);
+    run_plan_check(&t->o, job_workers(t), argc, argv); /* before any data loads */
     trainer_build(t);
     if (t->o.resume[0]) {
         char path[1024];

@@ -12,6 +12,7 @@ void sdp_world_init(sdp_world *w, int *argc, char ***argv, int threads) {
     if (!inited) MPI_Init(argc, argv);
     /* Errors on any rank must end the job, not leave other ranks waiting in a collective. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    sdp_fatal_all_init(); /* errors that every rank detects alike then end the job once */
     MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w->size);
     MPI_Comm node;

@@ -2,18 +2,23 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef SDP_FUZZ
 jmp_buf *sdp_fuzz_on_error;
 #endif
 
-/* Rank of this process, or -1 when MPI is not running (a plain single-process run). */
+/* Rank of this process, or -1 when MPI is not running (a plain single-process run, or before
+ * MPI_Init). */
 static int mpi_rank_if_running(int *world) {
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
@@ -25,31 +30,174 @@ static int mpi_rank_if_running(int *world) {
     return rank;
 }
 
-void sdp_fatal(const char *fmt, ...) {
+/* The rank this process's launcher gave it, known before MPI_Init: Open MPI's mpirun sets
+ * OMPI_COMM_WORLD_RANK, PMIx launchers (srun --mpi=pmix) PMIX_RANK, PMI ones PMI_RANK. -1 when
+ * no launcher started the process. */
+static int launcher_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v) continue;
+        char *end = NULL;
+        long r = strtol(v, &end, 10);
+        if (*end == 0 && r >= 0 && r < INT_MAX) return (int)r;
+    }
+    return -1;
+}
+
+bool sdp_is_lead(void) {
     int world = 1;
-    int rank = mpi_rank_if_running(&world);
-    char raw[1024], msg[4 * sizeof raw];
+    const int rank = mpi_rank_if_running(&world);
+    return rank >= 0 ? rank == 0 : launcher_rank() <= 0;
+}
+
+static void format_message(char *msg, size_t n, const char *fmt, va_list ap) {
+    char raw[1024];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    sdp_escape(msg, n, raw);
+}
+
+void sdp_warn(const char *fmt, ...) {
+    if (!sdp_is_lead()) return;
+    char msg[4096];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
+    format_message(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    sdp_escape(msg, sizeof msg, raw);
+    fprintf(stderr, "sdp: warning: %s\n", msg);
+    fflush(stderr);
+}
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* How long a rank other than 0 waits for the launcher to end it, before MPI_Init (see
+ * fail_before_mpi) and after (sdp_fatal). */
+#define LAUNCHER_GRACE_S 10.0
+#define ABORT_GRACE_S    3.0
+
+/* An error before MPI_Init (or after MPI_Finalize), when no rank can abort the others. Every rank
+ * of a job reads the same command line and files then, so every rank fails alike: the process
+ * its launcher numbered 0 prints the line and exits 1, and the others print nothing and wait.
+ * Open MPI's mpirun ends them as soon as rank 0 exits with a non-zero status (with SIGTERM, which
+ * sdp train blocks until its signal thread starts: it is unblocked here). A rank still alive
+ * after LAUNCHER_GRACE_S saw an error that rank 0 did not (a file missing on its host only, or
+ * different options given to an MPMD launch), or runs under a launcher that does not end the
+ * others (srun without --kill-on-bad-exit): it prints its own line, tagged with its rank. */
+static _Noreturn void fail_before_mpi(const char *msg) {
+    const int r = launcher_rank();
+    if (r > 0) {
+        fflush(stdout);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        const double until = seconds_now() + LAUNCHER_GRACE_S;
+        while (seconds_now() < until) usleep(20000);
+        fprintf(stderr, "sdp: error (rank %d): %s\n", r, msg);
+    } else {
+        fprintf(stderr, "sdp: error: %s\n", msg);
+    }
+    fflush(stderr);
+    fflush(stdout);
+    exit(1);
+}
+
+void sdp_fatal(const char *fmt, ...) {
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    format_message(msg, sizeof msg, fmt, ap);
+    va_end(ap);
 #ifdef SDP_FUZZ
     /* Fuzzing builds only (fuzz/harness.h): a clean error is the right answer to bad bytes, not a
      * crash, so the harness takes it back instead of the process ending. The message is built
      * above, so its formatting is fuzzed too. */
     if (sdp_fuzz_on_error) longjmp(*sdp_fuzz_on_error, 1);
 #endif
-    /* Errors every rank detects alike (a bad option) would print N times: other ranks give rank
-     * 0 a moment to print and abort the job first. */
-    if (world > 1 && rank > 0) usleep(300000);
+    int world = 1;
+    const int rank = mpi_rank_if_running(&world);
+    if (rank < 0) fail_before_mpi(msg);
+    /* An error that every rank detects alike but that is not reported with sdp_fatal_all would
+     * print N times, and ranks calling MPI_Abort together make mpirun print ORTE_ERROR_LOG lines:
+     * other ranks give rank 0 time to print and abort the job first. The launcher then ends them
+     * within ABORT_GRACE_S (SIGTERM, which sdp train's signal thread takes, then SIGKILL a second
+     * later); a rank still alive saw a fault of its own and reports it. */
+    if (world > 1 && rank > 0) {
+        const double until = seconds_now() + ABORT_GRACE_S;
+        while (seconds_now() < until) usleep(20000);
+    }
     if (world > 1)
         fprintf(stderr, "sdp: error (rank %d of %d): %s\n", rank, world, msg);
     else
         fprintf(stderr, "sdp: error: %s\n", msg);
     fflush(stderr);
     fflush(stdout);
-    if (rank >= 0 && world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+/* sdp_fatal_all's own communicator, so that its barrier can never match a collective of the
+ * computation (blocking and non-blocking collectives must not meet on one communicator). */
+static MPI_Comm fatal_comm;
+static bool fatal_comm_ready;
+
+void sdp_fatal_all_init(void) {
+    if (fatal_comm_ready) return;
+    MPI_Comm_dup(MPI_COMM_WORLD, &fatal_comm);
+    fatal_comm_ready = true;
+}
+
+/* How long sdp_fatal_all waits for every rank. The ranks reach an error they all detect alike
+ * within the time some of them take longer to load their data; a rank that never comes did not
+ * see the error, and MPI_Finalize would then wait for it for ever. */
+#define ALL_RANKS_S 30.0
+
+/* True once every rank has reached sdp_fatal_all; false after ALL_RANKS_S without that. */
+static bool all_ranks_arrive(void) {
+    MPI_Request req;
+    if (MPI_Ibarrier(fatal_comm, &req) != MPI_SUCCESS) return false;
+    const double until = seconds_now() + ALL_RANKS_S;
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+        if (done) return true;
+        if (seconds_now() > until) return false;
+        usleep(1000);
+    }
+}
+
+void sdp_fatal_all(const char *fmt, ...) {
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    format_message(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+#ifdef SDP_FUZZ
+    if (sdp_fuzz_on_error) longjmp(*sdp_fuzz_on_error, 1);
+#endif
+    int world = 1;
+    const int rank = mpi_rank_if_running(&world);
+    if (rank < 0) fail_before_mpi(msg);
+    if (world > 1 && !fatal_comm_ready) sdp_fatal("%s", msg); /* MPI started by another caller */
+    if (rank == 0) {
+        fprintf(stderr, "sdp: error: %s\n", msg);
+        fflush(stderr);
+    }
+    fflush(stdout);
+    /* No MPI_Abort: every rank leaves MPI as it would after a run, and the job's exit status is
+     * non-zero. */
+    if (world == 1 || all_ranks_arrive()) {
+        MPI_Finalize();
+        exit(1);
+    }
+    if (rank > 0) fprintf(stderr, "sdp: error (rank %d of %d): %s\n", rank, world, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
 

@@ -42,9 +42,9 @@ static sdp_unit *alloc_units(int n) {
 static void list_block_units(sdp_plan *p, const sdp_layout *full) {
     int n = 0;
     for (int b = 0; b < full->nblocks; b++) n += full->blocks[b].droppable;
-    SDP_CHECK(n > 0 || p->cfg.mask == SDP_MASK_NONE,
-              "block units need droppable blocks (identity-shortcut blocks); this model has "
-              "none: use --sdp-unit neuron");
+    SDP_CHECK_ALL(n > 0 || p->cfg.mask == SDP_MASK_NONE,
+                  "block units need droppable blocks (identity-shortcut blocks); this model has "
+                  "none: use --sdp-unit neuron");
     p->units = alloc_units(n);
     for (int b = 0; b < full->nblocks; b++) {
         if (!full->blocks[b].droppable) continue;
@@ -114,24 +114,25 @@ static void suggest_divisors(char *buf, size_t len, int w, int want) {
 static void check_chunks_fit(const sdp_block *blk, const sdp_group *g, int requested, int chunks) {
     char what[96], divs[160];
     describe_chunks(what, sizeof what, requested, chunks);
-    SDP_CHECK(chunks <= g->width,
-              "%s is more than the width of group %s in block %s (%d atoms): use --sdp-chunks "
-              "of at most %d, or --sdp-unit block",
-              what, g->name, blk->name, g->width, g->width);
+    SDP_CHECK_ALL(chunks <= g->width,
+                  "%s is more than the width of group %s in block %s (%d atoms): use --sdp-chunks "
+                  "of at most %d, or --sdp-unit block",
+                  what, g->name, blk->name, g->width, g->width);
     if (g->width % chunks == 0) return;
     suggest_divisors(divs, sizeof divs, g->width, chunks);
-    sdp_fatal("%s does not split the width of group %s in block %s (%d atoms) into equal "
-              "chunks: use --sdp-chunks dividing %d (%s)",
-              what, g->name, blk->name, g->width, g->width, divs);
+    sdp_fatal_all("%s does not split the width of group %s in block %s (%d atoms) into equal "
+                  "chunks: use --sdp-chunks dividing %d (%s)",
+                  what, g->name, blk->name, g->width, g->width, divs);
 }
 
 /* For every inner group of every block, `chunks` equal contiguous chunks, in (block, group,
  * chunk) order. Whole-block tensors (norms) and blocks without groups are shared. */
 static void list_neuron_units(sdp_plan *p, const sdp_layout *full) {
     const int requested = p->cfg.chunks;
-    SDP_CHECK(requested >= 0,
-              "--sdp-chunks %d is negative: use a positive count, or 0 for one chunk per worker",
-              requested);
+    SDP_CHECK_ALL(
+        requested >= 0,
+        "--sdp-chunks %d is negative: use a positive count, or 0 for one chunk per worker",
+        requested);
     /* With everyone owning everything the split is irrelevant, and plain data parallelism must
      * run on any model with any number of workers: default to one chunk per group. */
     int chunks = requested > 0                  ? requested
@@ -485,12 +486,24 @@ static void choose_publishers(sdp_plan *p) {
 
 int sdp_owners_from_coverage(double coverage, int world) {
     SDP_ASSERT(world >= 1);
-    double kn = coverage * world, k = round(kn);
-    SDP_CHECK(isfinite(kn) && fabs(kn - k) <= 1e-9 && k >= 1 && k <= world,
-              "--sdp-coverage %g with %d workers gives k = %g owners per unit, which is not a "
-              "whole number in [1, %d]: use a multiple of 1/%d",
-              coverage, world, kn, world, world);
-    return (int)k;
+    SDP_CHECK_ALL(coverage > 0 && coverage <= 1,
+                  "--sdp-coverage must be in (0, 1], got %g: it is the fraction C = k/N of the "
+                  "workers that own each unit (or give k itself with --sdp-owners k)",
+                  coverage);
+    /* A coverage typed as a rounded fraction (0.6666667 for 2/3) means the nearest k. */
+    const double kn = coverage * world, k = round(kn);
+    if (k >= 1 && fabs(kn - k) <= 1e-4 * k) return (int)k;
+    const int below = (int)floor(kn), above = below + 1; /* kn <= world, so above <= world */
+    if (below < 1)
+        sdp_fatal_all("--sdp-coverage %g with %d workers gives k = %g owners per unit, fewer than "
+                      "one: use --sdp-coverage %.6g (k = 1 of N = %d) or more, or give k itself "
+                      "with --sdp-owners k",
+                      coverage, world, kn, 1.0 / world, world);
+    sdp_fatal_all("--sdp-coverage %g with %d workers gives k = %g owners per unit, which is not a "
+                  "whole number: use --sdp-coverage %.6g or %.6g (k = %d or %d of N = %d), or give "
+                  "k itself with --sdp-owners k",
+                  coverage, world, kn, (double)below / world, (double)above / world, below, above,
+                  world);
 }
 
 void sdp_plan_build(sdp_plan *p, const sdp_plan_cfg *cfg, const sdp_layout *full) {
@@ -502,10 +515,10 @@ void sdp_plan_build(sdp_plan *p, const sdp_plan_cfg *cfg, const sdp_layout *full
     const int N = cfg->world;
     if (cfg->mask == SDP_MASK_NONE) p->cfg.owners = N;
     const int k = p->cfg.owners;
-    SDP_CHECK(k >= 1 && k <= N,
-              "--sdp-owners %d is impossible with %d workers: choose 1 <= k <= %d (k = N is "
-              "plain data parallelism)",
-              k, N, N);
+    SDP_CHECK_ALL(k >= 1 && k <= N,
+                  "--sdp-owners %d is impossible with %d workers: choose 1 <= k <= %d (k = N is "
+                  "plain data parallelism)",
+                  k, N, N);
     if (cfg->unit == SDP_UNIT_BLOCK)
         list_block_units(p, full);
     else

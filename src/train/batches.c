@@ -41,21 +41,30 @@ static void open_images(batch_source *s, const train_opts *o, int rank, int worl
 }
 
 /* Every worker takes B sequences per batch: fewer than world * B in a split is an error that names
- * the data (`what`) and what set the sizes: the options, or the run's config.json they were read
- * from (which may have been edited). */
-static void check_sequences(const sdp_tokens *src, const char *what, int B, int T, int world,
-                            const train_opts *o) {
+ * the data (`what`) and what would fix it: under sdp train the options that set the sizes, or the
+ * run's config.json they were read from (which may have been edited); under sdp eval (whose sizes
+ * are the run's own) fewer ranks or more data. Every rank reads the same data, so every rank
+ * refuses alike. */
+static void check_sequences(const batch_source *s, const sdp_tokens *src, const char *what,
+                            int world, const train_opts *o) {
+    const int B = s->B, T = s->T;
     const size_t n = sdp_loader_count(src, T), need = (size_t)world * (size_t)B;
     if (n >= need) return;
+    if (s->evaluating)
+        sdp_fatal_all("%s holds %zu sequences of %d tokens (the run's --seq-len %d plus the next "
+                      "token), and %d rank(s) x the run's --batch %d need %zu: evaluate on fewer "
+                      "ranks, or on more data (--data FILE)",
+                      what, n, T + 1, T, world, B, need);
     if (o->config_file[0])
-        sdp_fatal(
+        sdp_fatal_all(
             "%s holds %zu sequences of %d tokens (\"seq-len\" %d plus the next token), and %d "
             "worker(s) x \"batch\" %d need %zu, with \"batch\" and \"seq-len\" from %s: give "
             "more data or, if that file was damaged or edited, restore it or start a new run",
             what, n, T + 1, T, world, B, need, o->config_file);
-    sdp_fatal("%s holds %zu sequences of %d tokens (--seq-len %d plus the next token), and %d "
-              "worker(s) x --batch %d need %zu: use a smaller --batch or --seq-len, or more data",
-              what, n, T + 1, T, world, B, need);
+    sdp_fatal_all("%s holds %zu sequences of %d tokens (--seq-len %d plus the next token), and %d "
+                  "worker(s) x --batch %d need %zu: use a smaller --batch or --seq-len, or more "
+                  "data",
+                  what, n, T + 1, T, world, B, need);
 }
 
 /* What the validation split is, for errors. */
@@ -76,7 +85,7 @@ static void open_token_batches(batch_source *s, const train_opts *o, bool whole_
     if (s->has_val) {
         char what[2 * OPT_STR_MAX];
         describe_val(what, sizeof what, o, whole_file);
-        check_sequences(&s->val_tok, what, s->B, s->T, s->world, o);
+        check_sequences(s, &s->val_tok, what, s->world, o);
     }
     if (s->has_val)
         sdp_loader_init(&s->val_tl, &s->val_tok, s->B, s->T, s->rank, s->world, (uint64_t)o->seed,
@@ -91,15 +100,16 @@ static void open_tokens(batch_source *s, const train_opts *o, int rank, int worl
     /* Loaders first: they reject data too small for the batch before any model exists. */
     char what[OPT_STR_MAX + 64];
     snprintf(what, sizeof what, "the training split of --data '%s'", o->data);
-    check_sequences(&s->train_tok, what, s->B, s->T, world, o);
+    check_sequences(s, &s->train_tok, what, world, o);
     sdp_loader_init(&s->train_tl, &s->train_tok, s->B, s->T, rank, world, (uint64_t)o->seed, true,
                     mem);
     open_token_batches(s, o, false, mem);
 }
 
-void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
-                  sdp_mem *mem) {
+static void open_source(batch_source *s, const train_opts *o, bool images, int rank, int world,
+                        bool evaluating, sdp_mem *mem) {
     memset(s, 0, sizeof *s);
+    s->evaluating = evaluating;
     s->images = images;
     s->B = o->batch;
     s->T = images ? 1 : o->seq_len;
@@ -111,8 +121,19 @@ void batches_open(batch_source *s, const train_opts *o, bool images, int rank, i
         open_tokens(s, o, rank, world, mem);
 }
 
+void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
+                  sdp_mem *mem) {
+    open_source(s, o, images, rank, world, false, mem);
+}
+
+void batches_open_eval(batch_source *s, const train_opts *o, bool images, int rank, int world,
+                       sdp_mem *mem) {
+    open_source(s, o, images, rank, world, true, mem);
+}
+
 void batches_open_file(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
     memset(s, 0, sizeof *s);
+    s->evaluating = true;
     s->B = o->batch;
     s->T = o->seq_len;
     s->rank = rank;

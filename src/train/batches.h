@@ -30,12 +30,17 @@ typedef struct {
     int rank, world;        /* this worker, whose share of the validation data is its own */
     int fed_vocab;          /* batches_fed: the vocabulary the options give */
     sdp_watchdog *watchdog; /* beaten at every batch (NULL: none) */
+    bool evaluating;        /* opened by sdp eval: errors name eval's remedies, not --batch */
 } batch_source;
 
 /* Opens the run's data for worker rank of world: its training stream and its share of the
  * validation data, the share data parallelism's worker of that rank evaluates. */
 void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
                   sdp_mem *mem);
+/* batches_open for sdp eval, which cannot change the run's --batch or --seq-len: data too small
+ * for them is refused with advice that eval can follow (fewer ranks, more data). */
+void batches_open_eval(batch_source *s, const train_opts *o, bool images, int rank, int world,
+                       sdp_mem *mem);
 /* For evaluating token data alone (sdp eval --data): all of o->data, text or shards, is the
  * validation data of worker rank of world; there is no training stream. */
 void batches_open_file(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem);

@@ -75,6 +75,85 @@ static void print_usage(const opt_spec *specs, const char *usage) {
     printf("  %-22s %s\n", "--help", "print this help");
 }
 
+/* Levenshtein distance between a and b[0, blen), for suggesting the option meant. */
+static size_t edit_distance(const char *a, const char *b, size_t blen) {
+    const size_t alen = strlen(a);
+    if (alen > 64 || blen > 64) return (size_t)-1; /* no option name is that long */
+    size_t row[65];
+    for (size_t j = 0; j <= blen; j++) row[j] = j;
+    for (size_t i = 1; i <= alen; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= blen; j++) {
+            const size_t up = row[j];
+            const size_t sub = diag + (a[i - 1] != b[j - 1]);
+            const size_t del = (up < row[j - 1] ? up : row[j - 1]) + 1;
+            row[j] = sub < del ? sub : del;
+            diag = up;
+        }
+    }
+    return row[blen];
+}
+
+/* The option that `name` (len bytes, without "--") most likely meant, or NULL: one it abbreviates
+ * (getopt would have taken a unique abbreviation silently), else the nearest by edit distance
+ * when that is small. Ties go to the earlier option of the table. */
+static const char *closest_option(const struct option *lo, const char *name, size_t len) {
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (int pass = 0; pass < 2 && !best; pass++)
+        for (const struct option *o = lo; o->name; o++) {
+            const bool abbreviates = strncmp(o->name, name, len) == 0;
+            if (pass == 0 && !abbreviates) continue;
+            const size_t d = edit_distance(o->name, name, len);
+            const size_t limit = len / 3 > 2 ? len / 3 : 2;
+            if ((pass == 0 || d <= limit) && d < best_d) best = o->name, best_d = d;
+        }
+    return best;
+}
+
+bool opts_names_ok(const struct option *lo, int argc, char **argv, char *err, size_t errlen) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) return true;  /* the end of the options */
+        if (strncmp(a, "--", 2) != 0) continue; /* an argument, or a short option (getopt's) */
+        const char *name = a + 2, *eq = strchr(name, '=');
+        const size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const struct option *o = lo;
+        while (o->name && !(strlen(o->name) == len && strncmp(o->name, name, len) == 0)) o++;
+        if (!o->name) {
+            const char *near = closest_option(lo, name, len);
+            if (near)
+                snprintf(err, errlen,
+                         "unknown option '--%.*s': did you mean --%s? (run with "
+                         "--help to list the options)",
+                         (int)len, name, near);
+            else
+                snprintf(err, errlen,
+                         "unknown option '--%.*s': run with --help to list the options", (int)len,
+                         name);
+            return false;
+        }
+        if (o->has_arg == no_argument && eq) {
+            snprintf(err, errlen, "--%s takes no value, got '%s': give it alone", o->name, a);
+            return false;
+        }
+        if (o->has_arg == required_argument && !eq) {
+            if (i + 1 == argc) {
+                snprintf(err, errlen, "--%s needs a value: --%s V (see --help)", o->name, o->name);
+                return false;
+            }
+            i++; /* its value, whatever it looks like */
+        }
+    }
+    return true;
+}
+
+void opts_check_names(const struct option *lo, int argc, char **argv) {
+    char err[512];
+    if (!opts_names_ok(lo, argc, argv, err, sizeof err)) sdp_fatal("%s", err);
+}
+
 void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const char *usage) {
     opts_set_defaults(specs, opts);
     int n = 0;
@@ -86,20 +165,25 @@ void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const 
                                 specs[i].type == OPT_FLAG ? no_argument : required_argument, NULL,
                                 1000 + i};
     lo[n] = (struct option){"help", no_argument, NULL, 'h'};
+    char err[512];
+    /* getopt_long takes any unique abbreviation of a long option: `sdp eval --batch 1` would
+     * silently be --batches 1. Names must be whole. */
+    if (!opts_names_ok(lo, argc, argv, err, sizeof err)) {
+        free(lo);
+        sdp_fatal("%s", err);
+    }
     optind = 1;
     opterr = 0;
     int c, idx = 0;
-    char err[256];
     while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
         if (c == 'h') {
-            print_usage(specs, usage);
+            if (sdp_is_lead()) print_usage(specs, usage); /* once under mpirun */
             exit(0);
         }
         if (c == '?' || c == ':') {
             const char *bad = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
             free(lo);
-            sdp_fatal("unknown or incomplete option '%s': run with --help to list the options",
-                      bad);
+            sdp_fatal("unknown option '%s': run with --help to list the options", bad);
         }
         const opt_spec *s = &specs[c - 1000];
         if (!opts_set(s, opts, s->type == OPT_FLAG ? "1" : optarg, err, sizeof err)) {

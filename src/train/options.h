@@ -3,6 +3,7 @@
 #ifndef SDP_TRAIN_OPTIONS_H
 #define SDP_TRAIN_OPTIONS_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -19,9 +20,17 @@ typedef struct {
 
 #define OPT_STR_MAX 512
 
-/* Fills `opts` with the defaults, then parses argv (getopt_long). `--help` prints usage and
- * exits 0; unknown options and malformed values fail with a clear message. */
+/* Fills `opts` with the defaults, then parses argv (getopt_long). `--help` prints usage (on the
+ * lead process alone) and exits 0; unknown options and malformed values fail with a clear
+ * message. Option names must be given whole (opts_names_ok). */
 void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const char *usage);
+/* Whether every "--name" of argv names an option of `lo` exactly (getopt_long would take a unique
+ * abbreviation as the option it abbreviates), with a value where it takes one and none where it
+ * does not. Otherwise false, with one line in err that names the option meant ("unknown option
+ * '--batch': did you mean --batches?"). Stops at "--". */
+bool opts_names_ok(const struct option *lo, int argc, char **argv, char *err, size_t errlen);
+/* opts_names_ok, failing with its message. For commands that call getopt_long themselves. */
+void opts_check_names(const struct option *lo, int argc, char **argv);
 void opts_set_defaults(const opt_spec *specs, void *opts);
 /* Parses one value into its field; returns false with a message in err when malformed. */
 bool opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_t errlen);

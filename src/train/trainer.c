@@ -43,10 +43,10 @@ static void check_same_config(const trainer *t) {
     SDP_CHECK(all, "out of memory");
     MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     for (int r = 0; r < t->world.size; r++)
-        SDP_CHECK(all[r] == all[0],
-                  "rank %d was started with options that differ from rank 0's: launch every "
-                  "rank with the same command line",
-                  r);
+        SDP_CHECK_ALL(all[r] == all[0],
+                      "rank %d was started with options that differ from rank 0's: launch every "
+                      "rank with the same command line",
+                      r);
     free(all);
 }
 
