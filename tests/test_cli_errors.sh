@@ -109,7 +109,7 @@ for n in 4 3; do
   expect_job_error "a bad option" "unknown option '--bogus'" "$n" "$SDP_BIN" train "${J[@]}" --bogus 1
 done
 expect_job_error "an abbreviated option" "did you mean --lr-min?" 4 "$SDP_BIN" train "${J[@]}" --lr-mi 1
-expect_job_error "a bad value" "--warmup 5 exceeds --steps 1" 4 "$SDP_BIN" train "${J[@]}" --warmup 5
+expect_job_error "a bad value" "--warmup 5 exceeds the schedule's 1 steps" 4 "$SDP_BIN" train "${J[@]}" --warmup 5
 # Workers that would own nothing: 2 blocks with k = 1 cover 2 workers.
 BLOCK=(--sdp-unit block --sdp-coverage 0.25)
 expect_job_error "workers owning no block" "with --sdp-unit block, 2 droppable blocks and k = 1 of N = 4, workers 2 and 3 would own no block: use --sdp-unit neuron" \

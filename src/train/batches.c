@@ -50,17 +50,24 @@ static void check_sequences(const batch_source *s, const sdp_tokens *src, const 
     const int B = s->B, T = s->T;
     const size_t n = sdp_loader_count(src, T), need = (size_t)world * (size_t)B;
     if (n >= need) return;
-    if (s->evaluating)
-        sdp_fatal_all("%s holds %zu sequences of %d tokens (the run's --seq-len %d plus the next "
-                      "token), and %d rank(s) x the run's --batch %d need %zu: evaluate on fewer "
-                      "ranks, or on more data (--data FILE)",
-                      what, n, T + 1, T, world, B, need);
+    if (o->config_file[0] && s->evaluating)
+        sdp_fatal_all(
+            "%s holds %zu sequences of %d tokens (\"seq-len\" %d plus the next token), and %d "
+            "worker(s) x \"batch\" %d need %zu, with \"batch\" and \"seq-len\" from %s: evaluate "
+            "on fewer ranks, or on more data (--data FILE); if that file was damaged or edited, "
+            "restore it",
+            what, n, T + 1, T, world, B, need, o->config_file);
     if (o->config_file[0])
         sdp_fatal_all(
             "%s holds %zu sequences of %d tokens (\"seq-len\" %d plus the next token), and %d "
             "worker(s) x \"batch\" %d need %zu, with \"batch\" and \"seq-len\" from %s: give "
             "more data or, if that file was damaged or edited, restore it or start a new run",
             what, n, T + 1, T, world, B, need, o->config_file);
+    if (s->evaluating)
+        sdp_fatal_all("%s holds %zu sequences of %d tokens (the run's --seq-len %d plus the next "
+                      "token), and %d rank(s) x the run's --batch %d need %zu: evaluate on fewer "
+                      "ranks, or on more data (--data FILE)",
+                      what, n, T + 1, T, world, B, need);
     sdp_fatal_all("%s holds %zu sequences of %d tokens (--seq-len %d plus the next token), and %d "
                   "worker(s) x --batch %d need %zu: use a smaller --batch or --seq-len, or more "
                   "data",
