@@ -221,7 +221,8 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
         tf_norm_fwd(m, op->norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, d.N);
         sdp_linear_fwd(be, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), d.N, d.C, 3 * d.D);
         if (op->rope) sdp_rope_fwd(be, a->qkv, B, T, d.H, d.hs, op->rope_theta);
-        sdp_attention_fwd(be, a->att, a->lse, a->qkv, B, T, d.H, d.hs, op->causal, m->attn_scratch);
+        sdp_attention_fwd(be, a->att, a->lse, a->qkv, B, T, d.H, d.hs, op->causal, SDP_NO_DROPOUT,
+                          m->attn_scratch);
         sdp_linear_fwd(be, a->out, a->att, P(m, o->w_o), P(m, o->b_o), d.N, d.D, d.C);
         sdp_residual_fwd(be, a->mid, x, a->out, d.s, d.NC);
     } else {
@@ -301,7 +302,7 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
                    d.C);
         zero(m, m->d_qkv, (size_t)d.N * 3 * d.D);
         sdp_attention_bwd(be, m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, d.H, d.hs,
-                          op->causal, m->attn_scratch);
+                          op->causal, SDP_NO_DROPOUT, m->attn_scratch);
         if (op->rope) sdp_rope_bwd(be, m->d_qkv, B, T, d.H, d.hs, op->rope_theta);
         zero(m, m->d_norm, d.NC);
         linear_bwd(m, m->d_norm, m->d_qkv, a->ln1, o->w_qkv, go->w_qkv, o->b_qkv, go->b_qkv, d.N,
