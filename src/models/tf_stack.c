@@ -169,8 +169,8 @@ void tf_stack_free(sdp_tf *m) {
 enum { SITE_ATTN_PROBS, SITE_ATTN_OUT, SITE_MLP_OUT, SITES_PER_LAYER };
 
 /* The dropout of one site of the last forward: stream `site` of its key, the stem's being 0 and
- * global layer g's 1 + SITES_PER_LAYER * g + its place, so that every site of every forward draws
- * its own mask, whatever subnetwork the layer is part of. */
+ * global layer g's 1 + SITES_PER_LAYER * g + its place, so that no two sites of a forward share a
+ * stream, whatever subnetwork the layers are part of. */
 static sdp_dropout site_dropout(const sdp_tf *m, uint64_t site) {
     if (!m->dropped) return SDP_NO_DROPOUT;
     return (sdp_dropout){m->cfg.dropout, sdp_rng_make(m->dropped_key, site).state};
