@@ -29,9 +29,10 @@ static void bench(const sdp_backend *cpu, int B, int T, int H, int hs) {
     double t_fwd = 1e30, t_bwd = 1e30;
     for (int rep = 0; rep < 7; rep++) {
         double t0 = now();
-        sdp_attention_fwd(cpu, out, lse, qkv, B, T, H, hs, true, scratch);
+        sdp_attention_fwd(cpu, out, lse, qkv, B, T, H, hs, true, SDP_NO_DROPOUT, scratch);
         double t1 = now();
-        sdp_attention_bwd(cpu, dqkv, dout, qkv, out, lse, B, T, H, hs, true, scratch);
+        sdp_attention_bwd(cpu, dqkv, dout, qkv, out, lse, B, T, H, hs, true, SDP_NO_DROPOUT,
+                          scratch);
         double t2 = now();
         if (rep > 0 && t1 - t0 < t_fwd) t_fwd = t1 - t0;
         if (rep > 0 && t2 - t1 < t_bwd) t_bwd = t2 - t1;

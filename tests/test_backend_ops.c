@@ -538,6 +538,74 @@ static void case_residual_bwd(harness *h) {
         }
 }
 
+/* ---- dropout ------------------------------------------------------------------------------- */
+
+/* A mask's words compared bit for bit on every backend: the decisions are integer arithmetic. */
+static void check_bits(harness *h, const char *what, buf b) {
+    const sdp_backend *dut = h->be[1];
+    uint32_t *got = malloc(b.n * sizeof *got);
+    SDP_CHECK(got, "out of memory");
+    dut->download(dut, got, b.p[1], b.n * sizeof *got);
+    size_t bad = 0;
+    for (size_t i = 0; i < b.n; i++) bad += memcmp(&got[i], &b.p[0][i], sizeof *got) != 0;
+    if (bad) {
+        printf("    %s differs: %zu of %zu words\n", what, bad, b.n);
+        h->failed = true;
+    }
+    free(got);
+}
+
+/* ceil(n/32) words of random bits on both sides: a mask given to the forward and backward. */
+static buf random_mask(harness *h, size_t n) {
+    buf m = make(h, sdp_dropout_words(n), 0, 0);
+    for (size_t i = 0; i < m.n; i++) {
+        const uint32_t bits = sdp_rng_u32(&h->rng);
+        memcpy(&m.p[0][i], &bits, sizeof bits);
+    }
+    h->be[1]->upload(h->be[1], m.p[1], m.p[0], m.n * sizeof(float));
+    return m;
+}
+
+static const float DROP_P[] = {0.0f, 0.1f, 0.5f, 0.9f};
+
+static void case_dropout_mask(harness *h) {
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++) {
+            const size_t n = ELEMS[i] + 64; /* two whole words and a part */
+            buf mask = random_mask(h, n);
+            const sdp_dropout d = {DROP_P[k], 0x1234567890abcdefull + (uint64_t)i};
+            EACH(h, be, s) sdp_dropout_mask(be, (uint32_t *)mask.p[s], n, d);
+            check_bits(h, "mask", mask);
+            free_all(h);
+            h->shapes++;
+        }
+}
+
+static void case_dropout_fwd(harness *h) {
+    for (int i = 0; i < 3; i++)
+        for (int in_place = 0; in_place < 2; in_place++) {
+            const size_t n = ELEMS[i];
+            buf inp = rnd(h, n), out = in_place ? inp : rnd(h, n), mask = random_mask(h, n);
+            EACH(h, be, s)
+            sdp_dropout_fwd(be, out.p[s], inp.p[s], (const uint32_t *)mask.p[s], 1.25f, n);
+            check(h, in_place ? "out (= inp)" : "out", out);
+            free_all(h);
+            h->shapes++;
+        }
+}
+
+static void case_dropout_bwd(harness *h) {
+    for (int i = 0; i < 3; i++) {
+        const size_t n = ELEMS[i];
+        buf dinp = rnd(h, n), dout = rnd(h, n), mask = random_mask(h, n);
+        EACH(h, be, s)
+        sdp_dropout_bwd(be, dinp.p[s], dout.p[s], (const uint32_t *)mask.p[s], 1.25f, n);
+        check(h, "dinp", dinp);
+        free_all(h);
+        h->shapes++;
+    }
+}
+
 /* ---- attention ----------------------------------------------------------------------------- */
 
 static const int ATT_SHAPES[][5] = {{2, 7, 3, 8, 1},   {1, 16, 2, 16, 0},  {3, 5, 1, 4, 1},
@@ -551,16 +619,22 @@ static buf att_scratch(harness *h, int B, int T, int H, int hs) {
     return scratch(h, bytes);
 }
 
+/* Each shape runs without dropout, then with dropout on the probabilities. */
+static sdp_dropout att_dropout(int pass) {
+    return pass ? (sdp_dropout){0.25f, 0xfeedfacecafebeefull} : SDP_NO_DROPOUT;
+}
+
 static void case_attention_fwd(harness *h) {
-    for (int i = 0; i < NATT; i++) {
-        int B = ATT_SHAPES[i][0], T = ATT_SHAPES[i][1], H = ATT_SHAPES[i][2];
-        int hs = ATT_SHAPES[i][3];
-        bool causal = ATT_SHAPES[i][4];
+    for (int i = 0; i < 2 * NATT; i++) {
+        const sdp_dropout drop = att_dropout(i / NATT);
+        const int *shape = ATT_SHAPES[i % NATT];
+        int B = shape[0], T = shape[1], H = shape[2], hs = shape[3];
+        bool causal = shape[4];
         size_t rows = (size_t)B * T, D = (size_t)H * hs;
         buf qkv = rnd(h, rows * 3 * D), out = rnd(h, rows * D), lse = rnd(h, (size_t)B * H * T);
         buf sc = att_scratch(h, B, T, H, hs);
         EACH(h, be, s)
-        sdp_attention_fwd(be, out.p[s], lse.p[s], qkv.p[s], B, T, H, hs, causal, sc.p[s]);
+        sdp_attention_fwd(be, out.p[s], lse.p[s], qkv.p[s], B, T, H, hs, causal, drop, sc.p[s]);
         check(h, "out", out);
         check(h, "lse", lse);
         free_all(h);
@@ -569,22 +643,23 @@ static void case_attention_fwd(harness *h) {
 }
 
 static void case_attention_bwd(harness *h) {
-    for (int i = 0; i < NATT; i++) {
-        int B = ATT_SHAPES[i][0], T = ATT_SHAPES[i][1], H = ATT_SHAPES[i][2];
-        int hs = ATT_SHAPES[i][3];
-        bool causal = ATT_SHAPES[i][4];
+    for (int i = 0; i < 2 * NATT; i++) {
+        const sdp_dropout drop = att_dropout(i / NATT);
+        const int *shape = ATT_SHAPES[i % NATT];
+        int B = shape[0], T = shape[1], H = shape[2], hs = shape[3];
+        bool causal = shape[4];
         size_t rows = (size_t)B * T, D = (size_t)H * hs;
         buf qkv = rnd(h, rows * 3 * D), out = rnd(h, rows * D), lse = rnd(h, (size_t)B * H * T);
         buf dout = rnd(h, rows * D), dqkv = rnd(h, rows * 3 * D);
         buf sc = att_scratch(h, B, T, H, hs);
         /* out and lse as the reference's forward saves them, on both sides */
         const sdp_backend *ref = h->be[0], *dut = h->be[1];
-        sdp_attention_fwd(ref, out.p[0], lse.p[0], qkv.p[0], B, T, H, hs, causal, sc.p[0]);
+        sdp_attention_fwd(ref, out.p[0], lse.p[0], qkv.p[0], B, T, H, hs, causal, drop, sc.p[0]);
         dut->upload(dut, out.p[1], out.p[0], rows * D * sizeof(float));
         dut->upload(dut, lse.p[1], lse.p[0], lse.n * sizeof(float));
         EACH(h, be, s)
         sdp_attention_bwd(be, dqkv.p[s], dout.p[s], qkv.p[s], out.p[s], lse.p[s], B, T, H, hs,
-                          causal, sc.p[s]);
+                          causal, drop, sc.p[s]);
         check(h, "dqkv", dqkv);
         free_all(h);
         h->shapes++;
@@ -941,6 +1016,9 @@ static const op_case CASES[] = {
     {"swiglu_bwd", case_swiglu_bwd, ELEM, {F(swiglu_bwd)}, false},
     {"residual_fwd", case_residual_fwd, ELEM, {F(residual_fwd)}, false},
     {"residual_bwd", case_residual_bwd, ELEM, {F(residual_bwd)}, false},
+    {"dropout_mask", case_dropout_mask, 0, {F(dropout_mask)}, false},
+    {"dropout_fwd", case_dropout_fwd, ELEM, {F(dropout_fwd)}, false},
+    {"dropout_bwd", case_dropout_bwd, ELEM, {F(dropout_bwd)}, false},
     {"attention_fwd (+ attention_scratch_bytes)",
      case_attention_fwd,
      RED,

@@ -17,6 +17,9 @@ expect_error "unknown command" "unknown command" "$SDP_BIN" frobnicate
 expect_error "warmup beyond steps" "--warmup" "$SDP_BIN" train "${T[@]}" --warmup 5
 expect_error "odd head size for llama" "even head size" "$SDP_BIN" train "${T[@]}" --model llama --width 6 --heads 2
 expect_error "vocab smaller than data" "smaller than the data's vocabulary" "$SDP_BIN" train "${T[@]}" --vocab 10
+expect_error "dropout of 1" "--dropout must be in [0, 1)" "$SDP_BIN" train "${T[@]}" --dropout 1
+expect_error "negative dropout" "--dropout expects a number from 0" "$SDP_BIN" train "${T[@]}" --dropout -0.1
+expect_error "dropout on the resnet" "the resnet has no dropout" "$SDP_BIN" plan --model resnet --dropout 0.1
 expect_error "sequence longer than data" "holds 0 sequences of 30001 tokens" "$SDP_BIN" train "${T[@]}" --seq-len 30000 --batch 4
 
 # llm.c shards: wrong magic, truncated, wrong version.

@@ -6,8 +6,8 @@
 # as ranks sharing one GPU do. Its arithmetic is the CPU backend's, so every run must equal the
 # same run with `--device cpu` bit for bit: the same losses, validation losses, and model and
 # optimizer checkpoints. Covered: data parallelism, forward and backward masking with block and
-# neuron units, AdamW and SGD, gradient accumulation, owner replicas checked every step, resuming
-# a device run, a simulated worker's device bytes against `sdp plan`, and the ResNet (batch-norm
+# neuron units, AdamW and SGD, gradient accumulation, dropout, owner replicas checked every step,
+# resuming a device run, a simulated worker's device bytes against `sdp plan`, and the ResNet (batch-norm
 # buffers averaged on the device) when Fashion-MNIST is installed. Under backward masking with
 # k > 1 the checkpoint and evaluation must hold the owners' averaged running statistics on every
 # rank: tests/mpi_bn_average checks that of the averaging itself, from each rank's own values,
@@ -63,6 +63,9 @@ compare "forward neuron C=0.5 of 4" 4 "${GPT[@]}" --sdp-mask forward --sdp-unit 
   --sdp-coverage 0.5 --check-replicas 1
 compare "forward block k=3 of 4, llama" 4 "${GPT[@]}" --model llama --sdp-mask forward \
   --sdp-unit block --sdp-owners 3
+# Dropout's masks live in device memory and are drawn there: the same bits as the cpu's.
+compare "forward neuron C=0.5 of 4, dropout 0.2" 4 "${GPT[@]}" --sdp-mask forward \
+  --sdp-unit neuron --sdp-coverage 0.5 --check-replicas 1 --dropout 0.2
 
 # A device run stopped at its step-6 checkpoint and resumed ends where the uninterrupted cpu
 # run of the same 12 steps does.

@@ -1,5 +1,7 @@
 /* The transformer as a whole: its tensor description, and its gradient against finite
- * differences for both styles on a tiny configuration. */
+ * differences for both styles on a tiny configuration, without and with dropout (its masks held
+ * fixed by one key); that dropout is training's alone (evaluation equals the same weights without
+ * dropout, bit for bit) and that its masks are counted with the activations, exactly. */
 #include "testutil.h"
 
 #include "sdp/transformer.h"
@@ -28,10 +30,13 @@ static void make_batch(int *in, int *tg, int n, int V, sdp_rng *r) {
 
 /* Every parameter's gradient against central differences of the summed loss. The model runs
  * in float, so the differences use a step of 1e-2 and a tolerance that a wrong backward (an
- * error of the order of the gradient itself) cannot meet. */
-static void gradient_check(sdp_tf_style style) {
+ * error of the order of the gradient itself) cannot meet. With dropout every forward draws its
+ * masks from the same key: the differences are then those of one fixed function, which drops
+ * the embeddings, attention probabilities and both branches' outputs of every layer. */
+static void gradient_check(sdp_tf_style style, float dropout) {
     sdp_mem mem = {0};
     sdp_tf_config c = tiny(style);
+    c.dropout = dropout;
     sdp_tf m;
     const int B = 2, T = 5, N = B * T;
     sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
@@ -43,6 +48,14 @@ static void gradient_check(sdp_tf_style style) {
     int in[10], tg[10];
     make_batch(in, tg, N, c.vocab, &r);
 
+    if (dropout > 0) { /* dropout changes the loss; evaluation (off) does not see it */
+        const double plain = sdp_tf_forward(&m, in, tg, B, T);
+        sdp_tf_set_dropout(&m, true, 0xd1ce);
+        const double dropped = sdp_tf_forward(&m, in, tg, B, T);
+        print_message("%s: loss %.6f without dropout, %.6f with p = %g\n", sdp_tf_style_name(style),
+                      plain, dropped, (double)dropout);
+        assert_true(dropped != plain);
+    }
     sdp_tf_forward(&m, in, tg, B, T);
     sdp_tf_backward(&m, 1.0f);
     double err2 = 0, ref2 = 0;
@@ -63,8 +76,9 @@ static void gradient_check(sdp_tf_style style) {
         }
     }
     double rel = sqrt(err2 / ref2);
-    print_message("%s: %zu params, relative gradient error %.2e, %d outside tolerance\n",
-                  sdp_tf_style_name(style), m.layout.numel, rel, bad);
+    print_message("%s (dropout %g): %zu params, relative gradient error %.2e, %d outside "
+                  "tolerance\n",
+                  sdp_tf_style_name(style), (double)dropout, m.layout.numel, rel, bad);
     assert_true(ref2 > 0);
     assert_true(rel < 5e-3);
     assert_int_equal(bad, 0);
@@ -75,12 +89,22 @@ static void gradient_check(sdp_tf_style style) {
 
 static void test_gradcheck_gpt(void **state) {
     (void)state;
-    gradient_check(SDP_STYLE_GPT);
+    gradient_check(SDP_STYLE_GPT, 0.0f);
 }
 
 static void test_gradcheck_llama(void **state) {
     (void)state;
-    gradient_check(SDP_STYLE_LLAMA);
+    gradient_check(SDP_STYLE_LLAMA, 0.0f);
+}
+
+static void test_gradcheck_gpt_dropout(void **state) {
+    (void)state;
+    gradient_check(SDP_STYLE_GPT, 0.3f);
+}
+
+static void test_gradcheck_llama_dropout(void **state) {
+    (void)state;
+    gradient_check(SDP_STYLE_LLAMA, 0.3f);
 }
 
 /* Parameter count from the architecture, computed independently of the layout code. */
@@ -211,15 +235,21 @@ static sdp_tf_config layered(sdp_tf_style style, int n_layer) {
 }
 
 /* Activation bytes of a model, counted without allocating (a dry mem). */
-static size_t act_bytes(sdp_tf_style style, int n_layer, sdp_model_mode mode) {
+static size_t act_bytes_dropout(sdp_tf_style style, int n_layer, sdp_model_mode mode,
+                                float dropout) {
     sdp_mem dry = {.dry = true};
     sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &dry);
     sdp_tf_config c = layered(style, n_layer);
+    c.dropout = dropout;
     sdp_tf m;
     sdp_tf_create(&m, &c, NULL, 2, 5, mode, be);
     sdp_tf_destroy(&m);
     sdp_backend_destroy(be);
     return dry.peak[SDP_MEM_ACTS];
+}
+
+static size_t act_bytes(sdp_tf_style style, int n_layer, sdp_model_mode mode) {
+    return act_bytes_dropout(style, n_layer, mode, 0.0f);
 }
 
 /* Rank 0 evaluates the assembled full model: built for inference, its activations must not grow
@@ -288,10 +318,137 @@ static void test_infer_matches_train(void **state) {
             check_infer_matches_train(styles[s], n_layer);
 }
 
+/* ---- dropout: training's alone, its masks counted ----------------------------------------- */
+
+/* A training model keeps one mask of bits per dropped [B*T, C] tensor: the stem's output and
+ * each layer's two branch outputs (attention regenerates its own); an inference model none. The
+ * bytes come from the activations' tally, exactly; without dropout nothing is added. */
+static void test_dropout_masks_are_counted(void **state) {
+    (void)state;
+    const sdp_tf_style styles[] = {SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT};
+    for (int s = 0; s < 3; s++)
+        for (int n_layer = 1; n_layer <= 3; n_layer += 2) {
+            const sdp_tf_config c = layered(styles[s], n_layer);
+            const size_t T = styles[s] == SDP_STYLE_VIT ? (size_t)c.seq_len : 5;
+            const size_t mask = sdp_dropout_words(2 * T * (size_t)c.d_model) * sizeof(uint32_t);
+            const size_t plain = act_bytes(styles[s], n_layer, SDP_MODEL_TRAIN);
+            const size_t dropped = act_bytes_dropout(styles[s], n_layer, SDP_MODEL_TRAIN, 0.2f);
+            print_message("%s, %d layers: %zu activation bytes, %zu with dropout (%zu per mask)\n",
+                          sdp_tf_style_name(styles[s]), n_layer, plain, dropped, mask);
+            assert_int_equal(dropped - plain, (1 + 2 * (size_t)n_layer) * mask);
+            assert_int_equal(act_bytes_dropout(styles[s], n_layer, SDP_MODEL_TRAIN_BARE, 0.2f),
+                             dropped);
+            assert_int_equal(act_bytes_dropout(styles[s], n_layer, SDP_MODEL_INFER, 0.2f),
+                             act_bytes(styles[s], n_layer, SDP_MODEL_INFER));
+        }
+}
+
+/* Builds a family's model through the generic interface (sdp/model.h), as sdp train does. */
+static void model_create(sdp_model *m, sdp_tf_style style, float dropout, sdp_model_mode mode,
+                         sdp_backend *be) {
+    sdp_model_config mc = {.layers = 2,
+                           .heads = 2,
+                           .width = 8,
+                           .d_ff = 12,
+                           .seq_len = 6,
+                           .vocab = 11,
+                           .dropout = dropout,
+                           .backend = be};
+    strcpy(mc.arch, sdp_tf_style_name(style));
+    if (style == SDP_STYLE_VIT)
+        mc.in_channels = 2, mc.image_size = 4, mc.patch = 2, mc.classes = 3, mc.vocab = 0;
+    const sdp_model_family *f = sdp_model_family_find(mc.arch);
+    f->finish_config(&mc);
+    f->create(m, &mc, NULL, 2, 5, mode);
+}
+
+/* The loss of a forward through the generic interface, training or not, dropout's stream `key`. */
+static double model_loss(sdp_model *m, const sdp_batch *b, bool training, uint64_t key) {
+    sdp_metrics mt;
+    m->dropout_key = key;
+    m->ops->forward(m, b, training, &mt);
+    return mt.loss;
+}
+
+/* Evaluation (training false, and an inference model) applies no dropout: the same loss, bit for
+ * bit, as the same weights without dropout, every time, before and after training forwards.
+ * Training forwards drop: one key gives one loss again, another key another; and without dropout
+ * training changes nothing. */
+static void check_dropout_is_training_only(sdp_tf_style style) {
+    sdp_mem mem = {0};
+    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
+    sdp_model drop, plain, infer;
+    model_create(&drop, style, 0.3f, SDP_MODEL_TRAIN, be);
+    model_create(&plain, style, 0.0f, SDP_MODEL_TRAIN, be);
+    model_create(&infer, style, 0.3f, SDP_MODEL_INFER, be);
+    const size_t numel = drop.layout->numel;
+    assert_int_equal(plain.layout->numel, numel);
+    sdp_layout_init_values(drop.layout, drop.params, 9);
+    memcpy(plain.params, drop.params, numel * sizeof(float));
+    memcpy(infer.params, drop.params, numel * sizeof(float));
+    sdp_rng r = sdp_rng_make(9, 2);
+    int in[10], tg[10];
+    float images[2 * 2 * 4 * 4];
+    sdp_batch b = {.B = 2};
+    if (style == SDP_STYLE_VIT) {
+        tu_fill(images, sizeof images / sizeof *images, &r, 1.0f);
+        make_batch(in, tg, 2, 3, &r);
+        b.T = 1, b.images = images, b.labels = tg;
+    } else {
+        make_batch(in, tg, 10, 11, &r);
+        b.T = 5, b.tokens = in, b.targets = tg;
+    }
+    const double reference = model_loss(&plain, &b, false, 0);
+    assert_true(model_loss(&plain, &b, true, 1) == reference);
+    assert_true(model_loss(&drop, &b, false, 1) == reference);
+    assert_true(model_loss(&infer, &b, false, 1) == reference);
+    const double a = model_loss(&drop, &b, true, 1), again = model_loss(&drop, &b, true, 1);
+    const double other = model_loss(&drop, &b, true, 2);
+    print_message("%s: evaluation %.6f; training with dropout %.6f (key 1), %.6f (key 2)\n",
+                  sdp_tf_style_name(style), reference, a, other);
+    assert_true(a == again);
+    assert_true(a != reference && other != a);
+    assert_true(model_loss(&drop, &b, false, 2) == reference);
+    drop.ops->destroy(&drop);
+    plain.ops->destroy(&plain);
+    infer.ops->destroy(&infer);
+    sdp_backend_destroy(be);
+    for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(mem.cur[k], 0);
+}
+
+static void test_dropout_is_training_only(void **state) {
+    (void)state;
+    check_dropout_is_training_only(SDP_STYLE_GPT);
+    check_dropout_is_training_only(SDP_STYLE_LLAMA);
+    check_dropout_is_training_only(SDP_STYLE_VIT);
+}
+
+static void call_dropout_of_one(void *ctx) {
+    (void)ctx;
+    sdp_tf_config c = {.style = SDP_STYLE_GPT,
+                       .n_layer = 1,
+                       .n_head = 1,
+                       .d_model = 4,
+                       .seq_len = 4,
+                       .vocab = 4,
+                       .dropout = 1.0f};
+    sdp_tf_config_finish(&c);
+}
+
+static void test_dropout_of_one_fails_clearly(void **state) {
+    (void)state;
+    tu_expect_fatal(call_dropout_of_one, NULL, "--dropout must be in [0, 1) (got 1)");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_gpt),
         cmocka_unit_test(test_gradcheck_llama),
+        cmocka_unit_test(test_gradcheck_gpt_dropout),
+        cmocka_unit_test(test_gradcheck_llama_dropout),
+        cmocka_unit_test(test_dropout_masks_are_counted),
+        cmocka_unit_test(test_dropout_is_training_only),
+        cmocka_unit_test(test_dropout_of_one_fails_clearly),
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_subnetwork_shape),
         cmocka_unit_test(test_init_is_counter_based),

@@ -72,9 +72,10 @@ typedef struct {
     int labels[B];
 } fixture;
 
-static void setup(fixture *f, uint64_t seed) {
+static void setup_dropout(fixture *f, uint64_t seed, float dropout) {
     memset(f, 0, sizeof *f);
     sdp_tf_config c = tiny();
+    c.dropout = dropout;
     f->be = sdp_backend_cpu(SDP_GEMM_DNNL, &f->mem);
     sdp_tf_create(&f->m, &c, NULL, B, 1, SDP_MODEL_TRAIN, f->be);
     sdp_layout_init_values(&f->m.layout, f->m.params, seed);
@@ -86,6 +87,10 @@ static void setup(fixture *f, uint64_t seed) {
     f->labels[1] = -1; /* an ignored label must not contribute */
 }
 
+static void setup(fixture *f, uint64_t seed) {
+    setup_dropout(f, seed, 0.0f);
+}
+
 static void teardown(fixture *f) {
     sdp_tf_destroy(&f->m);
     sdp_backend_destroy(f->be);
@@ -93,12 +98,13 @@ static void teardown(fixture *f) {
 }
 
 /* Every parameter's gradient against central differences of the summed loss (float model, step
- * 1e-2; a wrong backward errs by the order of the gradient itself). */
-static void test_gradients_match_finite_differences(void **state) {
-    (void)state;
+ * 1e-2; a wrong backward errs by the order of the gradient itself). With dropout, every forward
+ * draws its masks from one key, so the differences are those of one fixed function. */
+static void check_gradients(float dropout) {
     static fixture f;
-    setup(&f, 5);
+    setup_dropout(&f, 5, dropout);
     sdp_tf *m = &f.m;
+    sdp_tf_set_dropout(m, dropout > 0, 0xbead);
     sdp_tf_forward_images(m, f.images, f.labels, B);
     assert_int_equal(m->n_targets, B - 1);
     sdp_tf_backward(m, 1.0f);
@@ -119,8 +125,9 @@ static void test_gradients_match_finite_differences(void **state) {
             print_error("param %zu: analytic %g, numeric %g\n", i, an, fd);
     }
     double rel = sqrt(err2 / ref2);
-    print_message("vit: %zu params, relative gradient error %.2e, %d outside tolerance\n",
-                  m->layout.numel, rel, bad);
+    print_message("vit (dropout %g): %zu params, relative gradient error %.2e, %d outside "
+                  "tolerance\n",
+                  (double)dropout, m->layout.numel, rel, bad);
     assert_true(ref2 > 0);
     assert_true(rel < 5e-3);
     assert_int_equal(bad, 0);
@@ -134,6 +141,12 @@ static void test_gradients_match_finite_differences(void **state) {
         assert_true(norm > 0);
     }
     teardown(&f);
+}
+
+static void test_gradients_match_finite_differences(void **state) {
+    (void)state;
+    check_gradients(0.0f);
+    check_gradients(0.3f);
 }
 
 /* The classifier reads the class token, the first token: under a causal mask it would see only

@@ -1,6 +1,7 @@
-/* Self-attention kernels, causal and bidirectional, against a naive double-precision reference
- * that builds the full T x T score matrix with an explicit mask; the backward against central
- * differences of that reference. */
+/* Self-attention kernels, causal and bidirectional, without and with dropout on the
+ * probabilities, against a naive double-precision reference that builds the full T x T score
+ * matrix with an explicit causal mask and applies the dropout mask entry by entry; the backward
+ * against central differences of that reference (the dropout mask held fixed by its key). */
 #include "testutil.h"
 
 #include <omp.h>
@@ -10,7 +11,14 @@
 typedef struct {
     int B, T, H, hs;
     bool bidirectional; /* every query sees every key (ViT); false: causal */
+    float dropout;      /* on the probabilities, drawn from DROP_KEY; 0: none */
 } shape;
+
+static const uint64_t DROP_KEY = 0x5eed5eed12345678ull;
+
+static sdp_dropout drop_of(shape s) {
+    return (sdp_dropout){s.dropout, DROP_KEY};
+}
 
 static size_t qkv_len(shape s) {
     return (size_t)s.B * s.T * 3 * s.H * s.hs;
@@ -29,11 +37,27 @@ static float *poisoned_scratch(shape s) {
     return scratch;
 }
 
-/* out and lse of softmax attention, straight from the definition. */
+/* The dropout factors of every probability of s, [B, H, T, T] (the mask drawn once, as
+ * drop_factor defines it, by walking the stream in order). */
+static double *drop_factors(shape s) {
+    const size_t n = (size_t)s.B * s.H * s.T * s.T;
+    double *f = malloc(n * sizeof *f);
+    sdp_rng r = {DROP_KEY};
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t x = sdp_rng_u64(&r);
+        const bool keep = s.dropout == 0 || (double)(x >> 32) >= (double)s.dropout * 4294967296.0;
+        f[i] = s.dropout == 0 ? 1.0 : keep ? 1.0 / (1.0 - (double)s.dropout) : 0.0;
+    }
+    return f;
+}
+
+/* out and lse of softmax attention, straight from the definition; dropout multiplies each
+ * probability by its factor after the softmax. */
 static void ref_attention(double *out, double *lse, const double *qkv, shape s) {
     int D = s.H * s.hs, T = s.T;
     double scale = 1.0 / sqrt(s.hs);
     double *scores = malloc((size_t)T * T * sizeof *scores);
+    double *dfac = drop_factors(s);
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < s.H; h++) {
             const double *base = qkv + (size_t)b * T * 3 * D + h * s.hs;
@@ -46,19 +70,20 @@ static void ref_attention(double *out, double *lse, const double *qkv, shape s) 
                 }
             for (int t = 0; t < T; t++) {
                 double *row = scores + (size_t)t * T, mx = -INFINITY, sum = 0;
+                double *drops = dfac + ((((size_t)b * s.H + h) * T) + t) * T;
                 for (int u = 0; u < T; u++) mx = fmax(mx, row[u]);
                 for (int u = 0; u < T; u++) sum += exp(row[u] - mx);
                 if (lse) lse[((size_t)b * s.H + h) * T + t] = mx + log(sum);
                 double *o = out + ((size_t)b * T + t) * D + h * s.hs;
-                for (int d = 0; d < s.hs; d++) {
-                    double acc = 0;
-                    for (int u = 0; u < T; u++)
-                        acc += exp(row[u] - mx) / sum * base[u * 3 * D + 2 * D + d];
-                    o[d] = acc;
+                for (int d = 0; d < s.hs; d++) o[d] = 0;
+                for (int u = 0; u < T; u++) {
+                    const double pu = exp(row[u] - mx) / sum * drops[u];
+                    for (int d = 0; d < s.hs; d++) o[d] += pu * base[u * 3 * D + 2 * D + d];
                 }
             }
         }
     free(scores);
+    free(dfac);
 }
 
 /* Loss sum(r * out) as a function of the qkv entries listed in idx (the rest held fixed). */
@@ -93,12 +118,14 @@ static void check_forward(shape s, int threads) {
     tu_to_double(qkv_d, qkv, n);
 
     sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional,
-                      scratch);
+                      drop_of(s), scratch);
     ref_attention(out_d, lse_d, qkv_d, s);
     double e_out = tu_err_ratio(out, out_d, m, 1e-5, 1e-4);
     double e_lse = tu_err_ratio(lse, lse_d, nl, 1e-5, 1e-5);
-    print_message("fwd B=%d T=%d H=%d hs=%d %s threads=%d: err ratio out %.3g lse %.3g\n", s.B, s.T,
-                  s.H, s.hs, s.bidirectional ? "bidirectional" : "causal", threads, e_out, e_lse);
+    print_message(
+        "fwd B=%d T=%d H=%d hs=%d %s dropout %g threads=%d: err ratio out %.3g lse %.3g\n", s.B,
+        s.T, s.H, s.hs, s.bidirectional ? "bidirectional" : "causal", (double)s.dropout, threads,
+        e_out, e_lse);
     assert_true(e_out <= 1);
     assert_true(e_lse <= 1);
     free(qkv), free(out), free(lse), free(scratch), free(qkv_d), free(out_d), free(lse_d);
@@ -106,14 +133,19 @@ static void check_forward(shape s, int threads) {
 
 static void test_forward_matches_reference(void **state) {
     (void)state;
-    check_forward((shape){1, 1, 1, 4, false}, 1);    /* one token: out is v, lse is q.k scaled */
-    check_forward((shape){2, 5, 3, 4, false}, 1);    /* odd sizes, all ragged tiles */
-    check_forward((shape){2, 67, 4, 16, false}, 3);  /* two row blocks, several threads */
-    check_forward((shape){1, 130, 2, 64, false}, 2); /* three row blocks, full micro-tiles */
-    check_forward((shape){1, 1, 1, 4, true}, 1);
-    check_forward((shape){2, 5, 3, 4, true}, 1);
-    check_forward((shape){2, 67, 4, 16, true}, 3);
-    check_forward((shape){1, 130, 2, 64, true}, 2);
+    check_forward((shape){1, 1, 1, 4, false, 0}, 1);    /* one token: out is v, lse is q.k scaled */
+    check_forward((shape){2, 5, 3, 4, false, 0}, 1);    /* odd sizes, all ragged tiles */
+    check_forward((shape){2, 67, 4, 16, false, 0}, 3);  /* two row blocks, several threads */
+    check_forward((shape){1, 130, 2, 64, false, 0}, 2); /* three row blocks, full micro-tiles */
+    check_forward((shape){1, 1, 1, 4, true, 0}, 1);
+    check_forward((shape){2, 5, 3, 4, true, 0}, 1);
+    check_forward((shape){2, 67, 4, 16, true, 0}, 3);
+    check_forward((shape){1, 130, 2, 64, true, 0}, 2);
+    /* dropout on the probabilities: p = 0.3 here and there, 0.9 where most are dropped */
+    check_forward((shape){2, 5, 3, 4, false, 0.3f}, 1);
+    check_forward((shape){2, 67, 4, 16, false, 0.3f}, 3);
+    check_forward((shape){1, 130, 2, 64, true, 0.3f}, 2);
+    check_forward((shape){2, 17, 2, 8, true, 0.9f}, 1);
 }
 
 /* The kernel's backward on s (with dqkv holding random values beforehand, to check that it
@@ -134,9 +166,9 @@ static void check_backward(shape s, int threads, size_t checked) {
     memcpy(dqkv, before, n * sizeof *dqkv);
 
     sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional,
-                      scratch);
+                      drop_of(s), scratch);
     sdp_attention_bwd(tu_cpu(SDP_GEMM_DNNL), dqkv, dout, qkv, out, lse, s.B, s.T, s.H, s.hs,
-                      !s.bidirectional, scratch);
+                      !s.bidirectional, drop_of(s), scratch);
 
     if (checked == 0 || checked > n) checked = n;
     /* Distinct entries: the first `checked` of a partial Fisher-Yates shuffle. */
@@ -162,8 +194,10 @@ static void check_backward(shape s, int threads, size_t checked) {
         grad[i] += before[idx[i]];
     }
     double e = tu_err_ratio(got, grad, checked, 1e-5, 1e-4);
-    print_message("bwd B=%d T=%d H=%d hs=%d %s threads=%d: %zu entries, err ratio %.3g\n", s.B, s.T,
-                  s.H, s.hs, s.bidirectional ? "bidirectional" : "causal", threads, checked, e);
+    print_message(
+        "bwd B=%d T=%d H=%d hs=%d %s dropout %g threads=%d: %zu entries, err ratio %.3g\n", s.B,
+        s.T, s.H, s.hs, s.bidirectional ? "bidirectional" : "causal", (double)s.dropout, threads,
+        checked, e);
     assert_true(e <= 1);
     free(qkv), free(dqkv), free(before), free(out), free(dout), free(lse), free(scratch);
     free(idx), free(qkv_d), free(out_d), free(r), free(x), free(grad), free(got);
@@ -171,21 +205,24 @@ static void check_backward(shape s, int threads, size_t checked) {
 
 static void test_backward_matches_finite_differences(void **state) {
     (void)state;
-    check_backward((shape){1, 1, 1, 4, false}, 1, 0);
-    check_backward((shape){2, 5, 3, 4, false}, 1, 0);
-    check_backward((shape){1, 20, 2, 8, false}, 1, 0);
-    check_backward((shape){2, 67, 4, 16, false}, 3, 300);
-    check_backward((shape){1, 130, 1, 64, false}, 2, 150);
-    check_backward((shape){2, 5, 3, 4, true}, 1, 0);
-    check_backward((shape){1, 17, 2, 8, true}, 1, 0); /* 17 = ViT's 16 patches + class token */
-    check_backward((shape){2, 67, 4, 16, true}, 3, 300);
+    check_backward((shape){1, 1, 1, 4, false, 0}, 1, 0);
+    check_backward((shape){2, 5, 3, 4, false, 0}, 1, 0);
+    check_backward((shape){1, 20, 2, 8, false, 0}, 1, 0);
+    check_backward((shape){2, 67, 4, 16, false, 0}, 3, 300);
+    check_backward((shape){1, 130, 1, 64, false, 0}, 2, 150);
+    check_backward((shape){2, 5, 3, 4, true, 0}, 1, 0);
+    check_backward((shape){1, 17, 2, 8, true, 0}, 1, 0); /* 17 = ViT's 16 patches + class token */
+    check_backward((shape){2, 67, 4, 16, true, 0}, 3, 300);
+    check_backward((shape){2, 5, 3, 4, false, 0.3f}, 1, 0);
+    check_backward((shape){1, 20, 2, 8, false, 0.5f}, 1, 0);
+    check_backward((shape){1, 17, 2, 8, true, 0.3f}, 1, 0);
+    check_backward((shape){2, 67, 4, 16, false, 0.2f}, 3, 300);
+    check_backward((shape){1, 130, 1, 64, true, 0.1f}, 2, 150);
 }
 
 /* Each (batch, head) is computed by one thread with the same code, so the thread count must not
- * change a single bit. */
-static void test_thread_count_does_not_change_results(void **state) {
-    (void)state;
-    shape s = {3, 70, 5, 32, false};
+ * change a single bit, with dropout or without (its decisions depend on their indices alone). */
+static void check_thread_count(shape s) {
     sdp_rng rng = sdp_rng_make(13, 0);
     size_t n = qkv_len(s), m = out_len(s), nl = (size_t)s.B * s.H * s.T;
     float *qkv = malloc(n * sizeof *qkv), *dout = malloc(m * sizeof *dout);
@@ -199,9 +236,9 @@ static void test_thread_count_does_not_change_results(void **state) {
         lse[i] = malloc(nl * sizeof *lse[i]);
         dqkv[i] = calloc(n, sizeof *dqkv[i]);
         sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), out[i], lse[i], qkv, s.B, s.T, s.H, s.hs,
-                          !s.bidirectional, scratch);
+                          !s.bidirectional, drop_of(s), scratch);
         sdp_attention_bwd(tu_cpu(SDP_GEMM_DNNL), dqkv[i], dout, qkv, out[i], lse[i], s.B, s.T, s.H,
-                          s.hs, !s.bidirectional, scratch);
+                          s.hs, !s.bidirectional, drop_of(s), scratch);
         free(scratch);
     }
     assert_memory_equal(out[0], out[1], m * sizeof *out[0]);
@@ -211,12 +248,18 @@ static void test_thread_count_does_not_change_results(void **state) {
     free(qkv), free(dout);
 }
 
+static void test_thread_count_does_not_change_results(void **state) {
+    (void)state;
+    check_thread_count((shape){3, 70, 5, 32, false, 0});
+    check_thread_count((shape){3, 70, 5, 32, true, 0.3f});
+}
+
 /* Scores of several hundred must not overflow the softmax. fp32 dot products of that size carry
  * absolute errors near 1e-4, hence the looser tolerance; an overflow would give inf or NaN. */
 static void test_large_scores_stay_finite(void **state) {
     (void)state;
     omp_set_num_threads(1);
-    shape s = {1, 40, 2, 16, false};
+    shape s = {1, 40, 2, 16, false, 0};
     sdp_rng rng = sdp_rng_make(14, 0);
     size_t n = qkv_len(s), m = out_len(s), nl = (size_t)s.B * s.H * s.T;
     float *qkv = malloc(n * sizeof *qkv), *out = malloc(m * sizeof *out);
@@ -227,7 +270,7 @@ static void test_large_scores_stay_finite(void **state) {
     tu_fill(qkv, n, &rng, 12.0f); /* scores of several hundred */
     tu_to_double(qkv_d, qkv, n);
     sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), out, lse, qkv, s.B, s.T, s.H, s.hs, !s.bidirectional,
-                      scratch);
+                      drop_of(s), scratch);
     ref_attention(out_d, lse_d, qkv_d, s);
     double e_out = tu_err_ratio(out, out_d, m, 1e-3, 1e-3);
     double e_lse = tu_err_ratio(lse, lse_d, nl, 1e-3, 1e-5);
@@ -240,19 +283,28 @@ static void test_large_scores_stay_finite(void **state) {
 static void call_fwd_with_zero_heads(void *ctx) {
     (void)ctx;
     float x[48] = {0}, lse[4], scratch[4];
-    sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), x, lse, x, 1, 4, 0, 4, true, scratch);
+    sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), x, lse, x, 1, 4, 0, 4, true, SDP_NO_DROPOUT, scratch);
 }
 
 static void call_bwd_without_scratch(void *ctx) {
     (void)ctx;
     float x[12] = {0}, lse[1] = {0};
-    sdp_attention_bwd(tu_cpu(SDP_GEMM_DNNL), x, x, x, x, lse, 1, 1, 1, 4, true, NULL);
+    sdp_attention_bwd(tu_cpu(SDP_GEMM_DNNL), x, x, x, x, lse, 1, 1, 1, 4, true, SDP_NO_DROPOUT,
+                      NULL);
+}
+
+static void call_fwd_dropping_everything(void *ctx) {
+    (void)ctx;
+    float x[12] = {0}, lse[1], scratch[4096];
+    sdp_attention_fwd(tu_cpu(SDP_GEMM_DNNL), x, lse, x, 1, 1, 1, 4, true,
+                      (sdp_dropout){1.0f, DROP_KEY}, scratch);
 }
 
 static void test_bad_arguments_fail_clearly(void **state) {
     (void)state;
     tu_expect_fatal(call_fwd_with_zero_heads, NULL, "attention needs positive sizes");
     tu_expect_fatal(call_bwd_without_scratch, NULL, "attention scratch is NULL");
+    tu_expect_fatal(call_fwd_dropping_everything, NULL, "dropout probability 1 is outside [0, 1)");
 }
 
 int main(void) {

@@ -34,6 +34,23 @@ check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2
 check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
 check 4 --sdp-mask forward --sdp-unit block --sdp-assign random --model llama
 check 4 --sdp-mask backward --sdp-unit block --sdp-owners 1 --optimizer sgd
+# Dropout's masks (bits, with the activations) on every worker, each its own subnetwork's.
+check 2 --sdp-mask none --dropout 0.1
+check 4 --sdp-mask forward --sdp-unit block --dropout 0.1
+check 4 --sdp-mask forward --sdp-unit neuron --dropout 0.2 --model llama
+check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2 --dropout 0.1
+# ... and exactly them: 1 + 2 per layer of B*T*C bits, here 9 masks of 2*16*32 bits = 128 bytes.
+"$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world 2 --json >"$WORK/p0.json" 2>&1 &&
+  "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world 2 --json --dropout 0.1 >"$WORK/p1.json" 2>&1 &&
+  python3 - "$WORK/p0.json" "$WORK/p1.json" <<'PY' &&
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+d = [y["activations"] - x["activations"] for x, y in zip(a["workers"], b["workers"])]
+print("activation bytes added by dropout per worker: %s (expected 9 x 128)" % d)
+sys.exit(0 if d == [9 * 128] * 2 else 1)
+PY
+  pass "plan --dropout adds its masks' bytes to the activations, exactly" ||
+  fail "plan --dropout: the masks' bytes differ from 9 x 128"
 # Checkpoints and blocks sent in windows smaller than the model, as for any large model.
 export SDP_CKPT_WINDOW=5000
 check 4 --sdp-mask forward --sdp-unit block
@@ -59,6 +76,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   check 4 --sdp-mask forward --sdp-unit neuron
   check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
   check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --depth 14
+  check 4 --sdp-mask forward --sdp-unit neuron --dropout 0.1
 else
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi

@@ -137,15 +137,22 @@ struct sdp_backend {
     void (*residual_bwd)(const sdp_backend *be, float *da, float *db, const float *dout, float s,
                          size_t n);
 
+    /* ---- dropout (masks of bits, drawn from a stream: sdp/ops.h) ---- */
+    void (*dropout_mask)(const sdp_backend *be, uint32_t *mask, size_t n, sdp_dropout d);
+    void (*dropout_fwd)(const sdp_backend *be, float *out, const float *inp, const uint32_t *mask,
+                        float scale, size_t n);
+    void (*dropout_bwd)(const sdp_backend *be, float *dinp, const float *dout, const uint32_t *mask,
+                        float scale, size_t n);
+
     /* ---- attention ---- */
     /* Bytes of the scratch that attention_fwd/bwd need for batches of B sequences of T tokens
      * with at most H heads of hs (0 where the backend keeps its own). */
     size_t (*attention_scratch_bytes)(const sdp_backend *be, int B, int T, int H, int hs);
     void (*attention_fwd)(const sdp_backend *be, float *out, float *lse, const float *qkv, int B,
-                          int T, int H, int hs, bool causal, float *scratch);
+                          int T, int H, int hs, bool causal, sdp_dropout drop, float *scratch);
     void (*attention_bwd)(const sdp_backend *be, float *dqkv, const float *dout, const float *qkv,
                           const float *out, const float *lse, int B, int T, int H, int hs,
-                          bool causal, float *scratch);
+                          bool causal, sdp_dropout drop, float *scratch);
     void (*rope_fwd)(const sdp_backend *be, float *qkv, int B, int T, int H, int hs, float theta);
     void (*rope_bwd)(const sdp_backend *be, float *dqkv, int B, int T, int H, int hs, float theta);
 

@@ -136,6 +136,7 @@ typedef struct {
     float rope_theta;
     int depth;                                   /* resnet: 20, 18, ... */
     int in_channels, image_size, classes, patch; /* image models */
+    float dropout; /* transformers: dropout probability of training forwards (0: none) */
     /* The backend to build on, the caller's (it must outlive the model); required: a CPU run
      * passes sdp_backend_cpu over its GEMM provider and memory tally (a dry sdp_mem to count
      * without allocating). Families without kernels for it fail. */
@@ -178,6 +179,10 @@ struct sdp_model {
     /* Called after each local layer's backward, if set (starts gradient reductions early). */
     void (*layer_done)(void *ctx, int layer);
     void *layer_done_ctx;
+    /* The random stream (an sdp_rng state) of the next training forward's dropout masks: the
+     * caller sets a new one per forward (the trainer: from the seed, the worker and the
+     * micro-batch). Models without dropout ignore it; forwards with training false never drop. */
+    uint64_t dropout_key;
     void *impl;
 };
 

@@ -42,6 +42,10 @@ typedef struct {
     /* vit: images of in_channels x image_size x image_size, square patches of `patch` pixels,
      * `classes` outputs; seq_len becomes patches + 1 and vocab the classes */
     int in_channels, image_size, patch, classes;
+    /* Dropout probability in [0, 1) of training forwards, where nanoGPT applies it: the stem's
+     * output (embeddings, with positions), every attention's probabilities, and each branch's
+     * output projection before it joins the residual stream. 0: none, and no mask is allocated. */
+    float dropout;
 } sdp_tf_config;
 
 /* Per-layer shape of a (sub)network: which global layers it has, and how many heads and MLP
@@ -63,6 +67,9 @@ typedef struct {
     float *fc;                        /* [N, F] (gpt) or [N, 2F] (llama: gate then up) */
     float *act;                       /* [N, F] */
     float *out;                       /* residual after the MLP branch [N, C] */
+    /* dropout's masks of the attention and MLP branches' outputs, bits of [N, C] (sdp/ops.h);
+     * NULL without dropout */
+    uint32_t *drop_attn, *drop_mlp;
 } sdp_tf_layer_acts;
 
 /* Offsets (in elements) of tensors in the flat buffers; -1 when the family has none. llama's
@@ -107,6 +114,7 @@ typedef struct {
     /* activations */
     int *inputs, *targets; /* the last forward's, uploaded */
     float *embed;          /* [N, C] residual stream entering layer 0 */
+    uint32_t *drop_embed;  /* dropout's mask of embed (bits of [N, C]); NULL without dropout */
     sdp_tf_layer_acts *layers;
     /* SDP_MODEL_INFER: every layer's buffers are views of shared_set's, which owns each buffer
      * once (see alloc_infer_acts in tf_stack.c); the outputs alternate between shared_set.out
@@ -124,6 +132,11 @@ typedef struct {
     int n_targets;          /* non-ignored targets in the last forward */
     int last_B, last_T;
     bool has_targets; /* probs hold probabilities of a forward with targets */
+    /* Dropout (sdp_tf_set_dropout): whether the next forwards apply it, drawing their masks from
+     * dropout_key; and whether the last forward did (the backward then does too), from which key.
+     */
+    bool dropping, dropped;
+    uint64_t dropout_key, dropped_key;
 } sdp_tf;
 
 /* Checks a configuration and fills defaults; fails with a clear message when it is impossible. */
@@ -172,6 +185,13 @@ void sdp_tf_destroy(sdp_tf *m);
 void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
                       const sdp_grad_slices *slices);
 
+/* Dropout in the forwards that follow: on, where the model has any (cfg.dropout > 0 and built
+ * for training: SDP_MODEL_INFER holds no masks and never drops), every mask drawn from the stream
+ * `key` (an sdp_rng state; the same key gives the same masks, so a gradient check holds them
+ * fixed, and a new key per forward draws fresh ones); off, none (evaluation). Models start off.
+ * The staged forward below never drops: it evaluates. */
+void sdp_tf_set_dropout(sdp_tf *m, bool on, uint64_t key);
+
 /* Forward over host arrays inputs [B*T] (checked against the vocabulary, then uploaded); with
  * targets (may be NULL) returns the summed loss over
  * non-ignored targets (in double) and leaves probabilities for backward. B <= capacity. */
@@ -189,11 +209,10 @@ const float *sdp_tf_logits_row(const sdp_tf *m, int row);
 double sdp_tf_forward_images(sdp_tf *m, const float *images, const int *labels, int B);
 
 /* The forward in three stages, for a model evaluated one layer at a time (block-streamed
- * evaluation, docs/design.md): each stage runs the kernels of the whole forward, so the results
- * are bitwise the same. The residual stream x between stages is [B*T, d_model] of backend
- * memory (vit: T is the model's, patches + 1).
- *   stem:  inputs (tokens, or vit images) to the stream entering the first layer, in m->embed;
- *   layer: local layer i from x to x;
+ * evaluation, docs/design.md): each stage runs the kernels of the whole forward (without
+ * dropout), so the results are bitwise the same. The residual stream x between stages is [B*T,
+ * d_model] of backend memory (vit: T is the model's, patches + 1). stem:  inputs (tokens, or vit
+ * images) to the stream entering the first layer, in m->embed; layer: local layer i from x to x;
  *   head:  the summed loss from the stream leaving the last layer (as sdp_tf_forward). */
 void sdp_tf_stem_tokens(sdp_tf *m, const int *inputs, int B, int T);
 void sdp_tf_stem_images(sdp_tf *m, const float *images, int B);

@@ -28,33 +28,20 @@ typedef struct {
     plan_steptime_opts st;
 } plan_opts;
 
-static const char *SHARED_OPTS[] = {"model",
-                                    "layers",
-                                    "heads",
-                                    "width",
-                                    "d-ff",
-                                    "seq-len",
-                                    "vocab",
-                                    "batch",
-                                    "optimizer",
-                                    "sdp-mask",
-                                    "sdp-unit",
-                                    "sdp-owners",
-                                    "sdp-coverage",
-                                    "sdp-assign",
-                                    "sdp-chunks",
-                                    "sdp-seed",
-                                    "branch-scale",
-                                    "seed",
-                                    "depth",
-                                    "channels",
-                                    "patch",
-                                    "dataset",
-                                    "device",
-                                    "val-batches",
-                                    "bn-recal-batches",
-                                    "threads",
-                                    NULL};
+static const char *SHARED_OPTS[] = {"model",        "layers",
+                                    "heads",        "width",
+                                    "d-ff",         "seq-len",
+                                    "vocab",        "batch",
+                                    "optimizer",    "sdp-mask",
+                                    "sdp-unit",     "sdp-owners",
+                                    "sdp-coverage", "sdp-assign",
+                                    "sdp-chunks",   "sdp-seed",
+                                    "branch-scale", "seed",
+                                    "depth",        "channels",
+                                    "patch",        "dropout",
+                                    "dataset",      "device",
+                                    "val-batches",  "bn-recal-batches",
+                                    "threads",      NULL};
 
 static opt_spec *plan_specs(void) {
     static const opt_spec extra[] = {

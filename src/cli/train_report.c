@@ -76,15 +76,17 @@ void print_start(const trainer *t) {
     char p[32];
     if (t->data.images && c->patch > 0)
         printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, patch %d, %dx%dx%d images, "
-               "%d classes\n",
+               "%d classes",
                c->arch, c->layers, c->heads, c->width, c->d_ff, c->patch, c->in_channels,
                c->image_size, c->image_size, c->classes);
     else if (t->data.images)
-        printf("sdp train: %s, depth %d, base channels %d, %dx%dx%d images, %d classes\n", c->arch,
+        printf("sdp train: %s, depth %d, base channels %d, %dx%dx%d images, %d classes", c->arch,
                c->depth, c->width, c->in_channels, c->image_size, c->image_size, c->classes);
     else
-        printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, vocab %d, seq %d\n", c->arch,
+        printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, vocab %d, seq %d", c->arch,
                c->layers, c->heads, c->width, c->d_ff, c->vocab, c->seq_len);
+    if (c->dropout > 0) printf(", dropout %g", (double)c->dropout);
+    printf("\n");
     printf("  full model %.2fM parameters (%s) | workers %d | threads/worker %d (cores %d) | "
            "gemm %s\n",
            (double)t->full.numel / 1e6, sdp_fmt_bytes(p, sizeof p, (double)t->full.numel * 4),

@@ -4,10 +4,7 @@
 
 /* splitmix64: tiny state, passes BigCrush, and trivially serialisable for checkpoints. */
 static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return sdp_rng_mix(*s += SDP_RNG_GAMMA);
 }
 
 sdp_rng sdp_rng_make(uint64_t seed, uint64_t stream) {

@@ -66,6 +66,10 @@ static sdp_resnet_config resnet_config(const sdp_model_config *c) {
 }
 
 static void finish_config(sdp_model_config *c) {
+    SDP_CHECK(c->dropout == 0.0f,
+              "--dropout %g: the resnet has no dropout (it is the transformers', gpt, llama and "
+              "vit): drop --dropout",
+              (double)c->dropout);
     sdp_resnet_config r = resnet_config(c);
     sdp_resnet_config_finish(&r);
     c->width = r.width;

@@ -38,10 +38,21 @@ static void alloc_acts_set(sdp_tf *m, sdp_tf_layer_acts *a, int H, size_t D, siz
     a->out = tf_acts(m, N * C);
 }
 
-/* Training keeps every layer's activations: the backward reads them all. */
+/* A dropout mask of bits for n elements, counted with the activations. */
+static uint32_t *alloc_mask(sdp_tf *m, size_t n) {
+    return m->be->alloc(m->be, SDP_MEM_ACTS, sdp_dropout_words(n) * sizeof(uint32_t));
+}
+
+/* Training keeps every layer's activations: the backward reads them all. With dropout, also the
+ * masks of the branches the layer has: the backward applies them again. */
 static void alloc_layer_acts(sdp_tf *m, int i) {
-    alloc_acts_set(m, &m->layers[i], m->shape.n_head[i], (size_t)m->shape.n_head[i] * m->head_size,
+    sdp_tf_layer_acts *a = &m->layers[i];
+    alloc_acts_set(m, a, m->shape.n_head[i], (size_t)m->shape.n_head[i] * m->head_size,
                    (size_t)m->shape.d_ff[i]);
+    if (m->cfg.dropout <= 0.0f) return;
+    const size_t NC = (size_t)m->B * m->T * m->cfg.d_model;
+    if (m->shape.n_head[i] > 0) a->drop_attn = alloc_mask(m, NC);
+    if (m->shape.d_ff[i] > 0) a->drop_mlp = alloc_mask(m, NC);
 }
 
 /* A forward-only pass needs one layer's activations at a time, and the layer below's output: one
@@ -109,7 +120,9 @@ static void alloc_backward_buffers(sdp_tf *m) {
 }
 
 void tf_stack_alloc(sdp_tf *m, sdp_model_mode mode) {
-    m->embed = tf_acts(m, (size_t)m->B * m->T * m->cfg.d_model);
+    const size_t NC = (size_t)m->B * m->T * m->cfg.d_model;
+    m->embed = tf_acts(m, NC);
+    if (mode != SDP_MODEL_INFER && m->cfg.dropout > 0.0f) m->drop_embed = alloc_mask(m, NC);
     m->layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->layers);
     SDP_CHECK(m->layers, "out of memory");
     if (mode == SDP_MODEL_INFER)
@@ -138,12 +151,63 @@ void tf_stack_free(sdp_tf *m) {
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse, a->mid,
                          a->ln2, a->ln2_mean, a->ln2_rstd, a->fc,  a->act, a->out};
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) be->free(be, bufs[j]);
+        be->free(be, a->drop_attn);
+        be->free(be, a->drop_mlp);
     }
     float *bufs[] = {m->embed, m->d_res, m->d_branch, m->d_norm,      m->d_att,
                      m->d_qkv, m->d_fc,  m->d_act,    m->attn_scratch};
     for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) be->free(be, bufs[j]);
+    be->free(be, m->drop_embed);
     free(m->layers);
     m->layers = NULL;
+}
+
+/* ---- dropout ------------------------------------------------------------------------------- */
+
+/* Where a layer drops (nanoGPT's places): attention's probabilities, and each branch's output
+ * before the residual. */
+enum { SITE_ATTN_PROBS, SITE_ATTN_OUT, SITE_MLP_OUT, SITES_PER_LAYER };
+
+/* The dropout of one site of the last forward: stream `site` of its key, the stem's being 0 and
+ * global layer g's 1 + SITES_PER_LAYER * g + its place, so that no two sites of a forward share a
+ * stream, whatever subnetwork the layers are part of. */
+static sdp_dropout site_dropout(const sdp_tf *m, uint64_t site) {
+    if (!m->dropped) return SDP_NO_DROPOUT;
+    return (sdp_dropout){m->cfg.dropout, sdp_rng_make(m->dropped_key, site).state};
+}
+
+static sdp_dropout layer_dropout(const sdp_tf *m, int i, int place) {
+    return site_dropout(m, 1 + (uint64_t)SITES_PER_LAYER * m->shape.layer_id[i] + (uint64_t)place);
+}
+
+void sdp_tf_set_dropout(sdp_tf *m, bool on, uint64_t key) {
+    m->dropping = on && m->drop_embed; /* masks exist: cfg.dropout > 0, a training mode */
+    m->dropout_key = key;
+}
+
+void tf_stack_begin_forward(sdp_tf *m, bool may_drop) {
+    m->dropped = may_drop && m->dropping;
+    m->dropped_key = m->dropout_key;
+}
+
+/* x = dropout(x), with a new mask drawn into `mask` from `d` */
+static void drop(const sdp_tf *m, float *x, uint32_t *mask, sdp_dropout d, size_t n) {
+    sdp_dropout_mask(m->be, mask, n, d);
+    sdp_dropout_fwd(m->be, x, x, mask, sdp_dropout_scale(d.p), n);
+}
+
+void tf_stack_drop_stem(sdp_tf *m, int B, int T) {
+    if (m->dropped)
+        drop(m, m->embed, m->drop_embed, site_dropout(m, 0), (size_t)B * T * m->cfg.d_model);
+}
+
+const float *tf_stack_stem_grad(sdp_tf *m, int B, int T) {
+    if (!m->dropped) return m->d_res;
+    const size_t NC = (size_t)B * T * m->cfg.d_model;
+    m->be->zero(m->be, m->d_branch, NC * sizeof(float));
+    sdp_dropout_bwd(m->be, m->d_branch, m->d_res, m->drop_embed, sdp_dropout_scale(m->cfg.dropout),
+                    NC);
+    return m->d_branch;
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
@@ -207,8 +271,8 @@ static layer_dims dims_of(const sdp_tf *m, int i, int B, int T) {
     return d;
 }
 
-/* Each branch's projection is written into `out` first and then folded into the residual, so no
- * extra [N, C] buffer is needed per layer. */
+/* Each branch's projection is written into `out` first (and dropped there, in place) and then
+ * folded into the residual, so no extra [N, C] buffer is needed per layer. */
 static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
     const sdp_tf_layer_offsets *o = &m->off.layers[i];
     sdp_tf_layer_acts *a = &m->layers[i];
@@ -221,8 +285,10 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
         tf_norm_fwd(m, op->norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, d.N);
         sdp_linear_fwd(be, a->qkv, a->ln1, P(m, o->w_qkv), P(m, o->b_qkv), d.N, d.C, 3 * d.D);
         if (op->rope) sdp_rope_fwd(be, a->qkv, B, T, d.H, d.hs, op->rope_theta);
-        sdp_attention_fwd(be, a->att, a->lse, a->qkv, B, T, d.H, d.hs, op->causal, m->attn_scratch);
+        sdp_attention_fwd(be, a->att, a->lse, a->qkv, B, T, d.H, d.hs, op->causal,
+                          layer_dropout(m, i, SITE_ATTN_PROBS), m->attn_scratch);
         sdp_linear_fwd(be, a->out, a->att, P(m, o->w_o), P(m, o->b_o), d.N, d.D, d.C);
+        if (m->dropped) drop(m, a->out, a->drop_attn, layer_dropout(m, i, SITE_ATTN_OUT), d.NC);
         sdp_residual_fwd(be, a->mid, x, a->out, d.s, d.NC);
     } else {
         sdp_copy_rows(be, a->mid, 0, x, 0, 1, d.NC);
@@ -235,6 +301,7 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
         else
             sdp_gelu_fwd(be, a->act, a->fc, (size_t)d.N * d.F);
         sdp_linear_fwd(be, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), d.N, d.F, d.C);
+        if (m->dropped) drop(m, a->out, a->drop_mlp, layer_dropout(m, i, SITE_MLP_OUT), d.NC);
         sdp_residual_fwd(be, a->out, a->mid, a->out, d.s, d.NC);
     } else {
         sdp_copy_rows(be, a->out, 0, a->mid, 0, 1, d.NC);
@@ -251,6 +318,7 @@ const float *tf_stack_forward(sdp_tf *m, const float *x, int B, int T) {
 
 void sdp_tf_layer_forward(sdp_tf *m, int i, float *x, int B, int T) {
     SDP_ASSERT(i >= 0 && i < m->shape.n_layer && B <= m->B && T <= m->T);
+    tf_stack_begin_forward(m, false); /* the stages evaluate */
     layer_forward(m, i, x, B, T);
     const size_t NC = (size_t)B * T * m->cfg.d_model;
     sdp_copy_rows(m->be, x, 0, m->layers[i].out, 0, 1, NC);
@@ -276,9 +344,15 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
     const sdp_backend *be = m->be;
     const layer_dims d = dims_of(m, i, B, T);
 
-    if (d.F > 0) { /* out = mid + s * proj(act(fc(norm2(mid)))) */
+    /* With dropout, a branch's gradient is s / (1-p) * M d_res, one op instead of the residual's
+     * backward (s d_res) and then dropout's. */
+    const float s_drop = d.s * sdp_dropout_scale(m->cfg.dropout);
+    if (d.F > 0) { /* out = mid + s * drop(proj(act(fc(norm2(mid))))) */
         zero(m, m->d_branch, d.NC);
-        sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, d.s, d.NC);
+        if (m->dropped)
+            sdp_dropout_bwd(be, m->d_branch, m->d_res, a->drop_mlp, s_drop, d.NC);
+        else
+            sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, d.s, d.NC);
         zero(m, m->d_act, (size_t)d.N * d.F);
         linear_bwd(m, m->d_act, m->d_branch, a->act, o->w_proj, go->w_proj, o->b_proj, go->b_proj,
                    d.N, d.F, d.C);
@@ -293,15 +367,18 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
         tf_norm_bwd(m, op->norm, m->d_res, m->d_norm, a->mid, a->ln2_mean, a->ln2_rstd, o->ln2_w,
                     go->ln2_w, go->ln2_b, d.N);
     }
-    if (d.H > 0) { /* mid = x + s * o_proj(attention(qkv(norm1(x)))) */
+    if (d.H > 0) { /* mid = x + s * drop(o_proj(attention(qkv(norm1(x))))) */
         zero(m, m->d_branch, d.NC);
-        sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, d.s, d.NC);
+        if (m->dropped)
+            sdp_dropout_bwd(be, m->d_branch, m->d_res, a->drop_attn, s_drop, d.NC);
+        else
+            sdp_residual_bwd(be, NULL, m->d_branch, m->d_res, d.s, d.NC);
         zero(m, m->d_att, (size_t)d.N * d.D);
         linear_bwd(m, m->d_att, m->d_branch, a->att, o->w_o, go->w_o, o->b_o, go->b_o, d.N, d.D,
                    d.C);
         zero(m, m->d_qkv, (size_t)d.N * 3 * d.D);
         sdp_attention_bwd(be, m->d_qkv, m->d_att, a->qkv, a->att, a->lse, B, T, d.H, d.hs,
-                          op->causal, m->attn_scratch);
+                          op->causal, layer_dropout(m, i, SITE_ATTN_PROBS), m->attn_scratch);
         if (op->rope) sdp_rope_bwd(be, m->d_qkv, B, T, d.H, d.hs, op->rope_theta);
         zero(m, m->d_norm, d.NC);
         linear_bwd(m, m->d_norm, m->d_qkv, a->ln1, o->w_qkv, go->w_qkv, o->b_qkv, go->b_qkv, d.N,

@@ -13,6 +13,15 @@ void tf_stack_alloc(sdp_tf *m, sdp_model_mode mode);
 void tf_stack_alloc_backward(sdp_tf *m, sdp_model_mode mode);
 void tf_stack_free(sdp_tf *m);
 
+/* Dropout (sdp_tf_set_dropout): a family's forward calls tf_stack_begin_forward first, with
+ * may_drop false where it evaluates; that decides whether this forward and its backward drop.
+ * Once the stem has written m->embed, tf_stack_drop_stem drops it (where the forward drops); and
+ * with dL/d(embed) in d_res after the layers' backward, tf_stack_stem_grad returns the gradient of
+ * the stem's output before dropout: d_res itself, or its masked copy in d_branch. */
+void tf_stack_begin_forward(sdp_tf *m, bool may_drop);
+void tf_stack_drop_stem(sdp_tf *m, int B, int T);
+const float *tf_stack_stem_grad(sdp_tf *m, int B, int T);
+
 /* Every layer over the residual stream x [B*T, C]; returns the top layer's output. */
 const float *tf_stack_forward(sdp_tf *m, const float *x, int B, int T);
 /* The top layer's output of the last forward (the stem's output when there is no layer). */

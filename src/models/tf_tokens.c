@@ -24,7 +24,8 @@ static void free_tokens(sdp_tf *m) {
     m->be->free(m->be, m->inputs);
 }
 
-static void stem(sdp_tf *m, const int *inputs, int B, int T) {
+/* The embeddings of the inputs into m->embed, dropped where this forward drops. */
+static void embed(sdp_tf *m, const int *inputs, int B, int T) {
     SDP_ASSERT(B <= m->B && T <= m->T && B * T <= m->B * m->T);
     const int N = B * T, V = m->cfg.vocab, C = m->cfg.d_model;
     for (int i = 0; i < N; i++)
@@ -37,11 +38,18 @@ static void stem(sdp_tf *m, const int *inputs, int B, int T) {
     m->last_B = B;
     m->last_T = T;
     sdp_embed_fwd(be, m->embed, m->inputs, P(m, m->off.wte), P(m, m->off.wpe), B, T, C);
+    tf_stack_drop_stem(m, B, T);
+}
+
+/* The staged forward's stem: it evaluates, without dropout. */
+static void stem(sdp_tf *m, const int *inputs, int B, int T) {
+    tf_stack_begin_forward(m, false);
+    embed(m, inputs, B, T);
 }
 
 static void stem_backward(sdp_tf *m, int B, int T) {
-    sdp_embed_bwd(m->be, G(m, m->goff.wte), G(m, m->goff.wpe), m->d_res, m->inputs, B, T,
-                  m->cfg.d_model);
+    sdp_embed_bwd(m->be, G(m, m->goff.wte), G(m, m->goff.wpe), tf_stack_stem_grad(m, B, T),
+                  m->inputs, B, T, m->cfg.d_model);
 }
 
 static double lm_head(sdp_tf *m, const float *x, const int *targets, int B, int T) {
@@ -86,7 +94,8 @@ static double train_flops(const sdp_tf *m, int T) {
 }
 
 static double forward(sdp_tf *m, const int *inputs, const int *targets, int B, int T) {
-    stem(m, inputs, B, T);
+    tf_stack_begin_forward(m, true);
+    embed(m, inputs, B, T);
     return lm_head(m, tf_stack_forward(m, m->embed, B, T), targets, B, T);
 }
 

@@ -73,6 +73,9 @@ void sdp_tf_config_finish(sdp_tf_config *c) {
     SDP_CHECK(c->seq_len >= 1, "--seq-len must be at least 1 (got %d)", c->seq_len);
     SDP_CHECK(c->vocab >= 2, "vocabulary size must be at least 2 (got %d)", c->vocab);
     SDP_CHECK(c->d_ff >= 0, "--d-ff must be positive (got %d)", c->d_ff);
+    SDP_CHECK(c->dropout >= 0.0f && c->dropout < 1.0f,
+              "--dropout must be in [0, 1) (got %g): use 0 for none, e.g. 0.1 or 0.2 to regularise",
+              (double)c->dropout);
     check_size(c);
     if (c->d_ff == 0) {
         if (c->style != SDP_STYLE_LLAMA)

@@ -33,20 +33,21 @@ static void check_images(const sdp_batch *b) {
                          "(Fashion-MNIST or CIFAR)");
 }
 
-/* No batch statistics, no dropout: training changes nothing in the forward. */
+/* Training turns dropout on (where the model has any), with the caller's stream for its masks;
+ * there are no batch statistics. */
 static void forward_tokens(sdp_model *m, const sdp_batch *b, bool training, sdp_metrics *out) {
-    (void)training;
     sdp_tf *t = tf(m);
     check_tokens(t, b);
+    sdp_tf_set_dropout(t, training, m->dropout_key);
     out->loss = sdp_tf_forward(t, b->tokens, b->targets, b->B, b->T);
     out->correct = 0;
     out->count = t->n_targets;
 }
 
 static void forward_images(sdp_model *m, const sdp_batch *b, bool training, sdp_metrics *out) {
-    (void)training;
     sdp_tf *t = tf(m);
     check_images(b);
+    sdp_tf_set_dropout(t, training, m->dropout_key);
     out->loss = sdp_tf_forward_images(t, b->images, b->labels, b->B);
     out->correct = t->n_correct;
     out->count = t->n_targets;
@@ -75,6 +76,7 @@ static size_t stream_floats(const sdp_model *m) {
 
 /* The stages copy the stem's output out of the model: the stream is the caller's. A token model's
  * stream has the batch's T rows per example, a ViT's its patches and class token (the model's T).
+ * They evaluate: training or not, they apply no dropout.
  */
 static void forward_stem_tokens(sdp_model *m, const sdp_batch *b, bool training, float *x) {
     (void)training;
@@ -156,6 +158,7 @@ static sdp_tf_config tf_config(const sdp_model_config *c) {
     t.image_size = c->image_size;
     t.patch = c->patch;
     t.classes = c->classes;
+    t.dropout = c->dropout;
     return t;
 }
 

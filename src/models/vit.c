@@ -171,7 +171,9 @@ static double classify(sdp_tf *m, const int *labels, int B) {
     return sdp_softmax_xent_fwd(be, m->losses, m->probs, m->probs, m->targets, B, K, K);
 }
 
-static void stem(sdp_tf *m, const float *images, int B) {
+/* The patch embeddings, class token and positions of the images into m->embed, dropped where this
+ * forward drops. */
+static void embed(sdp_tf *m, const float *images, int B) {
     SDP_ASSERT(B >= 1 && B <= m->B && images);
     const sdp_backend *be = m->be;
     const sdp_tf_config *c = &m->cfg;
@@ -186,6 +188,13 @@ static void stem(sdp_tf *m, const float *images, int B) {
                    B * patches_per_image(m), patch_cols(m), C);
     sdp_vit_embed_fwd(be, m->embed, v->patches, tf_param(m, v->cls), tf_param(m, m->off.wpe), B, T,
                       C);
+    tf_stack_drop_stem(m, B, T);
+}
+
+/* The staged forward's stem: it evaluates, without dropout. */
+static void stem(sdp_tf *m, const float *images, int B) {
+    tf_stack_begin_forward(m, false);
+    embed(m, images, B);
 }
 
 static double head(sdp_tf *m, const float *top, const int *labels, int B) {
@@ -204,7 +213,8 @@ static double head(sdp_tf *m, const float *top, const int *labels, int B) {
 }
 
 static double forward(sdp_tf *m, const float *images, const int *labels, int B) {
-    stem(m, images, B);
+    tf_stack_begin_forward(m, true);
+    embed(m, images, B);
     return head(m, tf_stack_forward(m, m->embed, B, m->T), labels, B);
 }
 
@@ -234,8 +244,8 @@ static void stem_backward(sdp_tf *m, int B) {
     const struct sdp_tf_vit *v = m->vit;
     const int T = m->T, C = m->cfg.d_model;
     /* the patch embeddings are not needed any more: they take their gradients */
-    sdp_vit_embed_bwd(be, v->patches, tf_grad(m, v->g_cls), tf_grad(m, m->goff.wpe), m->d_res, B, T,
-                      C);
+    sdp_vit_embed_bwd(be, v->patches, tf_grad(m, v->g_cls), tf_grad(m, m->goff.wpe),
+                      tf_stack_stem_grad(m, B, T), B, T, C);
     float *dw = tf_grad(m, m->goff.wte), *db = tf_grad(m, v->g_patch_b);
     if (dw || db)
         sdp_linear_bwd(be, NULL, dw, db, v->patches, v->patch_rows, tf_param(m, m->off.wte),

@@ -245,6 +245,42 @@ void sdp_residual_bwd(const sdp_backend *be, float *da, float *db, const float *
     be->residual_bwd(be, da, db, dout, s, n);
 }
 
+/* ---- dropout ---- */
+
+static void dropout_p(const char *op, float p) {
+    SDP_CHECK(p >= 0.0f && p < 1.0f,
+              "%s: dropout probability %g is outside [0, 1): use 0 (none) up to below 1", op,
+              (double)p);
+}
+
+void sdp_dropout_mask(const sdp_backend *be, uint32_t *mask, size_t n, sdp_dropout d) {
+    dropout_p("sdp_dropout_mask", d.p);
+    if (n) NEED("sdp_dropout_mask", mask);
+    be->dropout_mask(be, mask, n, d);
+}
+
+static void dropout_scale(const char *op, float scale) {
+    SDP_CHECK(isfinite(scale) && scale >= 0.0f,
+              "%s: scale %g must be finite and >= 0 (1/(1-p) for inverted dropout)", op,
+              (double)scale);
+}
+
+void sdp_dropout_fwd(const sdp_backend *be, float *out, const float *inp, const uint32_t *mask,
+                     float scale, size_t n) {
+    const char *op = "sdp_dropout_fwd";
+    dropout_scale(op, scale);
+    if (n) NEED(op, out), NEED(op, inp), NEED(op, mask);
+    be->dropout_fwd(be, out, inp, mask, scale, n);
+}
+
+void sdp_dropout_bwd(const sdp_backend *be, float *dinp, const float *dout, const uint32_t *mask,
+                     float scale, size_t n) {
+    const char *op = "sdp_dropout_bwd";
+    dropout_scale(op, scale);
+    if (n && dinp) NEED(op, dout), NEED(op, mask);
+    be->dropout_bwd(be, dinp, dout, mask, scale, n);
+}
+
 /* ---- attention ---- */
 
 static void attention_dims(int B, int T, int H, int hs) {
@@ -271,21 +307,23 @@ static void attention_scratch(const sdp_backend *be, int B, int T, int H, int hs
 }
 
 void sdp_attention_fwd(const sdp_backend *be, float *out, float *lse, const float *qkv, int B,
-                       int T, int H, int hs, bool causal, float *scratch) {
+                       int T, int H, int hs, bool causal, sdp_dropout drop, float *scratch) {
     attention_dims(B, T, H, hs);
     attention_scratch(be, B, T, H, hs, scratch);
+    dropout_p("sdp_attention_fwd", drop.p);
     NEED("sdp_attention_fwd", out), NEED("sdp_attention_fwd", lse), NEED("sdp_attention_fwd", qkv);
-    be->attention_fwd(be, out, lse, qkv, B, T, H, hs, causal, scratch);
+    be->attention_fwd(be, out, lse, qkv, B, T, H, hs, causal, drop, scratch);
 }
 
 void sdp_attention_bwd(const sdp_backend *be, float *dqkv, const float *dout, const float *qkv,
                        const float *out, const float *lse, int B, int T, int H, int hs, bool causal,
-                       float *scratch) {
+                       sdp_dropout drop, float *scratch) {
     const char *op = "sdp_attention_bwd";
     attention_dims(B, T, H, hs);
     attention_scratch(be, B, T, H, hs, scratch);
+    dropout_p(op, drop.p);
     if (dqkv) NEED(op, dout), NEED(op, qkv), NEED(op, out), NEED(op, lse);
-    be->attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, H, hs, causal, scratch);
+    be->attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, H, hs, causal, drop, scratch);
 }
 
 enum { ROPE_MAX_HEAD = 4096 }; /* the CPU's per-position cos/sin tables live on the stack */

@@ -128,6 +128,7 @@ sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
               "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",
               c.vocab, data_vocab);
     c.rope_theta = (float)o->rope_theta;
+    c.dropout = (float)o->dropout;
     run_family(&c)->finish_config(&c);
     return c;
 }

@@ -18,6 +18,10 @@ const opt_spec TRAIN_OPTS[] = {
     {"depth", OPT_INT, F(depth), "20", "resnet depth: 20 (3 stages, CIFAR style) or 18", 1},
     {"channels", OPT_INT, F(channels), "0", "resnet base channels; 0 = 16 (depth 20), 64 (18)", 0},
     {"patch", OPT_INT, F(patch), "4", "vit patch size in pixels (must divide the image size)", 1},
+    {"dropout", OPT_FLOAT, F(dropout), "0",
+     "dropout probability in [0, 1) of gpt, llama and vit while training, where nanoGPT applies "
+     "it (embeddings, attention probabilities, attention and MLP outputs); off at evaluation",
+     0},
     {"data", OPT_STR, F(data), "",
      "text file or llm.c shard glob (token models); dataset directory (image models)", 0},
     {"dataset", OPT_STR, F(dataset), "fashion-mnist",

@@ -13,6 +13,7 @@ typedef struct {
     int depth, channels; /* resnet */
     int patch;           /* vit */
     double rope_theta;
+    double dropout; /* transformers, training only */
     /* data */
     char data[OPT_STR_MAX], val_data[OPT_STR_MAX], dataset[OPT_STR_MAX];
     double val_frac;

@@ -112,6 +112,17 @@ static void on_layer_done(void *ctx, int layer) {
     sdp_sync_layer_done(&t->sync, t->grads, layer);
 }
 
+/* The stream of this worker's dropout masks for micro-batch a of the current step: one of its own
+ * per (--seed, worker, step, micro-batch), so that a run draws the same masks again (a resumed
+ * one those of the uninterrupted run), and every worker drops its own batch's activations
+ * independently of the others, as data-parallel workers with dropout do. */
+static uint64_t dropout_key(const trainer *t, int a) {
+    const uint64_t salt = 0x64726f706f7574ull; /* "dropout": apart from the seed's other streams */
+    const sdp_rng worker = sdp_rng_make((uint64_t)t->o.seed ^ salt, (uint64_t)job_rank(t));
+    const uint64_t draw = (uint64_t)t->step * (uint64_t)t->o.grad_accum + (uint64_t)a;
+    return sdp_rng_make(worker.state, draw).state;
+}
+
 /* Whether this worker exchanges anything: not under --sim-world. */
 static bool communicates(const trainer *t) {
     return !simulating(t);
@@ -156,6 +167,7 @@ trainer_step_result trainer_step(trainer *t) {
         sdp_watchdog_beat(t->watchdog);
         double t0 = now_ms();
         sdp_metrics mt;
+        m->dropout_key = dropout_key(t, a);
         m->ops->forward(m, &b, true, &mt);
         local[0] += mt.loss;
         local[1] += mt.count;

@@ -9,6 +9,8 @@
  *     different fraction of lr. AdamW's eps is 1e-6 rather than 1e-8 so that gradients that are
  *     zero in exact arithmetic (attention's key bias: softmax cancels it) and are pure rounding
  *     noise on both backends stay out of Adam's normalisation instead of becoming steps of +-lr.
+ *     Once more with dropout (p = 0.2, a new key each step): both backends draw the same masks,
+ *     so the same tolerances hold.
  * (b) The SDP invariant on the GPU (tests/test_sdp_forward_equiv.c, with simulated ranks and no
  *     MPI): a worker's compact model computes the loss and gradients of the full model whose
  *     parameters are the compact ones at their global positions and zero elsewhere, for block
@@ -114,8 +116,9 @@ static sdp_opt_segment *tensor_segments(const sdp_layout *L) {
     return segs;
 }
 
-static void check_training(sdp_tf_style style) {
-    const sdp_tf_config cfg = small_config(style);
+static void check_training(sdp_tf_style style, float dropout) {
+    sdp_tf_config cfg = small_config(style);
+    cfg.dropout = dropout;
     const bool vit = style == SDP_STYLE_VIT;
     const int B = vit ? IMG_B : TOKEN_B, T = vit ? 1 : TOKEN_T;
     sdp_mem host_mem = {0};
@@ -146,12 +149,14 @@ static void check_training(sdp_tf_style style) {
         random_batch(&b, (uint64_t)step, cfg.vocab, cfg.classes);
         memset(mc.grads, 0, bytes);
         gpu->zero(gpu, mg.grads, bytes);
+        sdp_tf_set_dropout(&mc, dropout > 0, 0xd0 + (uint64_t)step);
+        sdp_tf_set_dropout(&mg, dropout > 0, 0xd0 + (uint64_t)step);
         const double lc = forward(&mc, &b, B, TOKEN_T), lg = forward(&mg, &b, B, TOKEN_T);
         assert_int_equal(mc.n_targets, mg.n_targets);
         if (vit) assert_int_equal(mc.n_correct, mg.n_correct);
         const double err = fabs(lg - lc) / fabs(lc);
-        printf("  %-5s step %d: loss cpu %.9g cuda %.9g (rel err %.2e)\n", sdp_tf_style_name(style),
-               step, lc, lg, err);
+        printf("  %-5s dropout %g step %d: loss cpu %.9g cuda %.9g (rel err %.2e)\n",
+               sdp_tf_style_name(style), (double)dropout, step, lc, lg, err);
         if (!(err <= LOSS_RTOL))
             fail_msg("%s: losses differ at step %d", sdp_tf_style_name(style), step);
         if (err > worst_loss) worst_loss = err;
@@ -195,17 +200,24 @@ static void check_training(sdp_tf_style style) {
 
 static void test_gpt_training(void **state) {
     (void)state;
-    check_training(SDP_STYLE_GPT);
+    check_training(SDP_STYLE_GPT, 0.0f);
 }
 
 static void test_llama_training(void **state) {
     (void)state;
-    check_training(SDP_STYLE_LLAMA);
+    check_training(SDP_STYLE_LLAMA, 0.0f);
 }
 
 static void test_vit_training(void **state) {
     (void)state;
-    check_training(SDP_STYLE_VIT);
+    check_training(SDP_STYLE_VIT, 0.0f);
+}
+
+static void test_training_with_dropout(void **state) {
+    (void)state;
+    check_training(SDP_STYLE_GPT, 0.2f);
+    check_training(SDP_STYLE_LLAMA, 0.2f);
+    check_training(SDP_STYLE_VIT, 0.2f);
 }
 
 /* ---- (b) forward-masking equivalence on the GPU ----------------------------------------------
@@ -664,6 +676,7 @@ int main(void) {
         cmocka_unit_test(test_gpt_training),
         cmocka_unit_test(test_llama_training),
         cmocka_unit_test(test_vit_training),
+        cmocka_unit_test(test_training_with_dropout),
         cmocka_unit_test(test_forward_masking_equivalence),
         cmocka_unit_test(test_gpt_bf16_follows_fp32),
         cmocka_unit_test(test_resnet_training),

@@ -147,6 +147,8 @@ class Check:
                 raise ValueError("init run %s differs in --%s" % (self.init, k))
         if cfg["log-every"] != 1 or cfg["stop-after"] or cfg["resume"]:
             raise ValueError("the run must log every step (--log-every 1) and run in one go")
+        if cfg.get("dropout", 0) != 0:
+            raise ValueError("the reference has no dropout: replay runs with --dropout 0")
         w0, meta = safetensors_reader.read(os.path.join(self.init, "model.safetensors"))
         model_out, _ = safetensors_reader.read(os.path.join(self.run, "model.safetensors"))
         optim_out, _ = safetensors_reader.read(os.path.join(self.run, "optim.safetensors"))

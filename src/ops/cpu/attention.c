@@ -6,6 +6,9 @@
  * recomputes the probabilities from them. Every product runs through one register-blocked
  * micro-kernel (mm_rows) that the compiler vectorises; the masked upper triangle is skipped a
  * micro-tile at a time and zeroed inside the tiles that straddle the diagonal.
+ *
+ * Dropout on the probabilities (sdp_dropout) draws each decision from its (batch, head, query,
+ * key) index, so the backward regenerates the forward's mask instead of reading a stored one.
  */
 #include "ops/cpu/fast_exp.h"
 #include "ops/cpu/cpu_ops.h"
@@ -165,6 +168,15 @@ static void gather_transposed(float *dst, int ldt, const float *src, ptrdiff_t l
         for (int t = T; t < ldt; t++) dst[(size_t)d * ldt + t] = 0;
 }
 
+/* Dropout on one (batch, head)'s probabilities: probability (t, s) is element first + t*T + s of
+ * the mask drawn from key. */
+typedef struct {
+    bool on;
+    uint32_t threshold;
+    float keep_scale; /* 1/(1-p) */
+    uint64_t key, first;
+} head_dropout;
+
 /* One (batch, head): pointers at head h of batch b, with the row strides of their tensors. */
 typedef struct {
     const float *q, *k, *v; /* row stride ld_qkv */
@@ -172,9 +184,12 @@ typedef struct {
     int T, hs;
     float scale;
     bool causal;
+    head_dropout drop;
 } head_view;
 
-static head_view view_head(const float *qkv_b, int T, int H, int hs, int h, bool causal) {
+/* bh = b*H + h, the (batch, head)'s index. */
+static head_view view_head(const float *qkv_b, int T, int H, int hs, int h, bool causal,
+                           sdp_dropout drop, int bh) {
     ptrdiff_t D = (ptrdiff_t)H * hs;
     head_view v = {qkv_b + h * hs,
                    qkv_b + D + h * hs,
@@ -183,8 +198,18 @@ static head_view view_head(const float *qkv_b, int T, int H, int hs, int h, bool
                    T,
                    hs,
                    1.0f / sqrtf((float)hs),
-                   causal};
+                   causal,
+                   {false, 0, 1.0f, 0, 0}};
+    if (drop.p > 0.0f)
+        v.drop = (head_dropout){true, sdp_dropout_threshold(drop.p), sdp_dropout_scale(drop.p),
+                                drop.key, (uint64_t)bh * T * T};
     return v;
+}
+
+/* Whether query t's probability over key s survives the dropout. */
+static bool kept(const head_view *hv, int t, int s) {
+    const head_dropout *d = &hv->drop;
+    return sdp_dropout_keeps(d->key, d->first + (uint64_t)t * hv->T + s, d->threshold);
 }
 
 /* Keys that query rows [0, t_end) may see together: the causal mask stops at their last row. */
@@ -229,6 +254,9 @@ static void attention_fwd_head(float *out, ptrdiff_t ld_out, float *lse, const h
             float sum = exp_shifted(row, seen, hv->scale, shift);
             float inv = 1.0f / sum;
             for (int s = 0; s < seen; s++) row[s] *= inv;
+            if (hv->drop.on)
+                for (int s = 0; s < seen; s++)
+                    row[s] = kept(hv, t, s) ? row[s] * hv->drop.keep_scale : 0.0f;
             mask_row(hv, row, t, t0, r, nr);
             lse[t] = shift + logf(sum);
         }
@@ -242,14 +270,14 @@ static void attention_fwd_head(float *out, ptrdiff_t ld_out, float *lse, const h
 }
 
 static void attention_fwd(const sdp_backend *be, float *out, float *lse, const float *qkv, int B,
-                          int T, int H, int hs, bool causal, float *scratch) {
+                          int T, int H, int hs, bool causal, sdp_dropout drop, float *scratch) {
     (void)be;
     ptrdiff_t D = (ptrdiff_t)H * hs;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         head_scratch s = my_scratch(scratch, T, hs);
-        head_view hv = view_head(qkv + (size_t)b * T * 3 * D, T, H, hs, h, causal);
+        head_view hv = view_head(qkv + (size_t)b * T * 3 * D, T, H, hs, h, causal, drop, bh);
         attention_fwd_head(out + (size_t)b * T * D + h * hs, D, lse + (size_t)bh * T, &hv, &s);
     }
 }
@@ -288,20 +316,33 @@ static void attention_bwd_block(const head_grads *g, const float *dout, const fl
         exp_shifted(row, keys_seen(hv, t0 + r + 1), hv->scale, lse[t0 + r]);
         mask_row(hv, row, t0 + r, t0, r, nr);
     }
-    accumulate_keys(g->dv, ld, sc->p, ldt, dout0, ld_out, hv, t0, nr);
+    /* Without dropout dv takes P now; with it, the dropped P' below. */
+    if (!hv->drop.on) accumulate_keys(g->dv, ld, sc->p, ldt, dout0, ld_out, hv, t0, nr);
 
-    /* dP = dO v^T, then dS = P * (dP - rowsum(dO * O)), times scale for the raw q.k. */
+    /* dP = dO v^T, then dS = P * (dP - rowsum(dO * O)), times scale for the raw q.k. Under dropout
+     * (P' = M P / (1-p), O = P' v) dO v^T is the gradient of P', so dP = M dO v^T / (1-p), and
+     * rowsum(P * dP) is still rowsum(dO * O). */
     block_times_keys(sc->dp, ldt, dout0, ld_out, sc->vt, hv, t0, nr);
     for (int r = 0; r < nr; r++) {
         const float *o = out + (t0 + r) * ld_out, *d_o = dout0 + r * ld_out;
         float dodo = 0;
         for (int d = 0; d < hs; d++) dodo += o[d] * d_o[d];
-        const float *p = sc->p + r * ldt;
+        float *p = sc->p + r * ldt;
         float *ds = sc->dp + r * ldt;
         const int seen = keys_seen(hv, t0 + r + 1);
-        for (int s = 0; s < seen; s++) ds[s] = hv->scale * p[s] * (ds[s] - dodo);
+        if (!hv->drop.on) {
+            for (int s = 0; s < seen; s++) ds[s] = hv->scale * p[s] * (ds[s] - dodo);
+        } else {
+            const float ks = hv->drop.keep_scale;
+            for (int s = 0; s < seen; s++) {
+                const bool keep = kept(hv, t0 + r, s);
+                ds[s] = hv->scale * p[s] * ((keep ? ks * ds[s] : 0.0f) - dodo);
+                p[s] = keep ? ks * p[s] : 0.0f; /* P', for dv */
+            }
+        }
         mask_row(hv, ds, t0 + r, t0, r, nr);
     }
+    if (hv->drop.on) accumulate_keys(g->dv, ld, sc->p, ldt, dout0, ld_out, hv, t0, nr);
     for (int r0 = 0; r0 < nr; r0 += MR) {
         int m = min_int(MR, nr - r0);
         mm_args a = {sc->dp + r0 * ldt, ldt, 1, hv->k, ld, g->dq + (t0 + r0) * ld, ld};
@@ -321,7 +362,7 @@ static void attention_bwd_head(const head_grads *g, const float *dout, const flo
 
 static void attention_bwd(const sdp_backend *be, float *dqkv, const float *dout, const float *qkv,
                           const float *out, const float *lse, int B, int T, int H, int hs,
-                          bool causal, float *scratch) {
+                          bool causal, sdp_dropout drop, float *scratch) {
     (void)be;
     if (!dqkv) return;
     ptrdiff_t D = (ptrdiff_t)H * hs;
@@ -330,7 +371,7 @@ static void attention_bwd(const sdp_backend *be, float *dqkv, const float *dout,
         int b = bh / H, h = bh % H;
         head_scratch s = my_scratch(scratch, T, hs);
         size_t row0 = (size_t)b * T;
-        head_view hv = view_head(qkv + row0 * 3 * D, T, H, hs, h, causal);
+        head_view hv = view_head(qkv + row0 * 3 * D, T, H, hs, h, causal, drop, bh);
         float *dqkv_bh = dqkv + row0 * 3 * D + h * hs;
         head_grads g = {dqkv_bh, dqkv_bh + D, dqkv_bh + 2 * D};
         attention_bwd_head(&g, dout + row0 * D + h * hs, out + row0 * D + h * hs, D,

@@ -104,6 +104,7 @@ sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem) {
     cpu_ops_gelu(t);
     cpu_ops_swiglu(t);
     cpu_ops_residual(t);
+    cpu_ops_dropout(t);
     cpu_ops_attention(t);
     cpu_ops_rope(t);
     cpu_ops_softmax_xent(t);

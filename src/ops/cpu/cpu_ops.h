@@ -24,6 +24,7 @@ static inline sdp_gemm_provider cpu_gemm_provider(const sdp_backend *be) {
 void cpu_ops_attention(sdp_backend *t);
 void cpu_ops_batchnorm(sdp_backend *t);
 void cpu_ops_conv2d(sdp_backend *t);
+void cpu_ops_dropout(sdp_backend *t);
 void cpu_ops_embed(sdp_backend *t);
 void cpu_ops_gelu(sdp_backend *t);
 void cpu_ops_gemm(sdp_backend *t);

@@ -18,6 +18,11 @@
  *
  * Under the causal mask the GEMMs still compute whole T x T matrices, as the model's FLOP count
  * assumes (sdp_tf_train_flops_per_token); the masked entries of P and dS are zero.
+ *
+ * Dropout on the probabilities (sdp_dropout, as the CPU kernel's): the forward turns P into
+ * P' = M P / (1-p) in place after the softmax (lse stays that of P), and out = P' v. The backward
+ * regenerates M from the same indices ((b*H + h)*T + i)*T + j: dP' = dO v^T, and
+ * dS = P * (M dP' / (1-p) - rowsum(dO * O)), P' going to dv += P'^T dO.
  */
 #include "ops/cuda/common.cuh"
 #include "sdp/cuda_scratch.h"
@@ -102,6 +107,33 @@ __global__ void softmax_grad_kernel(float *probs, float *grads, const float *lse
     }
 }
 
+/* In place over one sequence's probabilities [rows, T]: P' = M P / (1-p), element idx being
+ * element first + idx of the mask (first = b*H*T*T for sequence b). Entries past the keys seen
+ * are 0 already and stay 0. */
+__global__ void probs_dropout_kernel(float *probs, size_t n, uint64_t first, uint64_t key,
+                                     uint32_t threshold, float keep_scale) {
+    FOR_EACH_INDEX(idx, n) {
+        probs[idx] =
+            sdp_dropout_keeps(key, first + idx, threshold) ? keep_scale * probs[idx] : 0.0f;
+    }
+}
+
+/* softmax_grad_kernel under dropout: grads holds dP' = dO v^T and becomes
+ * dS = P * (M dP' / (1-p) - rowdot); probs holds scores and becomes P' = M P / (1-p) (for dv). */
+__global__ void softmax_grad_dropout_kernel(float *probs, float *grads, const float *lse,
+                                            const float *rowdot, int rows, int T, bool causal,
+                                            uint64_t first, uint64_t key, uint32_t threshold,
+                                            float keep_scale) {
+    const size_t n = (size_t)rows * T;
+    FOR_EACH_INDEX(idx, n) {
+        const int r = (int)(idx / T), j = (int)(idx % T);
+        const float p = j < keys_seen(r % T, T, causal) ? expf(probs[idx] - lse[r]) : 0.0f;
+        const bool keep = sdp_dropout_keeps(key, first + idx, threshold);
+        probs[idx] = keep ? keep_scale * p : 0.0f;
+        grads[idx] = p * ((keep ? keep_scale * grads[idx] : 0.0f) - rowdot[r]);
+    }
+}
+
 /* rowdot[r] = dout[b, t, head h] . out[b, t, head h] for the rows r = (b*H + h)*T + t, as lse; one
  * warp per row. */
 __global__ void rowdot_kernel(float *rowdot, const float *dout, const float *out, int rows, int T,
@@ -143,7 +175,8 @@ static size_t cuda_attention_scratch_bytes(const sdp_backend *be, int B, int T, 
  * sdp_cuda_attention_scratch_bytes(B, T, H) bytes (sdp/cuda_scratch.h): the score matrices of one
  * sequence and the backward's row sums. */
 static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, const float *qkv,
-                               int B, int T, int H, int hs, bool causal, float *scratch) {
+                               int B, int T, int H, int hs, bool causal, sdp_dropout drop,
+                               float *scratch) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims(B, T, H, hs);
     SDP_ASSERT(scratch); /* sdp_cuda_attention_scratch_bytes(B, T, H) bytes of device memory */
@@ -156,6 +189,14 @@ static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, co
         softmax_rows_kernel<<<ceil_div(rows, SOFTMAX_ROWS), SOFTMAX_ROWS * WARP, 0, ctx->stream>>>(
             scores, lse + (size_t)b * rows, rows, T, causal);
         LAUNCH_CHECK();
+        if (drop.p > 0.0f) {
+            const size_t per_seq = (size_t)rows * T;
+            probs_dropout_kernel<<<elementwise_blocks(per_seq), ELEMENTWISE_THREADS, 0,
+                                   ctx->stream>>>(scores, per_seq, (uint64_t)b * per_seq, drop.key,
+                                                  sdp_dropout_threshold(drop.p),
+                                                  sdp_dropout_scale(drop.p));
+            LAUNCH_CHECK();
+        }
         /* out_h = P_h v_h: [T, hs] per head, rows D apart */
         sdp_cuda_gemm_strided_batched(ctx, false, false, T, hs, T, 1.0f, scores, T, a.tt, v,
                                       a.ld_qkv, hs, 0.0f, out + (size_t)b * T * a.ld_out, a.ld_out,
@@ -163,10 +204,11 @@ static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, co
     }
 }
 
-/* dqkv += gradient w.r.t. qkv; out and lse are those saved by the forward with the same causal. */
+/* dqkv += gradient w.r.t. qkv; out and lse are those saved by the forward with the same causal
+ * and drop. */
 static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *dout,
                                const float *qkv, const float *out, const float *lse, int B, int T,
-                               int H, int hs, bool causal, float *scratch) {
+                               int H, int hs, bool causal, sdp_dropout drop, float *scratch) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (!dqkv) return;
     check_dims(B, T, H, hs);
@@ -188,10 +230,18 @@ static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *
         /* dP_h = dO_h v_h^T: [T, T] per head */
         sdp_cuda_gemm_strided_batched(ctx, false, true, T, T, hs, 1.0f, d_o, a.ld_out, hs, v,
                                       a.ld_qkv, hs, 0.0f, grads, T, a.tt, H);
-        softmax_grad_kernel<<<elementwise_blocks(per_seq), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
-            probs, grads, lse + (size_t)b * rows, rowdot + (size_t)b * rows, rows, T, causal);
+        if (drop.p > 0.0f)
+            softmax_grad_dropout_kernel<<<elementwise_blocks(per_seq), ELEMENTWISE_THREADS, 0,
+                                          ctx->stream>>>(
+                probs, grads, lse + (size_t)b * rows, rowdot + (size_t)b * rows, rows, T, causal,
+                (uint64_t)b * per_seq, drop.key, sdp_dropout_threshold(drop.p),
+                sdp_dropout_scale(drop.p));
+        else
+            softmax_grad_kernel<<<elementwise_blocks(per_seq), ELEMENTWISE_THREADS, 0,
+                                  ctx->stream>>>(probs, grads, lse + (size_t)b * rows,
+                                                 rowdot + (size_t)b * rows, rows, T, causal);
         LAUNCH_CHECK();
-        /* dq_h += scale dS_h k_h;  dk_h += scale dS_h^T q_h;  dv_h += P_h^T dO_h */
+        /* dq_h += scale dS_h k_h;  dk_h += scale dS_h^T q_h;  dv_h += P_h^T dO_h (P'_h^T dO_h) */
         sdp_cuda_gemm_strided_batched(ctx, false, false, T, hs, T, a.scale, grads, T, a.tt, k,
                                       a.ld_qkv, hs, 1.0f, dq, a.ld_qkv, hs, H);
         sdp_cuda_gemm_strided_batched(ctx, true, false, T, hs, T, a.scale, grads, T, a.tt, q,

@@ -37,6 +37,7 @@ bool sdp_backend_cuda_entries(sdp_backend *t) {
     cuda_ops_rmsnorm(t);
     cuda_ops_activations(t);
     cuda_ops_residual(t);
+    cuda_ops_dropout(t);
     cuda_ops_attention(t);
     cuda_ops_rope(t);
     cuda_ops_softmax_xent(t);

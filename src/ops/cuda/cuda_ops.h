@@ -108,6 +108,7 @@ void cuda_ops_batchnorm(sdp_backend *t);
 void cuda_ops_comm_nccl(sdp_backend *t);
 void cuda_ops_context(sdp_backend *t);
 void cuda_ops_conv2d(sdp_backend *t);
+void cuda_ops_dropout(sdp_backend *t);
 void cuda_ops_embed(sdp_backend *t);
 void cuda_ops_gemm(sdp_backend *t);
 void cuda_ops_layernorm(sdp_backend *t);
