@@ -14,7 +14,9 @@ import csv
 import os
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 STUDY = os.path.join(ROOT, "docs", "study")
@@ -63,6 +65,69 @@ def table(rows):
     return "\n".join(out)
 
 
+def by_config(rows):
+    groups = {}
+    for r in rows:
+        groups.setdefault(r["config"], []).append(r)
+    return groups
+
+
+def pareto(points):
+    """The configurations that no other beats on both axes (less memory and lower loss)."""
+    front, best = [], float("inf")
+    for mem, loss, name in sorted(points):
+        if loss < best:
+            front.append((mem, loss, name))
+            best = loss
+    return front
+
+
+def plot(workload, rows):
+    """docs/study/<workload>.svg: final validation loss against the largest worker's accounted
+    bytes, one point per configuration run on several seeds (seed mean, with the seeds' spread), and
+    those points' Pareto front.
+    Needs gnuplot; without it, no plot and a note."""
+    points = []
+    groups = by_config(rows)
+    # The learning-rate search's single-seed rows clutter the plot: it shows the configurations
+    # that were run on several seeds (their best learning rate), when there are any.
+    if any(len(rs) > 1 for rs in groups.values()):
+        groups = {n: rs for n, rs in groups.items() if len(rs) > 1}
+    for name, rs in groups.items():
+        loss = [float(r["val_loss"]) for r in rs]
+        mem = statistics.mean(mib(float(r["total_bytes"])) for r in rs)
+        sd = statistics.stdev(loss) if len(loss) > 1 else 0.0
+        points.append((mem, statistics.mean(loss), name, sd))
+    if not points:
+        return None
+    svg = os.path.join(STUDY, workload + ".svg")
+    with tempfile.TemporaryDirectory() as tmp:
+        pts, front = os.path.join(tmp, "points.dat"), os.path.join(tmp, "front.dat")
+        with open(pts, "w") as f:
+            for mem, loss, name, sd in points:
+                f.write(f"{mem:.4f} {loss:.6f} {sd:.6f} \"{name}\"\n")
+        with open(front, "w") as f:
+            for mem, loss, _ in pareto([(m, l, n) for m, l, n, _ in points]):
+                f.write(f"{mem:.4f} {loss:.6f}\n")
+        script = f"""set terminal svg size 900,600 font "sans,11"
+set output "{svg}"
+set title "{workload}: final validation loss against the largest worker's memory"
+set xlabel "largest worker's accounted memory, MiB (all ranks)"
+set ylabel "validation loss (nats per byte)"
+set key top right
+set grid
+plot "{pts}" using 1:2:3 with yerrorbars title "configuration (mean, seed sd)", \\
+     "{pts}" using 1:2:4 with labels offset 0,1 font ",8" notitle, \\
+     "{front}" using 1:2 with lines lw 2 title "Pareto front"
+"""
+        try:
+            subprocess.run(["gnuplot"], input=script, text=True, check=True)
+        except (OSError, subprocess.CalledProcessError):
+            return None
+    # gnuplot stamps nothing variable into the file, so a re-run with the same rows is identical.
+    return os.path.relpath(svg, os.path.dirname(RESULTS))
+
+
 def block(workload):
     path = os.path.join(STUDY, workload + ".tsv")
     with open(path, newline="") as f:
@@ -75,6 +140,15 @@ def block(workload):
              f"`bash scripts/study.sh {workload} && python3 scripts/study_report.py`.", "",
              table(rows), ""]
     lines += [f"- Reference: {ref}." for ref in refs]
+    if not workload.startswith("calibrate"):
+        svg = plot(workload, rows)
+        if svg:
+            lines += ["", f"![{workload}: loss against memory]({svg})"]
+        front = pareto([(statistics.mean(mib(float(r["total_bytes"])) for r in rs),
+                         statistics.mean(float(r["val_loss"]) for r in rs), name)
+                        for name, rs in by_config(rows).items()])
+        lines += ["", "On the Pareto front (less memory and lower loss than every other "
+                  "configuration to its left): " + ", ".join(n for _, _, n in front) + "."]
     return "\n".join(lines)
 
 
