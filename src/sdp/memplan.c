@@ -5,10 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Members ascend (sdp_plan_build): a binary search, as sdp plan asks this of every group for
+ * every one of N workers. */
 static bool member(const sdp_owner_group *g, int rank) {
-    for (int i = 0; i < g->nmembers; i++)
-        if (g->members[i] == rank) return true;
-    return false;
+    int lo = 0, hi = g->nmembers;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (g->members[mid] < rank)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < g->nmembers && g->members[lo] == rank;
 }
 
 static uint64_t ring_bytes(size_t elems, int members) {
