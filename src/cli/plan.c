@@ -6,6 +6,7 @@
 #include "train/io_memplan.h"
 #include "train/run.h"
 #include "train/run_plan.h"
+#include "train/worker_count.h"
 
 #include "sdp/backend.h"
 #include "sdp/check.h"
@@ -137,37 +138,56 @@ static void predict_eval_ckpt(const sdp_plan *p, const sdp_layout *full,
     io_memplan_predict(&run, out);
 }
 
-static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
-                            const plan_opts *o, int rank) {
-    sdp_mem dry = {.dry = true};
-    sdp_backend *be = counting_backend(o, &dry);
-    sdp_model_config on_device = *cfg;
-    on_device.backend = be;
-    sdp_model m;
+/* counting_backend as worker_count_all takes it. */
+static sdp_backend *counting_backend_of(const void *o, sdp_mem *dry) {
+    return counting_backend(o, dry);
+}
+
+/* Worker `rank`'s bytes, from its model as counted (c). */
+static worker_bytes bytes_of(const sdp_plan *p, const sdp_layout *full, const worker_count *c,
+                             const plan_opts *o, int rank) {
     const int T = run_images(&o->t) ? 1 : o->t.seq_len; /* images have no sequence */
-    run_create_worker_model(&m, &on_device, p, full, rank, o->t.batch, T, SDP_MODEL_TRAIN_BARE);
-    const size_t local = m.layout->numel;
-    const double flops = (double)o->t.batch * T * m.ops->train_flops_per_example(&m);
-    m.ops->destroy(&m);
-    sdp_backend_destroy(be);
     sdp_worker_plan w;
     sdp_memplan_worker(p, full, rank, &w);
     const bool bf16 = strcmp(o->dtype, "bf16") == 0;
     const double wbytes = bf16 ? 2 : 4;
     const sdp_opt_cfg oc = opt_cfg_of(o);
     worker_bytes b = {0};
-    b.params = (double)local * wbytes;
+    b.params = (double)c->numel * wbytes;
     b.grads = (double)w.grad_elems * wbytes;
     b.optim = (double)w.owned * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
-    b.acts = (double)dry.peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
+    b.acts = (double)c->peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
     b.scratch =
-        (double)dry.peak[SDP_MEM_SCRATCH] + (on_cuda(o) ? sdp_cuda_context_scratch_bytes() : 0);
+        (double)c->peak[SDP_MEM_SCRATCH] + (on_cuda(o) ? sdp_cuda_context_scratch_bytes() : 0);
     /* The trainer has no bf16 path: the buffer is sized by the weight dtype, as the halved bytes
      * sent assume bf16 weights are what is published through it. */
     b.buffers = (double)w.bucket_elems * wbytes;
     b.sent = (double)w.sent_per_step * (bf16 ? 0.5 : 1.0);
-    b.flops = flops;
+    b.flops = (double)o->t.batch * T * c->flops_per_example;
     return b;
+}
+
+static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
+                            const plan_opts *o, int rank) {
+    const int T = run_images(&o->t) ? 1 : o->t.seq_len;
+    const worker_count c =
+        worker_count_one(cfg, p, full, rank, o->t.batch, T, counting_backend_of, o);
+    return bytes_of(p, full, &c, o, rank);
+}
+
+/* Every worker's bytes (rows[world]), with their evaluation and checkpoint bytes io[world]; each
+ * distinct subnetwork's model is counted once. */
+static void predict_workers(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
+                            const plan_opts *o, const double *io, worker_bytes *rows) {
+    const int T = run_images(&o->t) ? 1 : o->t.seq_len;
+    worker_count *c = malloc(sizeof *c * (size_t)o->world);
+    SDP_CHECK(c, "out of memory");
+    worker_count_all(cfg, p, full, o->t.batch, T, counting_backend_of, o, c);
+    for (int r = 0; r < o->world; r++) {
+        rows[r] = bytes_of(p, full, &c[r], o, r);
+        rows[r].eval_ckpt = io[r];
+    }
+    free(c);
 }
 
 static double total_of(const worker_bytes *b) {
@@ -343,10 +363,7 @@ int cmd_plan(int argc, char **argv) {
 
     sdp_mem mem = {0};
     worker_bytes *rows = sdp_alloc(&mem, SDP_MEM_SCRATCH, (size_t)o.world * sizeof *rows);
-    for (int r = 0; r < o.world; r++) {
-        rows[r] = predict(&plan, &full, &cfg, &o, r);
-        rows[r].eval_ckpt = io[r];
-    }
+    predict_workers(&plan, &full, &cfg, &o, io, rows);
     sdp_step_times *st = NULL, ddp_st;
     sdp_steptime_cfg sc;
     plan_calibration cal;
