@@ -42,12 +42,13 @@ void eval_block_spec_free(sdp_subnet_spec *spec) {
  * what evaluation adds to a worker, and the blocks are re-sent once per chunk. */
 static int chunk_batches(const sdp_layout *full, size_t floats) {
     size_t largest = 0;
-    for (int b = 0; b < full->nblocks; b++) {
-        size_t n = 0;
-        for (int i = 0; i < full->nparams; i++)
-            if (full->params[i].block == b) n += full->params[i].numel;
-        if (n > largest) largest = n;
-    }
+    size_t *n = calloc((size_t)full->nblocks + 1, sizeof *n); /* one pass: thousands of layers */
+    SDP_CHECK(n, "out of memory");
+    for (int i = 0; i < full->nparams; i++)
+        if (full->params[i].block >= 0) n[full->params[i].block] += full->params[i].numel;
+    for (int b = 0; b < full->nblocks; b++)
+        if (n[b] > largest) largest = n[b];
+    free(n);
     const size_t c = largest / floats;
     return c < 1 ? 1 : c > 1024 ? 1024 : (int)c;
 }

@@ -77,13 +77,15 @@ static void add_range(windows *ws, size_t lo, size_t hi, size_t W, bool state_co
         add_window(ws, a, hi - a < W ? hi : a + W, state_compact, kind);
 }
 
-static void block_range(const sdp_layout *full, int g, size_t *lo, size_t *hi) {
-    *lo = SIZE_MAX, *hi = 0;
+/* Every block's range of the full layout's flat buffer (lo[g] >= hi[g]: the block has no
+ * tensors), in one pass: models with thousands of layers are planned (sdp plan --fit). */
+static void block_ranges(const sdp_layout *full, size_t *lo, size_t *hi) {
+    for (int g = 0; g < full->nblocks; g++) lo[g] = SIZE_MAX, hi[g] = 0;
     for (int i = 0; i < full->nparams; i++) {
         const sdp_param *p = &full->params[i];
-        if (p->block != g) continue;
-        if (p->offset < *lo) *lo = p->offset;
-        if (p->offset + p->numel > *hi) *hi = p->offset + p->numel;
+        if (p->block < 0) continue;
+        if (p->offset < lo[p->block]) lo[p->block] = p->offset;
+        if (p->offset + p->numel > hi[p->block]) hi[p->block] = p->offset + p->numel;
     }
 }
 
@@ -102,12 +104,15 @@ static windows gathers_of(const io_memplan_run *run) {
     const bool gathers_params = run->plan->cfg.mask == SDP_MASK_FORWARD || run->on_device;
     if (gathers_params) add_range(&ws, 0, numel, W, false, WIN_PARAMS);
     if (run->state_buffers > 0) add_range(&ws, 0, numel, W, true, WIN_STATE);
-    if (streams(run))
-        for (int g = 0; g < run->full->nblocks; g++) {
-            size_t lo, hi;
-            block_range(run->full, g, &lo, &hi);
-            if (lo < hi) add_range(&ws, lo, hi, W, false, WIN_BLOCK);
-        }
+    if (streams(run)) {
+        const size_t nb = (size_t)run->full->nblocks + 1;
+        size_t *lo = malloc(nb * sizeof *lo), *hi = malloc(nb * sizeof *hi);
+        SDP_CHECK(lo && hi, "out of memory");
+        block_ranges(run->full, lo, hi);
+        for (int g = 0; g < run->full->nblocks; g++)
+            if (lo[g] < hi[g]) add_range(&ws, lo[g], hi[g], W, false, WIN_BLOCK);
+        free(lo), free(hi);
+    }
     return ws;
 }
 
@@ -415,11 +420,13 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     run_sweep s = {.world = world, .W = ckpt_window_floats(full->numel)};
     s.spans = malloc(sizeof *s.spans * ((size_t)full->nblocks + 1));
     SDP_CHECK(s.spans, "out of memory");
-    for (int g = 0; g < full->nblocks; g++) {
-        size_t lo, hi;
-        block_range(full, g, &lo, &hi);
-        if (lo < hi) s.spans[s.nspans++] = (block_span){lo, hi, 0};
-    }
+    size_t *lo = malloc(sizeof *lo * ((size_t)full->nblocks + 1)),
+           *hi = malloc(sizeof *hi * ((size_t)full->nblocks + 1));
+    SDP_CHECK(lo && hi, "out of memory");
+    block_ranges(full, lo, hi);
+    for (int g = 0; g < full->nblocks; g++)
+        if (lo[g] < hi[g]) s.spans[s.nspans++] = (block_span){lo[g], hi[g], 0};
+    free(lo), free(hi);
     qsort(s.spans, (size_t)s.nspans, sizeof *s.spans, by_lo);
     int *order = sweep_order(full, s.spans, s.nspans);
     if (!order) {
