@@ -2,6 +2,7 @@
  * allocating, next to data parallelism. Uses the trainer's own allocation code in counting mode,
  * so the prediction equals what `sdp train` allocates. */
 #include "commands.h"
+#include "plan_fit.h"
 #include "plan_steptime.h"
 #include "train/io_memplan.h"
 #include "train/run.h"
@@ -27,6 +28,7 @@ typedef struct {
     char dtype[OPT_STR_MAX];
     bool json;
     plan_steptime_opts st;
+    char fit[OPT_STR_MAX], fit_by[OPT_STR_MAX]; /* sdp plan --fit (plan_fit.h) */
 } plan_opts;
 
 static const char *SHARED_OPTS[] = {"model",
@@ -66,6 +68,12 @@ static opt_spec *plan_specs(void) {
          0},
         {"json", OPT_FLAG, offsetof(plan_opts, json), "false", "print JSON instead of a table", 0},
         {"show", OPT_INT, offsetof(plan_opts, show), "8", "workers listed in the table", 1},
+        {"fit", OPT_STR, offsetof(plan_opts, fit), "",
+         "BYTES (24GiB, 512MiB, 1.5e9): print, for DDP and each SDP mode, the largest model whose "
+         "largest worker fits",
+         0},
+        {"fit-by", OPT_STR, offsetof(plan_opts, fit_by), "width",
+         "what --fit varies: width (resnet: --channels) or layers (resnet: --depth)", 0},
     };
     size_t n = 0, ne = sizeof extra / sizeof *extra;
     opt_spec *s = calloc(64, sizeof *s);
@@ -317,6 +325,40 @@ static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
                    : "");
 }
 
+/* sdp plan --fit's measure (plan_fit.h): the largest worker under t, as the table's "largest"
+ * row, or under --sdp-mask none as its DDP row (rank 0, whose plan has one chunk per group). */
+static plan_fit_point fit_measure(void *ctx, const train_opts *t) {
+    plan_opts o = *(const plan_opts *)ctx;
+    o.t = *t;
+    sdp_model_config cfg = run_model_config(&o.t, run_dataset_shape(&o.t));
+    sdp_layout full;
+    run_full_layout(&full, &cfg);
+    sdp_plan_cfg pc = run_plan_config(&o.t, o.world, &full);
+    const bool ddp = pc.mask == SDP_MASK_NONE;
+    if (ddp) pc.owners = o.world, pc.chunks = 0;
+    sdp_plan plan;
+    sdp_plan_build(&plan, &pc, &full);
+    double *io = calloc((size_t)o.world, sizeof(double));
+    worker_bytes *rows = calloc(ddp ? 1 : (size_t)o.world, sizeof *rows);
+    SDP_CHECK(io && rows, "out of memory");
+    predict_eval_ckpt(&plan, &full, &cfg, &o, io);
+    plan_fit_point pt = {.params = full.numel};
+    if (ddp) {
+        rows[0] = predict(&plan, &full, &cfg, &o, 0);
+        rows[0].eval_ckpt = io[0];
+        pt.bytes = total_of(&rows[0]);
+    } else {
+        predict_workers(&plan, &full, &cfg, &o, io, rows);
+        for (int r = 0; r < o.world; r++)
+            if (total_of(&rows[r]) > pt.bytes) pt.bytes = total_of(&rows[r]), pt.rank = r;
+    }
+    free(rows);
+    free(io);
+    sdp_plan_free(&plan);
+    sdp_layout_free(&full);
+    return pt;
+}
+
 int cmd_plan(int argc, char **argv) {
     enum { PLAN_MAX_WORLD = 65536 };
     plan_opts o;
@@ -343,6 +385,24 @@ int cmd_plan(int argc, char **argv) {
                         : cores / o.world > 1 ? (int)(cores / o.world)
                                               : 1;
     sdp_set_threads(threads);
+    if (opts_given(argc, argv, "fit") || opts_given(argc, argv, "fit-by")) {
+        const plan_fit_request fit = {
+            .t = &o.t,
+            .world = o.world,
+            .fit = opts_given(argc, argv, "fit") ? o.fit : NULL,
+            .fit_by = o.fit_by,
+            .json = o.json,
+            .mask_given = opts_given(argc, argv, "sdp-mask"),
+            .unit_given = opts_given(argc, argv, "sdp-unit"),
+            .device = o.t.device,
+            .dtype = strcmp(o.dtype, "bf16") ? "fp32" : "bf16 (projected)",
+            .threads = threads,
+            .measure = fit_measure,
+            .ctx = &o,
+        };
+        free(specs);
+        return plan_fit_run(&fit);
+    }
     sdp_model_config cfg = run_model_config(&o.t, run_dataset_shape(&o.t));
     sdp_layout full;
     run_full_layout(&full, &cfg);
