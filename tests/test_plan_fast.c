@@ -2,8 +2,9 @@
  * family under every mode: the evaluation and checkpoint bytes counted from the plan alone
  * (io_memplan_predict) equal those from every worker's own model and subnet map
  * (io_memplan_predict_reference), windows far smaller than a tensor and host copies included;
- * the workers' models counted once per distinct subnetwork equal each worker's own; and the
- * subnetwork spec counted chunk by chunk equals an atom-by-atom count. Bit for bit: sdp plan's
+ * the workers' models counted once per distinct subnetwork equal each worker's own; the
+ * subnetwork spec counted chunk by chunk equals an atom-by-atom count; and block-streamed
+ * evaluation sized from one model per kind of block equals every block's. Bit for bit: sdp plan's
  * numbers are held to the measured bytes (tests/test_sdp_memplan.sh). */
 #include "testutil.h"
 
@@ -200,10 +201,54 @@ static void test_spec_equals_atom_count(void **state) {
     print_message("%d groups' kept atoms equal the atom-by-atom count\n", checked);
 }
 
+/* Block-streamed evaluation sized from one model per kind of block equals every block's. */
+static void test_eval_pass_equals_every_block(void **state) {
+    (void)state;
+    static const model_case MORE[] = {
+        {"gpt", "gpt", 5, 4, 16, 0, 0, 0, 0, 3, 8},
+        {"llama", "llama", 4, 2, 16, 0, 0, 0, 0, 8, 4},
+        {"vit", "vit", 3, 2, 8, 16, 0, 0, 4, 16, 0},
+        {"resnet-20", "resnet", 0, 0, 0, 0, 20, 4, 0, 16, 0},
+        {"resnet-18", "resnet", 0, 0, 0, 0, 18, 4, 0, 5, 0},
+        {"resnet-8", "resnet", 0, 0, 0, 0, 8, 2, 0, 1, 0},
+    };
+    int checked = 0;
+    for (int set = 0; set < 2; set++) {
+        const model_case *cases = set ? MORE : MODELS;
+        const size_t n = set ? sizeof MORE / sizeof *MORE : sizeof MODELS / sizeof *MODELS;
+        for (size_t m = 0; m < n; m++) {
+            train_opts o = opts_of(&cases[m]);
+            if (!strcmp(o.model, "resnet") && cases[m].depth == 18)
+                snprintf(o.dataset, sizeof o.dataset, "cifar10");
+            sdp_model_config cfg = run_model_config(&o, run_dataset_shape(&o));
+            sdp_layout full;
+            run_full_layout(&full, &cfg);
+            const int T = run_images(&o) ? 1 : o.seq_len;
+            for (int training = 0; training < 2; training++)
+                for (uint64_t batches = 1; batches <= 5000; batches *= 70) {
+                    const eval_pass_size a = eval_pass_size_of(&cfg, &full, o.batch, T, batches,
+                                                               training, SDP_GEMM_DNNL),
+                                         b = eval_pass_size_each_block(&cfg, &full, o.batch, T,
+                                                                       batches, training,
+                                                                       SDP_GEMM_DNNL);
+                    if (a.rows != b.rows || a.chunk != b.chunk || a.row_floats != b.row_floats ||
+                        a.arena_bytes != b.arena_bytes || a.stream_bytes != b.stream_bytes)
+                        fail_msg("%s, training %d, %llu batches: arena %zu, every block's %zu",
+                                 cases[m].name, training, (unsigned long long)batches,
+                                 a.arena_bytes, b.arena_bytes);
+                    checked++;
+                }
+            sdp_layout_free(&full);
+        }
+    }
+    print_message("%d evaluation passes equal every block's\n", checked);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_io_memplan_equals_reference),
         cmocka_unit_test(test_spec_equals_atom_count),
+        cmocka_unit_test(test_eval_pass_equals_every_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

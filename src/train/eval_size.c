@@ -62,21 +62,113 @@ static int eval_rows(int B) {
     return rows;
 }
 
+/* Block g's one-block model in counting mode: what its creation carves, and the stream's floats
+ * per example. */
+static size_t block_model_carved(const sdp_model_config *cfg, const sdp_layout *full, int g,
+                                 int rows, int T, sdp_gemm_provider gemm, size_t *row_floats) {
+    sdp_mem dry = {.dry = true};
+    sdp_subnet_spec spec = eval_block_spec(full, g);
+    sdp_model_config counted = *cfg;
+    counted.backend = sdp_backend_cpu(gemm, &dry);
+    sdp_model m;
+    run_family(cfg)->create(&m, &counted, &spec, rows, T, SDP_MODEL_INFER);
+    if (row_floats) *row_floats = m.ops->stream_floats(&m) / (size_t)rows;
+    m.ops->destroy(&m);
+    sdp_backend_destroy(counted.backend);
+    eval_block_spec_free(&spec);
+    return dry.carved;
+}
+
+/* Blocks whose one-block models are the same model: the same tensors (shapes, groups, axes) in
+ * the same order, the same groups, and as many undroppable blocks (kept in every one-block model)
+ * before them. A transformer's layers are all alike, a ResNet's blocks alike within a stage. */
+typedef struct {
+    int *start, *param; /* block g's tensors: param[start[g] .. start[g + 1]) */
+    int *before;        /* undroppable blocks before block g */
+} block_index;
+
+static block_index index_blocks(const sdp_layout *full) {
+    const int nb = full->nblocks;
+    block_index x = {calloc((size_t)nb + 2, sizeof(int)),
+                     malloc(sizeof(int) * ((size_t)full->nparams + 1)),
+                     malloc(sizeof(int) * ((size_t)nb + 1))};
+    SDP_CHECK(x.start && x.param && x.before, "out of memory");
+    for (int i = 0; i < full->nparams; i++)
+        if (full->params[i].block >= 0) x.start[full->params[i].block + 1]++;
+    for (int g = 0; g < nb; g++) x.start[g + 1] += x.start[g];
+    int *fill = calloc((size_t)nb + 1, sizeof(int));
+    SDP_CHECK(fill, "out of memory");
+    for (int i = 0; i < full->nparams; i++) {
+        const int g = full->params[i].block;
+        if (g >= 0) x.param[x.start[g] + fill[g]++] = i;
+    }
+    free(fill);
+    for (int g = 0, n = 0; g < nb; g++) {
+        x.before[g] = n;
+        n += !full->blocks[g].droppable;
+    }
+    return x;
+}
+
+static bool same_tensor(const sdp_param *a, const sdp_param *b) {
+    if (a->ndim != b->ndim || a->numel != b->numel || a->group != b->group || a->axis != b->axis ||
+        a->segments != b->segments || a->buffer != b->buffer || a->decay != b->decay ||
+        a->init != b->init || a->init_std != b->init_std)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+static bool alike(const sdp_layout *full, const block_index *x, int a, int b) {
+    const sdp_block *A = &full->blocks[a], *B = &full->blocks[b];
+    if (x->before[a] != x->before[b] || A->droppable != B->droppable || A->ngroups != B->ngroups ||
+        x->start[a + 1] - x->start[a] != x->start[b + 1] - x->start[b])
+        return false;
+    for (int j = 0; j < A->ngroups; j++)
+        if (A->groups[j].width != B->groups[j].width || A->groups[j].atom != B->groups[j].atom)
+            return false;
+    for (int j = 0; j < x->start[a + 1] - x->start[a]; j++)
+        if (!same_tensor(&full->params[x->param[x->start[a] + j]],
+                         &full->params[x->param[x->start[b] + j]]))
+            return false;
+    return true;
+}
+
 eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B, int T,
                                  uint64_t batches, bool training, sdp_gemm_provider gemm) {
     eval_pass_size z = {.rows = training ? B : eval_rows(B)};
+    /* One model per kind of block: building every block's made planning a model of thousands of
+     * layers quadratic in them (tests/test_plan_fast.c checks the sizes against every block's). */
+    block_index x = index_blocks(full);
+    int *kinds = malloc(sizeof(int) * ((size_t)full->nblocks + 1)), nkinds = 0;
+    SDP_CHECK(kinds, "out of memory");
     for (int g = 0; g < full->nblocks; g++) {
-        sdp_mem dry = {.dry = true};
-        sdp_subnet_spec spec = eval_block_spec(full, g);
-        sdp_model_config counted = *cfg;
-        counted.backend = sdp_backend_cpu(gemm, &dry);
-        sdp_model m;
-        run_family(cfg)->create(&m, &counted, &spec, z.rows, T, SDP_MODEL_INFER);
-        if (g == 0) z.row_floats = m.ops->stream_floats(&m) / (size_t)z.rows;
-        m.ops->destroy(&m);
-        sdp_backend_destroy(counted.backend);
-        eval_block_spec_free(&spec);
-        if (dry.carved > z.arena_bytes) z.arena_bytes = dry.carved;
+        bool seen = false;
+        for (int k = 0; k < nkinds && !seen; k++) seen = alike(full, &x, kinds[k], g);
+        if (seen) continue;
+        kinds[nkinds++] = g;
+        const size_t carved =
+            block_model_carved(cfg, full, g, z.rows, T, gemm, g == 0 ? &z.row_floats : NULL);
+        if (carved > z.arena_bytes) z.arena_bytes = carved;
+    }
+    free(kinds);
+    free(x.start), free(x.param), free(x.before);
+    const size_t floats = z.row_floats * (size_t)B;
+    z.chunk = chunk_batches(full, floats);
+    if ((uint64_t)z.chunk > batches) z.chunk = batches > 0 ? (int)batches : 1;
+    z.stream_bytes = (size_t)z.chunk * floats * sizeof(float);
+    return z;
+}
+
+eval_pass_size eval_pass_size_each_block(const sdp_model_config *cfg, const sdp_layout *full, int B,
+                                         int T, uint64_t batches, bool training,
+                                         sdp_gemm_provider gemm) {
+    eval_pass_size z = {.rows = training ? B : eval_rows(B)};
+    for (int g = 0; g < full->nblocks; g++) {
+        const size_t carved =
+            block_model_carved(cfg, full, g, z.rows, T, gemm, g == 0 ? &z.row_floats : NULL);
+        if (carved > z.arena_bytes) z.arena_bytes = carved;
     }
     const size_t floats = z.row_floats * (size_t)B;
     z.chunk = chunk_batches(full, floats);
