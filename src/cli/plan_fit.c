@@ -348,9 +348,10 @@ static int grow(const plan_fit_request *r, double limit, fit_result *f) {
  * 127 blocks leave 63 leftover blocks in 2 owner sets, 128 blocks none), and with it backward
  * masking's publish buffer, the largest group, by up to a tenth of the total, and the gathers
  * rank 0 packs; a quarter of the size covers the drops seen (tests/test_plan_fit.sh). No drop was
- * seen in the width, where the units stay the same and grow together: two sizes guard it. */
-static int lookahead(const ladder *L, int m) {
-    if (!L->by_layers) return 2;
+ * seen in the width, where the units stay the same and grow together, nor under data parallelism,
+ * with one owner set: two sizes guard those. */
+static int lookahead(const ladder *L, const fit_mode *mode, int m) {
+    if (!L->by_layers || mode->mask == SDP_MASK_NONE) return 2;
     const int q = m / 4;
     return q < 4 ? 4 : q > 64 ? 64 : q;
 }
@@ -373,7 +374,7 @@ static void fit_mode_search(const plan_fit_request *r, double limit, const sdp_m
         f->next_m = bad;
         if (!bad) return;
         /* Look past the boundary (see lookahead): continue from any size there that fits. */
-        const int last = bad + lookahead(&f->L, f->m);
+        const int last = bad + lookahead(&f->L, f->mode, f->m);
         bool found = false;
         for (int m = bad + 1; m <= last && m <= f->L.max_m && !found; m++) {
             const plan_fit_point p = measure(r, f->mode, &f->L, m);
