@@ -142,7 +142,7 @@ static bool tf_describable(const train_opts *t, const sdp_model_config *base, bo
                        .d_model = t->width,
                        .d_ff = t->d_ff,
                        .seq_len = base->seq_len,
-                       .vocab = base->vocab};
+                       .vocab = strcmp(t->model, "vit") ? base->vocab : base->classes};
     if (c.d_model > SDP_TF_MAX_WIDTH || c.n_layer > SDP_TF_MAX_LAYERS ||
         sdp_tf_params_estimate(&c) >= SDP_TF_MAX_PARAMS)
         return false;
@@ -165,15 +165,17 @@ static bool ladder_of(const plan_fit_request *r, const fit_mode *mode, const sdp
     L->step = 1;
     const bool neuron = mode->mask != SDP_MASK_NONE && mode->unit == SDP_UNIT_NEURON;
     if (L->resnet) {
+        /* The groups are the stages' widths, base x 2^s: what splits the base splits them all. */
         const int chunks = r->t->sdp_chunks > 0 ? r->t->sdp_chunks : r->world;
         if (L->by_layers) {
             L->four_stages = base->depth == 18 || base->depth == 34;
             L->max_m = L->four_stages ? 2 : 1365; /* depth 8192 */
-            if (neuron && base->width % chunks) {
+            const int c = chunks_of(r, &base->width, 1);
+            if (neuron && (c == 0 || base->width % c)) {
                 snprintf(why, len,
-                         "neuron units: %d chunks do not split the %d base channels: use "
-                         "--sdp-chunks dividing %d",
-                         chunks, base->width, base->width);
+                         "neuron units: %s does not split the %d base channels into equal chunks: "
+                         "use --sdp-chunks dividing %d",
+                         c ? "--sdp-chunks" : "no chunk count from N up", base->width, base->width);
                 return false;
             }
             return true;
