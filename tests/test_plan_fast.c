@@ -25,6 +25,7 @@ static const model_case MODELS[] = {
     {"llama", "llama", 2, 4, 32, 48, 0, 0, 0, 2, 8},
     {"vit", "vit", 2, 4, 16, 32, 0, 0, 7, 4, 0},
     {"resnet", "resnet", 0, 0, 0, 0, 8, 4, 0, 4, 0},
+    {"resnet-14", "resnet", 0, 0, 0, 0, 14, 4, 0, 2, 0}, /* two blocks a stage: alike blocks */
 };
 
 typedef struct {

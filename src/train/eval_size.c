@@ -79,9 +79,7 @@ static size_t block_model_carved(const sdp_model_config *cfg, const sdp_layout *
     return dry.carved;
 }
 
-/* Blocks whose one-block models are the same model: the same tensors (shapes, groups, axes) in
- * the same order, the same groups, and as many undroppable blocks (kept in every one-block model)
- * before them. A transformer's layers are all alike, a ResNet's blocks alike within a stage. */
+/* Block g's tensors, and the undroppable blocks before it. */
 typedef struct {
     int *start, *param; /* block g's tensors: param[start[g] .. start[g + 1]) */
     int *before;        /* undroppable blocks before block g */
@@ -120,10 +118,10 @@ static bool same_tensor(const sdp_param *a, const sdp_param *b) {
     return true;
 }
 
-static bool alike(const sdp_layout *full, const block_index *x, int a, int b) {
+static bool alike(const sdp_layout *full, const block_index *x, bool by_position, int a, int b) {
     const sdp_block *A = &full->blocks[a], *B = &full->blocks[b];
-    if (x->before[a] != x->before[b] || A->droppable != B->droppable || A->ngroups != B->ngroups ||
-        x->start[a + 1] - x->start[a] != x->start[b + 1] - x->start[b])
+    if ((by_position && x->before[a] != x->before[b]) || A->droppable != B->droppable ||
+        A->ngroups != B->ngroups || x->start[a + 1] - x->start[a] != x->start[b + 1] - x->start[b])
         return false;
     for (int j = 0; j < A->ngroups; j++)
         if (A->groups[j].width != B->groups[j].width || A->groups[j].atom != B->groups[j].atom)
@@ -135,25 +133,36 @@ static bool alike(const sdp_layout *full, const block_index *x, int a, int b) {
     return true;
 }
 
+int eval_block_kinds(const sdp_layout *full, bool by_position, int *kinds) {
+    block_index x = index_blocks(full);
+    int *reps = malloc(sizeof(int) * ((size_t)full->nblocks + 1)), nkinds = 0;
+    SDP_CHECK(reps, "out of memory");
+    for (int g = 0; g < full->nblocks; g++) {
+        kinds[g] = g;
+        for (int k = 0; k < nkinds && kinds[g] == g; k++)
+            if (alike(full, &x, by_position, reps[k], g)) kinds[g] = reps[k];
+        if (kinds[g] == g) reps[nkinds++] = g;
+    }
+    free(reps);
+    free(x.start), free(x.param), free(x.before);
+    return nkinds;
+}
+
 eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B, int T,
                                  uint64_t batches, bool training, sdp_gemm_provider gemm) {
     eval_pass_size z = {.rows = training ? B : eval_rows(B)};
     /* One model per kind of block: building every block's made planning a model of thousands of
      * layers quadratic in them (tests/test_plan_fast.c checks the sizes against every block's). */
-    block_index x = index_blocks(full);
-    int *kinds = malloc(sizeof(int) * ((size_t)full->nblocks + 1)), nkinds = 0;
+    int *kinds = malloc(sizeof(int) * ((size_t)full->nblocks + 1));
     SDP_CHECK(kinds, "out of memory");
+    eval_block_kinds(full, true, kinds);
     for (int g = 0; g < full->nblocks; g++) {
-        bool seen = false;
-        for (int k = 0; k < nkinds && !seen; k++) seen = alike(full, &x, kinds[k], g);
-        if (seen) continue;
-        kinds[nkinds++] = g;
+        if (kinds[g] != g) continue;
         const size_t carved =
             block_model_carved(cfg, full, g, z.rows, T, gemm, g == 0 ? &z.row_floats : NULL);
         if (carved > z.arena_bytes) z.arena_bytes = carved;
     }
     free(kinds);
-    free(x.start), free(x.param), free(x.before);
     const size_t floats = z.row_floats * (size_t)B;
     z.chunk = chunk_batches(full, floats);
     if ((uint64_t)z.chunk > batches) z.chunk = batches > 0 ? (int)batches : 1;

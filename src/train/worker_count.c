@@ -1,6 +1,7 @@
 /* Counting every worker's model once per distinct subnetwork (worker_count.h). */
 #include "worker_count.h"
 
+#include "eval_size.h"
 #include "run.h"
 
 #include "sdp/check.h"
@@ -39,60 +40,74 @@ worker_count worker_count_one(const sdp_model_config *cfg, const sdp_plan *p,
     return c;
 }
 
-/* ---- distinct specs ------------------------------------------------------------------------ */
+/* ---- distinct subnetworks ------------------------------------------------------------------ */
 
-static uint64_t mix(uint64_t h, const void *data, size_t n) {
-    const unsigned char *b = data;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull; /* FNV-1a */
+/* What a worker's model is built from: the blocks it keeps, in order, each as its kind (blocks
+ * alike, eval_block_kinds), its kept atoms and its scale. Workers with equal keys build the same
+ * model, whichever alike blocks they keep: with block units, a transformer worker's model depends
+ * only on how many layers it keeps. */
+static size_t shape_key(const sdp_subnet_spec *s, const int *kinds, int *key) {
+    size_t n = 0;
+    for (int b = 0; b < s->nblocks; b++) {
+        if (!s->keep[b]) continue;
+        key[n++] = kinds[b];
+        for (int j = 0; j < SDP_MAX_GROUPS; j++) key[n++] = s->kept[b][j];
+        int32_t bits;
+        memcpy(&bits, &s->scale[b], sizeof bits);
+        key[n++] = bits;
+    }
+    return n;
+}
+
+static uint64_t key_hash(const int *key, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    const unsigned char *b = (const unsigned char *)key;
+    for (size_t i = 0; i < n * sizeof *key; i++) h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
 }
 
-static uint64_t spec_hash(const sdp_subnet_spec *s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = mix(h, s->keep, (size_t)s->nblocks * sizeof *s->keep);
-    h = mix(h, s->kept, (size_t)s->nblocks * sizeof *s->kept);
-    return mix(h, s->scale, (size_t)s->nblocks * sizeof *s->scale);
-}
-
-static bool spec_equal(const sdp_subnet_spec *a, const sdp_subnet_spec *b) {
-    const size_t n = (size_t)a->nblocks;
-    return a->nblocks == b->nblocks && !memcmp(a->keep, b->keep, n * sizeof *a->keep) &&
-           !memcmp(a->kept, b->kept, n * sizeof *a->kept) &&
-           !memcmp(a->scale, b->scale, n * sizeof *a->scale);
-}
-
 typedef struct {
-    sdp_subnet_spec spec;
+    int *key;
+    size_t n;
     uint64_t hash;
     worker_count count;
-} seen_spec;
+} seen_shape;
 
 void worker_count_all(const sdp_model_config *cfg, const sdp_plan *p, const sdp_layout *full, int B,
                       int T, worker_count_backend make, const void *ctx, worker_count *out) {
     const int N = p->cfg.world;
+    const size_t per_block = SDP_MAX_GROUPS + 2;
     /* Open addressing over twice as many slots as workers: each slot indexes `seen`. */
     const size_t nslots = 2 * (size_t)N + 1;
     int *slot = malloc(nslots * sizeof *slot);
-    seen_spec *seen = malloc((size_t)N * sizeof *seen);
-    SDP_CHECK(slot && seen, "out of memory counting %d workers' models", N);
+    seen_shape *seen = malloc((size_t)N * sizeof *seen);
+    int *kinds = malloc(sizeof(int) * ((size_t)full->nblocks + 1));
+    int *key = malloc(sizeof(int) * ((size_t)full->nblocks * per_block + 1));
+    SDP_CHECK(slot && seen && kinds && key, "out of memory counting %d workers' models", N);
+    eval_block_kinds(full, false, kinds);
     for (size_t i = 0; i < nslots; i++) slot[i] = -1;
     int nseen = 0;
     for (int r = 0; r < N; r++) {
         sdp_subnet_spec spec;
         sdp_subnet_spec_make(&spec, p, full, r);
-        const uint64_t h = spec_hash(&spec);
+        const size_t n = shape_key(&spec, kinds, key);
+        const uint64_t h = key_hash(key, n);
         size_t i = (size_t)(h % nslots);
-        while (slot[i] >= 0 && !(seen[slot[i]].hash == h && spec_equal(&seen[slot[i]].spec, &spec)))
+        while (slot[i] >= 0 && !(seen[slot[i]].hash == h && seen[slot[i]].n == n &&
+                                 !memcmp(seen[slot[i]].key, key, n * sizeof *key)))
             i = (i + 1) % nslots;
         if (slot[i] < 0) {
-            seen[nseen] = (seen_spec){spec, h, count_spec(cfg, &spec, B, T, make, ctx)};
+            seen_shape *sh = &seen[nseen];
+            sh->key = malloc(sizeof(int) * (n + 1));
+            SDP_CHECK(sh->key, "out of memory counting %d workers' models", N);
+            memcpy(sh->key, key, n * sizeof *key);
+            sh->n = n, sh->hash = h;
+            sh->count = count_spec(cfg, &spec, B, T, make, ctx);
             slot[i] = nseen++;
-        } else {
-            sdp_subnet_spec_free(&spec);
         }
+        sdp_subnet_spec_free(&spec);
         out[r] = seen[slot[i]].count;
     }
-    for (int i = 0; i < nseen; i++) sdp_subnet_spec_free(&seen[i].spec);
-    free(seen);
-    free(slot);
+    for (int i = 0; i < nseen; i++) free(seen[i].key);
+    free(seen), free(slot), free(kinds), free(key);
 }

@@ -1,8 +1,10 @@
 /* Every worker's model counted without allocating (sdp plan, io_memplan): the elements of its
  * layout, the counting allocator's peaks and its training flops. A worker's model depends on the
- * plan only through its subnetwork spec (sdp_subnet_spec_make), and workers share few specs (the
- * cyclic assignment gives most workers the same number of each group's chunks), so each distinct
- * spec is built once: at N = 1024 that is a handful of builds instead of 1024. */
+ * plan only through its subnetwork spec (sdp_subnet_spec_make), and through that only through
+ * the kinds of block it keeps, in order, with their kept atoms (the cyclic assignment gives most
+ * workers the same number of each group's chunks; with block units a transformer worker's model
+ * depends on how many layers it keeps), so each distinct shape is built once: at N = 1024 a
+ * handful of builds instead of 1024. */
 #ifndef SDP_TRAIN_WORKER_COUNT_H
 #define SDP_TRAIN_WORKER_COUNT_H
 
@@ -27,7 +29,7 @@ typedef sdp_backend *(*worker_count_backend)(const void *ctx, sdp_mem *dry);
 worker_count worker_count_one(const sdp_model_config *cfg, const sdp_plan *p,
                               const sdp_layout *full, int rank, int B, int T,
                               worker_count_backend make, const void *ctx);
-/* out[r] for every rank r of the plan, each distinct spec built once. */
+/* out[r] for every rank r of the plan, each distinct shape built once. */
 void worker_count_all(const sdp_model_config *cfg, const sdp_plan *p, const sdp_layout *full, int B,
                       int T, worker_count_backend make, const void *ctx, worker_count *out);
 /* The CPU backend counting into dry, ctx pointing at the sdp_gemm_provider. */
