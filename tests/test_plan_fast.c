@@ -2,12 +2,14 @@
  * family under every mode: the evaluation and checkpoint bytes counted from the plan alone
  * (io_memplan_predict) equal those from every worker's own model and subnet map
  * (io_memplan_predict_reference), windows far smaller than a tensor and host copies included;
- * the workers' models counted once per distinct subnetwork equal each worker's own; the
+ * the workers' models counted once per distinct subnetwork, and their shares of the plan counted
+ * all at once, equal each worker's own; the
  * subnetwork spec counted chunk by chunk equals an atom-by-atom count; and block-streamed
  * evaluation sized from one model per kind of block equals every block's. Bit for bit: sdp plan's
  * numbers are held to the measured bytes (tests/test_sdp_memplan.sh). */
 #include "testutil.h"
 
+#include "sdp/memplan.h"
 #include "sdp/subnet.h"
 #include "train/io_memplan.h"
 #include "train/run.h"
@@ -108,6 +110,9 @@ static void check_one(const model_case *mc, const mode_case *md, int N, int k, i
     io_memplan_predict_reference(&run, ref);
     const sdp_gemm_provider gemm = SDP_GEMM_DNNL;
     worker_count_all(&cfg, &plan, &full, o.batch, T, worker_count_cpu, &gemm, all);
+    sdp_worker_plan *shares = calloc((size_t)N, sizeof *shares);
+    assert_non_null(shares);
+    sdp_memplan_workers(&plan, &full, shares);
     for (int r = 0; r < N; r++) {
         if (fast[r] != ref[r])
             fail_msg("%s, mask %s, unit %s, N = %d, k = %d, variant %d, device %d, state %d: "
@@ -121,7 +126,15 @@ static void check_one(const model_case *mc, const mode_case *md, int N, int k, i
                      "differs from its own (%zu and %zu elements)",
                      mc->name, sdp_mask_mode_name(md->mask), sdp_unit_kind_name(md->unit), N, r,
                      all[r].numel, one.numel);
+        sdp_worker_plan w;
+        sdp_memplan_worker(&plan, &full, r, &w);
+        if (memcmp(&w, &shares[r], sizeof w))
+            fail_msg("%s, mask %s, unit %s, N = %d: rank %d's share of the plan counted with "
+                     "every worker's differs from its own (%zu and %zu owned)",
+                     mc->name, sdp_mask_mode_name(md->mask), sdp_unit_kind_name(md->unit), N, r,
+                     shares[r].owned, w.owned);
     }
+    free(shares);
     t->plans++, t->ranks += N;
     free(fast), free(ref), free(all);
     sdp_plan_free(&plan);

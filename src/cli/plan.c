@@ -151,12 +151,10 @@ static sdp_backend *counting_backend_of(const void *o, sdp_mem *dry) {
     return counting_backend(o, dry);
 }
 
-/* Worker `rank`'s bytes, from its model as counted (c). */
-static worker_bytes bytes_of(const sdp_plan *p, const sdp_layout *full, const worker_count *c,
-                             const plan_opts *o, int rank) {
+/* A worker's bytes, from its model as counted (c) and its share of the plan (w). */
+static worker_bytes bytes_of(const worker_count *c, const sdp_worker_plan *wp, const plan_opts *o) {
     const int T = run_images(&o->t) ? 1 : o->t.seq_len; /* images have no sequence */
-    sdp_worker_plan w;
-    sdp_memplan_worker(p, full, rank, &w);
+    const sdp_worker_plan w = *wp;
     const bool bf16 = strcmp(o->dtype, "bf16") == 0;
     const double wbytes = bf16 ? 2 : 4;
     const sdp_opt_cfg oc = opt_cfg_of(o);
@@ -180,7 +178,9 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
     const int T = run_images(&o->t) ? 1 : o->t.seq_len;
     const worker_count c =
         worker_count_one(cfg, p, full, rank, o->t.batch, T, counting_backend_of, o);
-    return bytes_of(p, full, &c, o, rank);
+    sdp_worker_plan w;
+    sdp_memplan_worker(p, full, rank, &w);
+    return bytes_of(&c, &w, o);
 }
 
 /* Every worker's bytes (rows[world]), with their evaluation and checkpoint bytes io[world]; each
@@ -189,13 +189,16 @@ static void predict_workers(const sdp_plan *p, const sdp_layout *full, const sdp
                             const plan_opts *o, const double *io, worker_bytes *rows) {
     const int T = run_images(&o->t) ? 1 : o->t.seq_len;
     worker_count *c = malloc(sizeof *c * (size_t)o->world);
-    SDP_CHECK(c, "out of memory");
+    sdp_worker_plan *w = malloc(sizeof *w * (size_t)o->world);
+    SDP_CHECK(c && w, "out of memory");
     worker_count_all(cfg, p, full, o->t.batch, T, counting_backend_of, o, c);
+    sdp_memplan_workers(p, full, w);
     for (int r = 0; r < o->world; r++) {
-        rows[r] = bytes_of(p, full, &c[r], o, r);
+        rows[r] = bytes_of(&c[r], &w[r], o);
         rows[r].eval_ckpt = io[r];
     }
     free(c);
+    free(w);
 }
 
 static double total_of(const worker_bytes *b) {

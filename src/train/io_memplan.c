@@ -539,14 +539,14 @@ void io_memplan_predict(const io_memplan_run *run, double *out) {
         nlocal = malloc(sizeof *nlocal * (size_t)world);
         owned = malloc(sizeof *owned * (size_t)world);
         SDP_CHECK(c && nlocal && owned, "out of memory");
+        sdp_worker_plan *w = malloc(sizeof *w * (size_t)world);
+        SDP_CHECK(w, "out of memory");
         worker_count_all(run->cfg, run->plan, run->full, run->B, run->T, worker_count_cpu,
                          &run->gemm, c);
-        for (int r = 0; r < world; r++) {
-            sdp_worker_plan w;
-            sdp_memplan_worker(run->plan, run->full, r, &w);
-            nlocal[r] = c[r].numel, owned[r] = w.owned;
-        }
+        sdp_memplan_workers(run->plan, run->full, w);
+        for (int r = 0; r < world; r++) nlocal[r] = c[r].numel, owned[r] = w[r].owned;
         free(c);
+        free(w);
     }
     assemble(run, &ws, gather, nlocal, owned, out);
     free(nlocal), free(owned);
