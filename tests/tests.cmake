@@ -13,6 +13,7 @@ set(SDP_TEST_ENV
 
 file(GLOB SDP_C_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.c)
 list(FILTER SDP_C_TESTS EXCLUDE REGEX "test_backend_ops\\.c$") # below: it takes an argument
+list(FILTER SDP_C_TESTS EXCLUDE REGEX "test_plan_fast\\.c$")   # below: it needs src/train
 foreach(src ${SDP_C_TESTS})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
@@ -37,6 +38,12 @@ foreach(src ${SDP_SH_TESTS})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${SDP_TEST_ENV}" TIMEOUT 600
                                            SKIP_RETURN_CODE 77)
 endforeach()
+
+# sdp plan's fast paths against their reference, which live in src/train.
+add_executable(test_plan_fast ${CMAKE_SOURCE_DIR}/tests/test_plan_fast.c)
+target_link_libraries(test_plan_fast PRIVATE sdptrain sdp_nocuda PkgConfig::CMOCKA)
+add_test(NAME test_plan_fast COMMAND test_plan_fast)
+set_tests_properties(test_plan_fast PROPERTIES ENVIRONMENT "${SDP_TEST_ENV}" TIMEOUT 300)
 
 # Every op of the backend table against the CPU backend: on the emulated device here (bitwise),
 # and on CUDA where the CUDA backend is built (CMakeLists.txt links it there and adds that test).

@@ -19,5 +19,8 @@ typedef struct {
 } sdp_worker_plan;
 
 void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp_worker_plan *out);
+/* Every worker's (out[world]) at once, in one pass over the owner groups: the same figures as
+ * sdp_memplan_worker for each rank, which recounts the units' elements every call. */
+void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_plan *out);
 
 #endif

@@ -2,10 +2,12 @@
  * allocating, next to data parallelism. Uses the trainer's own allocation code in counting mode,
  * so the prediction equals what `sdp train` allocates. */
 #include "commands.h"
+#include "plan_fit.h"
 #include "plan_steptime.h"
 #include "train/io_memplan.h"
 #include "train/run.h"
 #include "train/run_plan.h"
+#include "train/worker_count.h"
 
 #include "sdp/backend.h"
 #include "sdp/check.h"
@@ -26,6 +28,7 @@ typedef struct {
     char dtype[OPT_STR_MAX];
     bool json;
     plan_steptime_opts st;
+    char fit[OPT_STR_MAX], fit_by[OPT_STR_MAX]; /* sdp plan --fit (plan_fit.h) */
 } plan_opts;
 
 static const char *SHARED_OPTS[] = {"model",        "layers",
@@ -52,6 +55,12 @@ static opt_spec *plan_specs(void) {
          0},
         {"json", OPT_FLAG, offsetof(plan_opts, json), "false", "print JSON instead of a table", 0},
         {"show", OPT_INT, offsetof(plan_opts, show), "8", "workers listed in the table", 1},
+        {"fit", OPT_STR, offsetof(plan_opts, fit), "",
+         "BYTES (24GiB, 512MiB, 1.5e9): print, for DDP and each SDP mode, the largest model whose "
+         "largest worker fits",
+         0},
+        {"fit-by", OPT_STR, offsetof(plan_opts, fit_by), "width",
+         "what --fit varies: width (resnet: --channels) or layers (resnet: --depth)", 0},
     };
     size_t n = 0, ne = sizeof extra / sizeof *extra;
     opt_spec *s = calloc(64, sizeof *s);
@@ -124,37 +133,59 @@ static void predict_eval_ckpt(const sdp_plan *p, const sdp_layout *full,
     io_memplan_predict(&run, out);
 }
 
-static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
-                            const plan_opts *o, int rank) {
-    sdp_mem dry = {.dry = true};
-    sdp_backend *be = counting_backend(o, &dry);
-    sdp_model_config on_device = *cfg;
-    on_device.backend = be;
-    sdp_model m;
+/* counting_backend as worker_count_all takes it. */
+static sdp_backend *counting_backend_of(const void *o, sdp_mem *dry) {
+    return counting_backend(o, dry);
+}
+
+/* A worker's bytes, from its model as counted (c) and its share of the plan (w). */
+static worker_bytes bytes_of(const worker_count *c, const sdp_worker_plan *wp, const plan_opts *o) {
     const int T = run_images(&o->t) ? 1 : o->t.seq_len; /* images have no sequence */
-    run_create_worker_model(&m, &on_device, p, full, rank, o->t.batch, T, SDP_MODEL_TRAIN_BARE);
-    const size_t local = m.layout->numel;
-    const double flops = (double)o->t.batch * T * m.ops->train_flops_per_example(&m);
-    m.ops->destroy(&m);
-    sdp_backend_destroy(be);
-    sdp_worker_plan w;
-    sdp_memplan_worker(p, full, rank, &w);
+    const sdp_worker_plan w = *wp;
     const bool bf16 = strcmp(o->dtype, "bf16") == 0;
     const double wbytes = bf16 ? 2 : 4;
     const sdp_opt_cfg oc = opt_cfg_of(o);
     worker_bytes b = {0};
-    b.params = (double)local * wbytes;
+    b.params = (double)c->numel * wbytes;
     b.grads = (double)w.grad_elems * wbytes;
     b.optim = (double)w.owned * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
-    b.acts = (double)dry.peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
+    b.acts = (double)c->peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
     b.scratch =
-        (double)dry.peak[SDP_MEM_SCRATCH] + (on_cuda(o) ? sdp_cuda_context_scratch_bytes() : 0);
+        (double)c->peak[SDP_MEM_SCRATCH] + (on_cuda(o) ? sdp_cuda_context_scratch_bytes() : 0);
     /* The trainer has no bf16 path: the buffer is sized by the weight dtype, as the halved bytes
      * sent assume bf16 weights are what is published through it. */
     b.buffers = (double)w.bucket_elems * wbytes;
     b.sent = (double)w.sent_per_step * (bf16 ? 0.5 : 1.0);
-    b.flops = flops;
+    b.flops = (double)o->t.batch * T * c->flops_per_example;
     return b;
+}
+
+static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
+                            const plan_opts *o, int rank) {
+    const int T = run_images(&o->t) ? 1 : o->t.seq_len;
+    const worker_count c =
+        worker_count_one(cfg, p, full, rank, o->t.batch, T, counting_backend_of, o);
+    sdp_worker_plan w;
+    sdp_memplan_worker(p, full, rank, &w);
+    return bytes_of(&c, &w, o);
+}
+
+/* Every worker's bytes (rows[world]), with their evaluation and checkpoint bytes io[world]; each
+ * distinct subnetwork's model is counted once. */
+static void predict_workers(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
+                            const plan_opts *o, const double *io, worker_bytes *rows) {
+    const int T = run_images(&o->t) ? 1 : o->t.seq_len;
+    worker_count *c = malloc(sizeof *c * (size_t)o->world);
+    sdp_worker_plan *w = malloc(sizeof *w * (size_t)o->world);
+    SDP_CHECK(c && w, "out of memory");
+    worker_count_all(cfg, p, full, o->t.batch, T, counting_backend_of, o, c);
+    sdp_memplan_workers(p, full, w);
+    for (int r = 0; r < o->world; r++) {
+        rows[r] = bytes_of(&c[r], &w[r], o);
+        rows[r].eval_ckpt = io[r];
+    }
+    free(c);
+    free(w);
 }
 
 static double total_of(const worker_bytes *b) {
@@ -284,6 +315,40 @@ static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
                    : "");
 }
 
+/* sdp plan --fit's measure (plan_fit.h): the largest worker under t, as the table's "largest"
+ * row, or under --sdp-mask none as its DDP row (rank 0, whose plan has one chunk per group). */
+static plan_fit_point fit_measure(void *ctx, const train_opts *t) {
+    plan_opts o = *(const plan_opts *)ctx;
+    o.t = *t;
+    sdp_model_config cfg = run_model_config(&o.t, run_dataset_shape(&o.t));
+    sdp_layout full;
+    run_full_layout(&full, &cfg);
+    sdp_plan_cfg pc = run_plan_config(&o.t, o.world, &full);
+    const bool ddp = pc.mask == SDP_MASK_NONE;
+    if (ddp) pc.owners = o.world, pc.chunks = 0;
+    sdp_plan plan;
+    sdp_plan_build(&plan, &pc, &full);
+    double *io = calloc((size_t)o.world, sizeof(double));
+    worker_bytes *rows = calloc(ddp ? 1 : (size_t)o.world, sizeof *rows);
+    SDP_CHECK(io && rows, "out of memory");
+    predict_eval_ckpt(&plan, &full, &cfg, &o, io);
+    plan_fit_point pt = {.params = full.numel};
+    if (ddp) {
+        rows[0] = predict(&plan, &full, &cfg, &o, 0);
+        rows[0].eval_ckpt = io[0];
+        pt.bytes = total_of(&rows[0]);
+    } else {
+        predict_workers(&plan, &full, &cfg, &o, io, rows);
+        for (int r = 0; r < o.world; r++)
+            if (total_of(&rows[r]) > pt.bytes) pt.bytes = total_of(&rows[r]), pt.rank = r;
+    }
+    free(rows);
+    free(io);
+    sdp_plan_free(&plan);
+    sdp_layout_free(&full);
+    return pt;
+}
+
 int cmd_plan(int argc, char **argv) {
     enum { PLAN_MAX_WORLD = 65536 };
     plan_opts o;
@@ -312,6 +377,24 @@ int cmd_plan(int argc, char **argv) {
                         : cores / o.world > 1 ? (int)(cores / o.world)
                                               : 1;
     sdp_set_threads(threads);
+    if (opts_given(argc, argv, "fit") || opts_given(argc, argv, "fit-by")) {
+        const plan_fit_request fit = {
+            .t = &o.t,
+            .world = o.world,
+            .fit = opts_given(argc, argv, "fit") ? o.fit : NULL,
+            .fit_by = o.fit_by,
+            .json = o.json,
+            .mask_given = opts_given(argc, argv, "sdp-mask"),
+            .unit_given = opts_given(argc, argv, "sdp-unit"),
+            .device = o.t.device,
+            .dtype = strcmp(o.dtype, "bf16") ? "fp32" : "bf16 (projected)",
+            .threads = threads,
+            .measure = fit_measure,
+            .ctx = &o,
+        };
+        free(specs);
+        return plan_fit_run(&fit);
+    }
     sdp_model_config cfg = run_model_config(&o.t, run_dataset_shape(&o.t));
     sdp_layout full;
     run_full_layout(&full, &cfg);
@@ -333,10 +416,7 @@ int cmd_plan(int argc, char **argv) {
 
     sdp_mem mem = {0};
     worker_bytes *rows = sdp_alloc(&mem, SDP_MEM_SCRATCH, (size_t)o.world * sizeof *rows);
-    for (int r = 0; r < o.world; r++) {
-        rows[r] = predict(&plan, &full, &cfg, &o, r);
-        rows[r].eval_ckpt = io[r];
-    }
+    predict_workers(&plan, &full, &cfg, &o, io, rows);
     sdp_step_times *st = NULL, ddp_st;
     sdp_steptime_cfg sc;
     plan_calibration cal;

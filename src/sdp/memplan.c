@@ -5,10 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Members ascend (sdp_plan_build): a binary search, as sdp plan asks this of every group for
+ * every one of N workers. */
 static bool member(const sdp_owner_group *g, int rank) {
-    for (int i = 0; i < g->nmembers; i++)
-        if (g->members[i] == rank) return true;
-    return false;
+    int lo = 0, hi = g->nmembers;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (g->members[mid] < rank)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < g->nmembers && g->members[lo] == rank;
 }
 
 static uint64_t ring_bytes(size_t elems, int members) {
@@ -50,6 +58,41 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
         for (int g = 0; g < p->ngroups; g++)
             if (p->groups[g].elems > out->bucket_elems) out->bucket_elems = p->groups[g].elems;
     out->grad_elems = out->owned; /* gradients are kept for owned elements only, in every mode */
+    free(unit_elems);
+    free(group_elems);
+}
+
+void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_plan *out) {
+    const int N = p->cfg.world;
+    size_t *unit_elems = calloc((size_t)p->nunits + 1, sizeof(size_t));
+    size_t *group_elems = calloc((size_t)p->ngroups + 1, sizeof(size_t)); /* trained */
+    SDP_CHECK(unit_elems && group_elems, "out of memory");
+    size_t shared;
+    sdp_plan_unit_elems(p, full, true, unit_elems, &shared);
+    for (int u = 0; u < p->nunits; u++) group_elems[p->units[u].owner_group] += unit_elems[u];
+    size_t world_bucket = shared, bucket = 0;
+    for (int g = 0; g < p->ngroups; g++) {
+        if (p->groups[g].nmembers == N) world_bucket += group_elems[g];
+        if (p->cfg.mask == SDP_MASK_BACKWARD && p->groups[g].elems > bucket)
+            bucket = p->groups[g].elems;
+    }
+    for (int r = 0; r < N; r++)
+        out[r] = (sdp_worker_plan){.owned = shared,
+                                   .bucket_elems = bucket,
+                                   .sent_per_step = N > 1 ? ring_bytes(world_bucket, N) : 0};
+    for (int g = 0; g < p->ngroups; g++) {
+        const sdp_owner_group *og = &p->groups[g];
+        for (int j = 0; j < og->nmembers; j++) out[og->members[j]].owned += group_elems[g];
+        if (og->nmembers == N) continue;
+        if (og->nmembers > 1) {
+            const uint64_t ring = ring_bytes(group_elems[g], og->nmembers);
+            for (int j = 0; j < og->nmembers; j++) out[og->members[j]].sent_per_step += ring;
+        }
+        if (p->cfg.mask == SDP_MASK_BACKWARD)
+            out[og->publisher].sent_per_step +=
+                (uint64_t)og->elems * sizeof(float) * (uint64_t)(N - og->nmembers);
+    }
+    for (int r = 0; r < N; r++) out[r].grad_elems = out[r].owned;
     free(unit_elems);
     free(group_elems);
 }

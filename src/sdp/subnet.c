@@ -37,12 +37,20 @@ void sdp_subnet_spec_make(sdp_subnet_spec *s, const sdp_plan *p, const sdp_layou
             s->scale[b] = scale;
             continue;
         }
+        /* A group's atoms are its units' chunks, in order and of equal widths (or one shared
+         * range when the group has no units): count them chunk by chunk, not atom by atom, which
+         * at N = 1024 was most of what sdp plan spent on the workers' models. */
         for (int g = 0; g < blk->ngroups; g++) {
-            int kept = 0;
-            for (int a = 0; a < blk->groups[g].width; a++) {
-                int u = sdp_plan_unit_of(p, b, g, a);
-                kept += u < 0 || sdp_plan_owns(p, u, rank);
+            const int width = blk->groups[g].width, first = sdp_plan_unit_of(p, b, g, 0);
+            if (first < 0) {
+                s->kept[b][g] = width;
+                continue;
             }
+            const int w = p->units[first].width;
+            SDP_ASSERT(w * p->cfg.chunks == width);
+            int kept = 0;
+            for (int c = 0; c < p->cfg.chunks; c++)
+                kept += sdp_plan_owns(p, first + c, rank) ? w : 0;
             s->kept[b][g] = kept;
         }
         s->scale[b] = scale;

@@ -13,6 +13,7 @@
 #include "io_memplan.h"
 
 #include "run.h"
+#include "worker_count.h"
 
 #include "sdp/check.h"
 #include "sdp/memplan.h"
@@ -76,13 +77,15 @@ static void add_range(windows *ws, size_t lo, size_t hi, size_t W, bool state_co
         add_window(ws, a, hi - a < W ? hi : a + W, state_compact, kind);
 }
 
-static void block_range(const sdp_layout *full, int g, size_t *lo, size_t *hi) {
-    *lo = SIZE_MAX, *hi = 0;
+/* Every block's range of the full layout's flat buffer (lo[g] >= hi[g]: the block has no
+ * tensors), in one pass: models with thousands of layers are planned (sdp plan --fit). */
+static void block_ranges(const sdp_layout *full, size_t *lo, size_t *hi) {
+    for (int g = 0; g < full->nblocks; g++) lo[g] = SIZE_MAX, hi[g] = 0;
     for (int i = 0; i < full->nparams; i++) {
         const sdp_param *p = &full->params[i];
-        if (p->block != g) continue;
-        if (p->offset < *lo) *lo = p->offset;
-        if (p->offset + p->numel > *hi) *hi = p->offset + p->numel;
+        if (p->block < 0) continue;
+        if (p->offset < lo[p->block]) lo[p->block] = p->offset;
+        if (p->offset + p->numel > hi[p->block]) hi[p->block] = p->offset + p->numel;
     }
 }
 
@@ -101,12 +104,15 @@ static windows gathers_of(const io_memplan_run *run) {
     const bool gathers_params = run->plan->cfg.mask == SDP_MASK_FORWARD || run->on_device;
     if (gathers_params) add_range(&ws, 0, numel, W, false, WIN_PARAMS);
     if (run->state_buffers > 0) add_range(&ws, 0, numel, W, true, WIN_STATE);
-    if (streams(run))
-        for (int g = 0; g < run->full->nblocks; g++) {
-            size_t lo, hi;
-            block_range(run->full, g, &lo, &hi);
-            if (lo < hi) add_range(&ws, lo, hi, W, false, WIN_BLOCK);
-        }
+    if (streams(run)) {
+        const size_t nb = (size_t)run->full->nblocks + 1;
+        size_t *lo = malloc(nb * sizeof *lo), *hi = malloc(nb * sizeof *hi);
+        SDP_CHECK(lo && hi, "out of memory");
+        block_ranges(run->full, lo, hi);
+        for (int g = 0; g < run->full->nblocks; g++)
+            if (lo[g] < hi[g]) add_range(&ws, lo[g], hi[g], W, false, WIN_BLOCK);
+        free(lo), free(hi);
+    }
     return ws;
 }
 
@@ -194,8 +200,9 @@ static double pack_bytes(int pieces, size_t values) {
     return 16.0 * (pieces + 1) + 4.0 * ((double)values + 1);
 }
 
-/* The largest gather of each kind on every rank: gather[r * NKINDS + kind]. */
-static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
+/* The largest gather of each kind on every rank: gather[r * NKINDS + kind], from every rank's own
+ * model and subnet map, as the trainer builds them: the reference gather_peaks equals. */
+static double *gather_peaks_reference(const io_memplan_run *run, const windows *ws) {
     const int world = run->plan->cfg.world;
     double *peak = calloc((size_t)world * NKINDS, sizeof(double));
     int *np0 = calloc((size_t)ws->n + 1, sizeof(int)),
@@ -239,17 +246,247 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     return peak;
 }
 
-/* Elements of rank r's own model and of the optimizer state it keeps. */
+/* ---- the gathers from the plan alone -------------------------------------------------------- */
+
+/* Every worker's subnet map cuts the full model into the same runs: a shared tensor whole, a
+ * block unit's tensor whole, and a group tensor into one run per unit's chunk, per segment (and
+ * per row, when the group runs along axis 1). A worker's map holds the runs it keeps, and the
+ * rank that sends a run in a gather (sdp_sync_provides) is its unit's publisher, who owns it, or
+ * rank 0 for a shared run, which everyone keeps. So every run of the full model is sent by
+ * exactly one rank, and the gathers' counts follow from one pass over the full model's runs, in
+ * ascending order, with no worker's model or map: O(runs), where building every worker's map was
+ * O(N x runs) (minutes at N = 1024 with neuron units). gather_peaks_reference is the rank-by-rank
+ * computation this equals (tests/test_plan_fast.c). */
+
+/* One rank's sums over the window of one kind it is sending into. */
+typedef struct {
+    int cur;     /* the window, or -1 before the first */
+    int np;      /* pieces in it */
+    size_t nv;   /* values in it */
+    int touched; /* windows of this kind it sends anything into */
+    double peak;
+} rank_window;
+
+typedef struct {
+    size_t lo, hi;
+    int first; /* its first window's id */
+} block_span;
+
+typedef struct {
+    int world;
+    size_t W;
+    bool on[NKINDS];
+    int first[NKINDS], nwin[NKINDS]; /* window ids of each kind: [first, first + nwin) */
+    block_span *spans;               /* non-empty blocks, ascending */
+    int nspans;
+    rank_window *rw;      /* [rank * NKINDS + kind] */
+    int *np_all, *np0;    /* per window id: pieces from every rank, and from rank 0 */
+    size_t *nv_all, *nv0; /* values */
+} run_sweep;
+
+static void sweep_add(run_sweep *s, int kind, int id, size_t len, int rank) {
+    rank_window *w = &s->rw[(size_t)rank * NKINDS + kind];
+    if (w->cur != id) {
+        if (w->cur >= 0 && pack_bytes(w->np, w->nv) > w->peak) w->peak = pack_bytes(w->np, w->nv);
+        w->cur = id, w->np = 0, w->nv = 0, w->touched++;
+    }
+    w->np++, w->nv += len;
+    s->np_all[id]++, s->nv_all[id] += len;
+    if (rank == 0) s->np0[id]++, s->nv0[id] += len;
+}
+
+/* [a, b) over windows of W from `base` (the grid of ids from `first`), capped at `end`. */
+static void sweep_grid(run_sweep *s, int kind, int first, size_t base, size_t end, size_t a,
+                       size_t b, int rank) {
+    for (size_t j = (a - base) / s->W; base + j * s->W < b; j++) {
+        const size_t lo = base + j * s->W, hi = lo + s->W < end ? lo + s->W : end;
+        const size_t from = a > lo ? a : lo, to = b < hi ? b : hi;
+        sweep_add(s, kind, first + (int)j, to - from, rank);
+    }
+}
+
+/* A run [a, a + len) that `rank` sends; runs come in ascending order. */
+static void sweep_run(run_sweep *s, size_t a, size_t len, int rank, bool buffer) {
+    if (len == 0) return;
+    const size_t b = a + len;
+    if (s->on[WIN_PARAMS]) sweep_grid(s, WIN_PARAMS, s->first[WIN_PARAMS], 0, SIZE_MAX, a, b, rank);
+    if (s->on[WIN_STATE] && !buffer)
+        sweep_grid(s, WIN_STATE, s->first[WIN_STATE], 0, SIZE_MAX, a, b, rank);
+    if (s->on[WIN_BLOCK]) {
+        int lo = 0, hi = s->nspans; /* the last span starting at or before a */
+        while (lo < hi) {
+            const int m = (lo + hi) / 2;
+            if (s->spans[m].lo <= a)
+                lo = m + 1;
+            else
+                hi = m;
+        }
+        const block_span *sp = lo > 0 ? &s->spans[lo - 1] : NULL;
+        if (sp && a < sp->hi) sweep_grid(s, WIN_BLOCK, sp->first, sp->lo, sp->hi, a, b, rank);
+    }
+}
+
+static int sends(const sdp_plan *p, int unit) {
+    return unit < 0 ? 0 : p->groups[p->units[unit].owner_group].publisher;
+}
+
+/* The runs of full tensor i, in ascending order (sdp_subnet_map_build cuts every worker's the
+ * same way). */
+static void sweep_param(run_sweep *s, const sdp_plan *p, const sdp_layout *full, int i) {
+    const sdp_param *fp = &full->params[i];
+    if (fp->block < 0) {
+        sweep_run(s, fp->offset, fp->numel, sends(p, sdp_plan_shared_unit(p, full, i)), fp->buffer);
+        return;
+    }
+    if (fp->group < 0 || p->cfg.unit == SDP_UNIT_BLOCK) {
+        const int u = p->cfg.unit == SDP_UNIT_BLOCK ? sdp_plan_unit_of(p, fp->block, -1, 0) : -1;
+        sweep_run(s, fp->offset, fp->numel, sends(p, u), fp->buffer);
+        return;
+    }
+    const sdp_group *fg = &full->blocks[fp->block].groups[fp->group];
+    const int first = sdp_plan_unit_of(p, fp->block, fp->group, 0);
+    const int nchunks = first < 0 ? 1 : p->cfg.chunks;
+    const size_t atom = (size_t)fg->atom, seg_full = (size_t)fg->width * atom;
+    const size_t chunk = first < 0 ? seg_full : (size_t)p->units[first].width * atom;
+    if (fp->axis == 0) {
+        const size_t inner = fp->numel / (size_t)fp->shape[0];
+        for (int sg = 0; sg < fp->segments; sg++)
+            for (int c = 0; c < nchunks; c++)
+                sweep_run(s, fp->offset + ((size_t)sg * seg_full + (size_t)c * chunk) * inner,
+                          chunk * inner, sends(p, first < 0 ? -1 : first + c), fp->buffer);
+        return;
+    }
+    const size_t rows = (size_t)fp->shape[0];
+    const size_t trail = fp->numel / ((size_t)fp->shape[0] * (size_t)fp->shape[1]);
+    const size_t gcols = (size_t)fp->shape[1] * trail;
+    for (size_t r = 0; r < rows; r++)
+        for (int sg = 0; sg < fp->segments; sg++)
+            for (int c = 0; c < nchunks; c++)
+                sweep_run(
+                    s, fp->offset + r * gcols + ((size_t)sg * seg_full + (size_t)c * chunk) * trail,
+                    chunk * trail, sends(p, first < 0 ? -1 : first + c), fp->buffer);
+}
+
+typedef struct {
+    size_t offset;
+    int i;
+} placed;
+
+static int by_offset(const void *a, const void *b) {
+    const placed *x = a, *y = b;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+static int by_lo(const void *a, const void *b) {
+    const size_t x = ((const block_span *)a)->lo, y = ((const block_span *)b)->lo;
+    return (x > y) - (x < y);
+}
+
+/* The full layout's tensors in ascending order, or NULL when they overlap, a tensor's group is
+ * not one the sweep cuts as the maps do, or a tensor outside the blocks lies inside a block's
+ * range (no model does any of these; gather_peaks then takes the reference's way). */
+static int *sweep_order(const sdp_layout *full, const block_span *spans, int nspans) {
+    const int n = full->nparams;
+    placed *sorted = malloc(sizeof *sorted * ((size_t)n + 1));
+    int *order = malloc(sizeof(int) * ((size_t)n + 1));
+    SDP_CHECK(sorted && order, "out of memory");
+    for (int i = 0; i < n; i++) sorted[i] = (placed){full->params[i].offset, i};
+    qsort(sorted, (size_t)n, sizeof *sorted, by_offset);
+    for (int j = 0; j < n; j++) order[j] = sorted[j].i;
+    free(sorted);
+    bool ok = true;
+    for (int j = 0; j < n && ok; j++) {
+        const sdp_param *fp = &full->params[order[j]];
+        if (j > 0) {
+            const sdp_param *prev = &full->params[order[j - 1]];
+            ok = prev->offset + prev->numel <= fp->offset;
+        }
+        if (fp->block >= 0 && fp->group >= 0)
+            ok = ok && (fp->axis == 0 || (fp->axis == 1 && fp->ndim >= 2)) && fp->shape[0] > 0 &&
+                 (fp->axis == 0 || fp->shape[1] > 0);
+        if (fp->block < 0 && fp->numel > 0)
+            for (int k = 0; k < nspans && ok; k++)
+                ok = fp->offset + fp->numel <= spans[k].lo || fp->offset >= spans[k].hi;
+    }
+    for (int k = 1; k < nspans && ok; k++) ok = spans[k - 1].hi <= spans[k].lo;
+    if (!ok) free(order);
+    return ok ? order : NULL;
+}
+
+static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
+    const sdp_layout *full = run->full;
+    const sdp_plan *p = run->plan;
+    const int world = p->cfg.world;
+    run_sweep s = {.world = world, .W = ckpt_window_floats(full->numel)};
+    s.spans = malloc(sizeof *s.spans * ((size_t)full->nblocks + 1));
+    SDP_CHECK(s.spans, "out of memory");
+    size_t *lo = malloc(sizeof *lo * ((size_t)full->nblocks + 1)),
+           *hi = malloc(sizeof *hi * ((size_t)full->nblocks + 1));
+    SDP_CHECK(lo && hi, "out of memory");
+    block_ranges(full, lo, hi);
+    for (int g = 0; g < full->nblocks; g++)
+        if (lo[g] < hi[g]) s.spans[s.nspans++] = (block_span){lo[g], hi[g], 0};
+    free(lo), free(hi);
+    qsort(s.spans, (size_t)s.nspans, sizeof *s.spans, by_lo);
+    int *order = sweep_order(full, s.spans, s.nspans);
+    if (!order) {
+        free(s.spans);
+        return gather_peaks_reference(run, ws);
+    }
+    /* The windows gathers_of lists, numbered kind by kind (blocks in ascending order). */
+    for (int i = 0; i < ws->n; i++) s.on[ws->w[i].kind] = true;
+    int nwin = 0;
+    for (int k = 0; k < NKINDS; k++) {
+        s.first[k] = nwin;
+        if (!s.on[k]) continue;
+        if (k != WIN_BLOCK) {
+            s.nwin[k] = (int)((full->numel + s.W - 1) / s.W);
+        } else {
+            for (int j = 0; j < s.nspans; j++) {
+                s.spans[j].first = nwin + s.nwin[k];
+                s.nwin[k] += (int)((s.spans[j].hi - s.spans[j].lo + s.W - 1) / s.W);
+            }
+        }
+        nwin += s.nwin[k];
+    }
+    SDP_ASSERT(nwin == ws->n); /* the same windows as gathers_of's */
+    s.rw = malloc(sizeof *s.rw * (size_t)world * NKINDS);
+    s.np_all = calloc((size_t)nwin + 1, sizeof(int));
+    s.np0 = calloc((size_t)nwin + 1, sizeof(int));
+    s.nv_all = calloc((size_t)nwin + 1, sizeof(size_t));
+    s.nv0 = calloc((size_t)nwin + 1, sizeof(size_t));
+    double *peak = calloc((size_t)world * NKINDS, sizeof(double));
+    SDP_CHECK(s.rw && s.np_all && s.np0 && s.nv_all && s.nv0 && peak, "out of memory");
+    for (size_t i = 0; i < (size_t)world * NKINDS; i++) s.rw[i] = (rank_window){.cur = -1};
+    for (int j = 0; j < full->nparams; j++) sweep_param(&s, p, full, order[j]);
+    for (int r = 0; r < world; r++)
+        for (int k = 0; k < NKINDS; k++) {
+            rank_window *w = &s.rw[(size_t)r * NKINDS + k];
+            double most = w->cur >= 0 ? pack_bytes(w->np, w->nv) : 0;
+            if (w->peak > most) most = w->peak;
+            /* a window it sends nothing into still packs its two counts */
+            if (w->touched < s.nwin[k] && pack_bytes(0, 0) > most) most = pack_bytes(0, 0);
+            peak[(size_t)r * NKINDS + k] = most;
+        }
+    for (int k = 0; k < NKINDS; k++) peak[k] = 0; /* rank 0, which gathers: as the reference */
+    for (int k = 0; k < NKINDS; k++)
+        for (int id = s.first[k]; id < s.first[k] + s.nwin[k]; id++) {
+            const double b = pack_bytes(s.np0[id], s.nv0[id]) + 24.0 * world +
+                             pack_bytes(s.np_all[id], s.nv_all[id]);
+            if (b > peak[k]) peak[k] = b;
+        }
+    free(order);
+    free(s.spans);
+    free(s.rw);
+    free(s.np_all), free(s.np0), free(s.nv_all), free(s.nv0);
+    return peak;
+}
+
+/* Elements of rank r's own model and of the optimizer state it keeps, from its own model. */
 static void local_sizes(const io_memplan_run *run, int r, size_t *nlocal, size_t *owned) {
-    sdp_mem dry = {.dry = true};
-    sdp_model_config counted = *run->cfg;
-    counted.backend = sdp_backend_cpu(run->gemm, &dry);
-    sdp_model m;
-    run_create_worker_model(&m, &counted, run->plan, run->full, r, run->B, run->T,
-                            SDP_MODEL_TRAIN_BARE);
-    *nlocal = m.layout->numel;
-    m.ops->destroy(&m);
-    sdp_backend_destroy(counted.backend);
+    *nlocal = worker_count_one(run->cfg, run->plan, run->full, r, run->B, run->T, worker_count_cpu,
+                               &run->gemm)
+                  .numel;
     sdp_worker_plan w;
     sdp_memplan_worker(run->plan, run->full, r, &w);
     *owned = w.owned;
@@ -259,10 +496,11 @@ static double max2(double a, double b) {
     return a > b ? a : b;
 }
 
-void io_memplan_predict(const io_memplan_run *run, double *out) {
+/* Every rank's peak from the gathers' (gather[r * NKINDS + kind]) and, on a device, the elements
+ * of its model and of its optimizer state (NULL otherwise: the host copies are made only there). */
+static void assemble(const io_memplan_run *run, const windows *ws, const double *gather,
+                     const size_t *nlocal, const size_t *owned, double *out) {
     const int world = run->plan->cfg.world;
-    windows ws = gathers_of(run);
-    double *gather = gather_peaks(run, &ws);
     const double W = 4.0 * (double)ckpt_window_floats(run->full->numel);
     eval_pass_size val = {0}, recal = {0};
     if (streams(run))
@@ -273,14 +511,12 @@ void io_memplan_predict(const io_memplan_run *run, double *out) {
                                   run->gemm);
     const double kept = recalibrates(run) ? 4.0 * (double)eval_recal_floats(run->full) : 0;
     for (int r = 0; r < world; r++) {
-        size_t nlocal, owned;
-        local_sizes(run, r, &nlocal, &owned);
-        const double host = run->on_device ? 4.0 * (double)nlocal : 0; /* host_copy */
-        const double host_state = run->on_device ? 4.0 * (double)owned : 0;
+        const double host = run->on_device ? 4.0 * (double)nlocal[r] : 0; /* host_copy */
+        const double host_state = run->on_device ? 4.0 * (double)owned[r] : 0;
         const double win = r == 0 ? W : 0;
         const double *g = &gather[(size_t)r * NKINDS];
         double most = host; /* the initial values, copied to the device */
-        if (ws.n && run->state_buffers > 0) most = max2(most, host_state + win + g[WIN_STATE]);
+        if (ws->n && run->state_buffers > 0) most = max2(most, host_state + win + g[WIN_STATE]);
         if (g[WIN_PARAMS] > 0) most = max2(most, host + win + g[WIN_PARAMS]);
         if (streams(run)) {
             most = max2(most,
@@ -291,6 +527,43 @@ void io_memplan_predict(const io_memplan_run *run, double *out) {
         }
         out[r] = kept + most;
     }
+}
+
+void io_memplan_predict(const io_memplan_run *run, double *out) {
+    const int world = run->plan->cfg.world;
+    windows ws = gathers_of(run);
+    double *gather = gather_peaks(run, &ws);
+    size_t *nlocal = NULL, *owned = NULL;
+    if (run->on_device) {
+        worker_count *c = malloc(sizeof *c * (size_t)world);
+        nlocal = malloc(sizeof *nlocal * (size_t)world);
+        owned = malloc(sizeof *owned * (size_t)world);
+        SDP_CHECK(c && nlocal && owned, "out of memory");
+        sdp_worker_plan *w = malloc(sizeof *w * (size_t)world);
+        SDP_CHECK(w, "out of memory");
+        worker_count_all(run->cfg, run->plan, run->full, run->B, run->T, worker_count_cpu,
+                         &run->gemm, c);
+        sdp_memplan_workers(run->plan, run->full, w);
+        for (int r = 0; r < world; r++) nlocal[r] = c[r].numel, owned[r] = w[r].owned;
+        free(c);
+        free(w);
+    }
+    assemble(run, &ws, gather, nlocal, owned, out);
+    free(nlocal), free(owned);
+    free(gather);
+    free(ws.w);
+}
+
+void io_memplan_predict_reference(const io_memplan_run *run, double *out) {
+    const int world = run->plan->cfg.world;
+    windows ws = gathers_of(run);
+    double *gather = gather_peaks_reference(run, &ws);
+    size_t *nlocal = malloc(sizeof *nlocal * ((size_t)world + 1)),
+           *owned = malloc(sizeof *owned * ((size_t)world + 1));
+    SDP_CHECK(nlocal && owned, "out of memory");
+    for (int r = 0; r < world; r++) local_sizes(run, r, &nlocal[r], &owned[r]);
+    assemble(run, &ws, gather, nlocal, owned, out);
+    free(nlocal), free(owned);
     free(gather);
     free(ws.w);
 }

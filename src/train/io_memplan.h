@@ -24,6 +24,11 @@ typedef struct {
 } eval_pass_size;
 eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B, int T,
                                  uint64_t batches, bool training, sdp_gemm_provider gemm);
+/* The same, building every block's model rather than one per kind of block: the reference
+ * eval_pass_size_of equals (tests/test_plan_fast.c). */
+eval_pass_size eval_pass_size_each_block(const sdp_model_config *cfg, const sdp_layout *full,
+                                         int B, int T, uint64_t batches, bool training,
+                                         sdp_gemm_provider gemm);
 /* Floats of the full layout's running statistics, which re-estimation keeps for checkpoints. */
 size_t eval_recal_floats(const sdp_layout *full);
 
@@ -41,7 +46,13 @@ typedef struct {
     sdp_gemm_provider gemm;
 } io_memplan_run;
 
-/* The peak bytes of every rank's io_mem (out[world]) over a run that evaluates and checkpoints. */
+/* The peak bytes of every rank's io_mem (out[world]) over a run that evaluates and checkpoints.
+ * The gathers are counted from the plan alone, in one pass over the full model (seconds at
+ * N = 1024 with neuron units). */
 void io_memplan_predict(const io_memplan_run *run, double *out);
+/* The same, from every rank's own model and subnet map as the trainer builds them: O(N) models
+ * and maps (minutes at N = 1024 with neuron units). The reference io_memplan_predict equals
+ * (tests/test_plan_fast.c). */
+void io_memplan_predict_reference(const io_memplan_run *run, double *out);
 
 #endif
