@@ -8,6 +8,12 @@
 #   gpt         the reference recipe at N = 4: DDP and the four SDP modes at C = 0.5, each at the
 #               best of three learning rates (0.5x, 1x, 2x the recipe's, picked on seed 1), then
 #               3 seeds at equal steps and at matched FLOPs per worker
+#   gpt-fit     the dense alternatives, sized with sdp plan --fit on the same planner that
+#               tests/test_sdp_memplan.sh holds to the measured bytes: for forward and backward
+#               masking with neuron units, DDP on a model shrunk (by width) until its largest
+#               worker fits the SDP mode's, and the SDP mode on a model grown until its largest
+#               worker fits DDP's ("a bigger model in the same memory"); each at the best of
+#               three learning rates, 3 seeds
 #
 # Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
 # FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
@@ -164,10 +170,59 @@ gpt() {
     local ddp_lr; ddp_lr=$(best_lr $w ddp "${lrs[@]}")
     local steps; steps=$(awk -v d="$(cell $w "ddp-lr$ddp_lr" 1 tflop_per_worker)" \
       -v m="$(cell $w "$prefix-lr$lr" 1 tflop_per_worker)" 'BEGIN { printf "%d", 2000 * d / m + 0.5 }')
+    # Backward masking computes DDP's FLOPs per step: its matched run is the equal-steps run.
+    [ "$steps" -ne 2000 ] || continue
     for seed in $SEEDS; do
       # shellcheck disable=SC2046
       run $w "$prefix-lr$lr-matched" "$seed" 4 "${base[@]}" --lr "$lr" --steps "$steps" \
         --val-every $((steps / 4)) $(mode_flags "$mode" 0.5)
+    done
+  done
+}
+
+# The largest worker's total bytes as sdp plan predicts them (the dataset aside, which every
+# configuration holds alike), and the width that --fit gives a mode within a budget.
+plan_total() {
+  "$SDP" plan "$@" --json | python3 -c 'import json, sys; print(max(w["total"] for w in json.load(sys.stdin)["workers"]))'
+}
+fit_width() { # budget mask unit plan-flags...
+  local budget=$1 mask=$2 unit=$3; shift 3
+  "$SDP" plan "$@" --fit "$budget" --json | python3 -c '
+import json, sys
+mask, unit = sys.argv[1], sys.argv[2]
+for m in json.load(sys.stdin)["modes"]:
+    if m["mask"] == mask and (mask == "none" or m["unit"] == unit) and m.get("fits"):
+        print(m["fit"]["width"])' "$mask" "$unit"
+}
+
+# The two SDP modes the GPT rows put forward: backward masking with neuron units (the lowest loss
+# at equal steps) and forward masking with neuron units (the lowest at matched FLOPs, and the
+# least memory of the two).
+FIT_MODES=(backward-neuron forward-neuron)
+
+gpt_fit() {
+  local lrs=(5e-4 1e-3 2e-3) w=gpt
+  local plan=(--model gpt --layers 4 --heads 4 --width 128 --seq-len 64 --batch 3 --world 4
+              --val-batches 200)
+  local base=("${GPT_REF[@]}" --batch 3 --val-batches 200)
+  local ddp_bytes; ddp_bytes=$(plan_total "${plan[@]}" --sdp-mask none)
+  for mode in "${FIT_MODES[@]}"; do
+    local mask=${mode%-*} unit=${mode#*-}
+    local sdp_bytes small big
+    sdp_bytes=$(plan_total "${plan[@]}" --sdp-mask "$mask" --sdp-unit "$unit" --sdp-coverage 0.5)
+    small=$(fit_width "$sdp_bytes" none - "${plan[@]}" --sdp-coverage 0.5)
+    big=$(fit_width "$ddp_bytes" "$mask" "$unit" "${plan[@]}" --sdp-coverage 0.5)
+    echo "== gpt-fit: $mode plans $sdp_bytes bytes, DDP $ddp_bytes: DDP shrunk to width $small" \
+         "fits the first, $mode grown to width $big the second"
+    local spec
+    for spec in "ddp-w$small|--width $small" \
+                "$mode-c0.5-w$big|--width $big --sdp-mask $mask --sdp-unit $unit --sdp-coverage 0.5"; do
+      local prefix=${spec%%|*} flags=${spec#*|}
+      # shellcheck disable=SC2086
+      for lr in "${lrs[@]}"; do run $w "$prefix-lr$lr" 1 4 "${base[@]}" --lr "$lr" $flags; done
+      local lr; lr=$(best_lr $w "$prefix" "${lrs[@]}")
+      # shellcheck disable=SC2086
+      for seed in $SEEDS; do run $w "$prefix-lr$lr" "$seed" 4 "${base[@]}" --lr "$lr" $flags; done
     done
   done
 }
@@ -187,7 +242,8 @@ for w in "$@"; do
   case $w in
     calibrate) calibrate ;;
     gpt) gpt ;;
-    *) echo "unknown workload '$w': use calibrate or gpt" >&2; exit 1 ;;
+    gpt-fit) gpt_fit ;;
+    *) echo "unknown workload '$w': use calibrate, gpt or gpt-fit" >&2; exit 1 ;;
   esac
   echo "== $w: $((SECONDS - t0)) s"
 done
