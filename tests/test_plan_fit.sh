@@ -141,4 +141,9 @@ for good in 24GiB 512MiB 1.5e9 80GB 2tib 1000; do
   if "$SDP_BIN" plan --fit "$good" "${GPT[@]}" --world 4 --layers 1 --fit-by width >/dev/null 2>&1; then
     pass "--fit $good is accepted"; else fail "--fit $good"; fi
 done
+# --fit plans every mode, so the coverage it is given is used: no "ignored under data
+# parallelism" warning, which the plain plan of a DDP run prints.
+"$SDP_BIN" plan --fit 1GiB "${GPT[@]}" --world 4 --sdp-coverage 0.5 >/dev/null 2>"$WORK/fitwarn"
+[ ! -s "$WORK/fitwarn" ] && pass "--fit with --sdp-coverage prints no warning" \
+  || { fail "--fit warned: $(cat "$WORK/fitwarn")"; }
 finish

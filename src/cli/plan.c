@@ -369,7 +369,8 @@ int cmd_plan(int argc, char **argv) {
     SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",
               o.t.device);
     run_plan_check_options(&o.t, o.world, "--world"); /* what sdp train refuses, said alike */
-    run_plan_warn_ignored(&o.t, argc, argv);
+    const bool fitting = opts_given(argc, argv, "fit") || opts_given(argc, argv, "fit-by");
+    if (!fitting) run_plan_warn_ignored(&o.t, argc, argv); /* --fit plans every mode */
     /* CPU kernels keep scratch per thread: count it for the threads each worker will run, which
      * sdp train chooses the same way (all N workers on this machine). */
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -377,7 +378,7 @@ int cmd_plan(int argc, char **argv) {
                         : cores / o.world > 1 ? (int)(cores / o.world)
                                               : 1;
     sdp_set_threads(threads);
-    if (opts_given(argc, argv, "fit") || opts_given(argc, argv, "fit-by")) {
+    if (fitting) {
         const plan_fit_request fit = {
             .t = &o.t,
             .world = o.world,
