@@ -15,15 +15,15 @@
  * that leave some workers nothing to train).
  *
  * Each size is measured with sdp plan's own prediction, and the search doubles m until a size
- * does not fit, then bisects: the largest worker's bytes grow with the width and with the depth
- * (held by tests/test_plan_fit.sh on every mode). */
+ * does not fit, then bisects. The largest worker's bytes grow with the width in every mode
+ * (tests/test_plan_fit.sh), but not always with the layers under SDP (see lookahead), so the
+ * search then tries a few sizes past the boundary and continues from any that fits. */
 #include "plan_fit.h"
 
 #include "train/run.h"
 #include "train/run_plan.h"
 
 #include "sdp/check.h"
-#include "sdp/mem.h"
 #include "sdp/plan.h"
 #include "sdp/resnet.h"
 #include "sdp/transformer.h"

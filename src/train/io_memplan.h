@@ -26,8 +26,8 @@ eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *
                                  uint64_t batches, bool training, sdp_gemm_provider gemm);
 /* The same, building every block's model rather than one per kind of block: the reference
  * eval_pass_size_of equals (tests/test_plan_fast.c). */
-eval_pass_size eval_pass_size_each_block(const sdp_model_config *cfg, const sdp_layout *full,
-                                         int B, int T, uint64_t batches, bool training,
+eval_pass_size eval_pass_size_each_block(const sdp_model_config *cfg, const sdp_layout *full, int B,
+                                         int T, uint64_t batches, bool training,
                                          sdp_gemm_provider gemm);
 /* Floats of the full layout's running statistics, which re-estimation keeps for checkpoints. */
 size_t eval_recal_floats(const sdp_layout *full);
