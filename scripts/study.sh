@@ -13,7 +13,8 @@
 #               masking with neuron units, DDP on a model shrunk (by width) until its largest
 #               worker fits the SDP mode's, and the SDP mode on a model grown until its largest
 #               worker fits DDP's ("a bigger model in the same memory"); each at the best of
-#               three learning rates, 3 seeds
+#               three learning rates, 3 seeds; and the dense model shrunk to forward masking's
+#               memory again at forward masking's matched FLOPs
 #
 # Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
 # FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
@@ -223,6 +224,18 @@ gpt_fit() {
       local lr; lr=$(best_lr $w "$prefix" "${lrs[@]}")
       # shellcheck disable=SC2086
       for seed in $SEEDS; do run $w "$prefix-lr$lr" "$seed" 4 "${base[@]}" --lr "$lr" $flags; done
+    done
+    # Forward masking's matched-FLOPs rows spend DDP's FLOPs of 2000 steps: the shrunk dense model
+    # gets the same compute, so that the two differ in memory use alone.
+    [ "$mask" = forward ] || continue
+    local lr ddp_lr steps
+    lr=$(best_lr $w "ddp-w$small" "${lrs[@]}")
+    ddp_lr=$(best_lr $w ddp "${lrs[@]}")
+    steps=$(awk -v d="$(cell $w "ddp-lr$ddp_lr" 1 tflop_per_worker)" \
+      -v m="$(cell $w "ddp-w$small-lr$lr" 1 tflop_per_worker)" 'BEGIN { printf "%d", 2000 * d / m + 0.5 }')
+    for seed in $SEEDS; do
+      run $w "ddp-w$small-lr$lr-matched" "$seed" 4 "${base[@]}" --lr "$lr" --width "$small" \
+        --steps "$steps" --val-every $((steps / 4))
     done
   done
 }
