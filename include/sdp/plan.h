@@ -99,6 +99,8 @@ void sdp_plan_unit_elems(const sdp_plan *p, const sdp_layout *full, bool trained
                          size_t *unit_elems, size_t *shared);
 /* Ownership fraction k/N. */
 double sdp_plan_coverage(const sdp_plan *p);
+/* How many units each worker owns (malloc'd, world entries; the caller frees it). */
+int *sdp_plan_units_per_worker(const sdp_plan *p);
 
 /* The plan as JSON (malloc'd): the options, and every unit with its block name, group, atom
  * range and owners. Saved in the run directory. */

@@ -258,12 +258,9 @@ static bool everyone_owns(const train_opts *t, int world, char *why, size_t len)
     sdp_plan_cfg pc = run_plan_config(t, world, &full);
     sdp_plan p;
     sdp_plan_build(&p, &pc, &full);
-    bool *owns = calloc((size_t)world, sizeof *owns);
-    SDP_CHECK(owns, "out of memory");
-    for (int u = 0; u < p.nunits; u++)
-        for (int j = 0; j < p.cfg.owners; j++) owns[p.units[u].owners[j]] = true;
+    int *owns = sdp_plan_units_per_worker(&p);
     int none = 0;
-    for (int w = 0; w < world; w++) none += !owns[w];
+    for (int w = 0; w < world; w++) none += owns[w] == 0;
     if (none)
         snprintf(why, len, "%d of the %d workers would own no unit (%d unit%s, k = %d owners each)",
                  none, world, p.nunits, p.nunits == 1 ? "" : "s", p.cfg.owners);

@@ -632,3 +632,11 @@ void sdp_plan_unit_elems(const sdp_plan *p, const sdp_layout *full, bool trained
 double sdp_plan_coverage(const sdp_plan *p) {
     return (double)p->cfg.owners / p->cfg.world;
 }
+
+int *sdp_plan_units_per_worker(const sdp_plan *p) {
+    int *count = calloc((size_t)p->cfg.world, sizeof *count);
+    SDP_CHECK(count, "out of memory counting the SDP plan's units");
+    for (int u = 0; u < p->nunits; u++)
+        for (int j = 0; j < p->cfg.owners; j++) count[p->units[u].owners[j]]++;
+    return count;
+}

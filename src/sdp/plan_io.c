@@ -167,10 +167,7 @@ static void print_legend(const sdp_plan *p, const sdp_layout *full, FILE *f) {
 
 static void print_units_per_worker(const sdp_plan *p, FILE *f) {
     const int N = p->cfg.world;
-    int *count = calloc((size_t)N, sizeof *count);
-    SDP_CHECK(count, "out of memory printing the SDP plan");
-    for (int i = 0; i < p->nunits; i++)
-        for (int j = 0; j < p->cfg.owners; j++) count[p->units[i].owners[j]]++;
+    int *count = sdp_plan_units_per_worker(p);
     int lo = count[0], hi = count[0];
     for (int w = 1; w < N; w++) {
         if (count[w] < lo) lo = count[w];

@@ -22,10 +22,7 @@ run_resolved run_resolved_of(const sdp_plan *p) {
                       .chunks = c->chunks,
                       .coverage = sdp_plan_coverage(p),
                       .scale = c->scale};
-    int *count = calloc((size_t)c->world, sizeof *count);
-    SDP_CHECK(count, "out of memory");
-    for (int i = 0; i < p->nunits; i++)
-        for (int j = 0; j < c->owners; j++) count[p->units[i].owners[j]]++;
+    int *count = sdp_plan_units_per_worker(p);
     r.units_min = r.units_max = count[0];
     for (int w = 1; w < c->world; w++) {
         if (count[w] < r.units_min) r.units_min = count[w];
