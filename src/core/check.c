@@ -107,21 +107,27 @@ static _Noreturn void fail_before_mpi(const char *msg) {
     exit(1);
 }
 
+/* What both error paths do first, once the message is built: under fuzzing, hand the error back
+ * to the harness (fuzz/harness.h: a clean error is the right answer to bad bytes, and the message
+ * is built first so that its formatting is fuzzed too); before MPI_Init, fail_before_mpi; else
+ * the rank, with the job's size in *world. */
+static int fatal_rank(const char *msg, int *world) {
+#ifdef SDP_FUZZ
+    if (sdp_fuzz_on_error) longjmp(*sdp_fuzz_on_error, 1);
+#endif
+    const int rank = mpi_rank_if_running(world);
+    if (rank < 0) fail_before_mpi(msg);
+    return rank;
+}
+
 void sdp_fatal(const char *fmt, ...) {
     char msg[4096];
     va_list ap;
     va_start(ap, fmt);
     format_message(msg, sizeof msg, fmt, ap);
     va_end(ap);
-#ifdef SDP_FUZZ
-    /* Fuzzing builds only (fuzz/harness.h): a clean error is the right answer to bad bytes, not a
-     * crash, so the harness takes it back instead of the process ending. The message is built
-     * above, so its formatting is fuzzed too. */
-    if (sdp_fuzz_on_error) longjmp(*sdp_fuzz_on_error, 1);
-#endif
     int world = 1;
-    const int rank = mpi_rank_if_running(&world);
-    if (rank < 0) fail_before_mpi(msg);
+    const int rank = fatal_rank(msg, &world);
     /* An error that every rank detects alike but that is not reported with sdp_fatal_all would
      * print N times, and ranks calling MPI_Abort together make mpirun print ORTE_ERROR_LOG lines:
      * other ranks give rank 0 time to print and abort the job first. The launcher then ends them
@@ -177,12 +183,8 @@ void sdp_fatal_all(const char *fmt, ...) {
     va_start(ap, fmt);
     format_message(msg, sizeof msg, fmt, ap);
     va_end(ap);
-#ifdef SDP_FUZZ
-    if (sdp_fuzz_on_error) longjmp(*sdp_fuzz_on_error, 1);
-#endif
     int world = 1;
-    const int rank = mpi_rank_if_running(&world);
-    if (rank < 0) fail_before_mpi(msg);
+    const int rank = fatal_rank(msg, &world);
     if (world > 1 && !fatal_comm_ready) sdp_fatal("%s", msg); /* MPI started by another caller */
     if (rank == 0) {
         fprintf(stderr, "sdp: error: %s\n", msg);
