@@ -112,6 +112,17 @@ static bool same_label_start(const report_run *a, const report_run *b) {
     return true;
 }
 
+/* Closes the label's memstream f (whose buffer is *label, *len bytes) and returns the label
+ * escaped: it quotes config.json's strings, and is printed and written into data files. */
+static char *escaped_label(FILE *f, char **label, size_t *len) {
+    SDP_CHECK(fclose(f) == 0, "out of memory");
+    char *escaped = malloc(4 * *len + 1);
+    SDP_CHECK(escaped, "out of memory");
+    sdp_escape(escaped, 4 * *len + 1, *label);
+    free(*label);
+    return escaped;
+}
+
 /* "DDP, 300 steps" or "forward/block C=0.5, 300 steps" (after the model's name, and then N, when
  * these differ between groups), then each option that tells this group from another whose label
  * starts alike, so that every label is distinct and none lists what the start already implies
@@ -160,13 +171,7 @@ static char *make_label(const report_run *r, const report_group *all, int ngroup
     /* Resolved alike from other requests, or from equal ones under another rule. */
     if (chunks_vary) fprintf(f, ", chunks %d", r->resolved.chunks);
     if (scale_varies) fprintf(f, ", branch scale %s", sdp_branch_scale_name(r->resolved.scale));
-    SDP_CHECK(fclose(f) == 0, "out of memory");
-    /* The label quotes config.json's strings, and is printed and written into data files. */
-    char *escaped = malloc(4 * len + 1);
-    SDP_CHECK(escaped, "out of memory");
-    sdp_escape(escaped, 4 * len + 1, label);
-    free(label);
-    return escaped;
+    return escaped_label(f, &label, &len);
 }
 
 /* "x (mixed: sdp-mask forward→backward), 60 steps": a run whose invocations trained different
@@ -186,12 +191,7 @@ static char *mixed_label(const report_run *r) {
         sep = ", ";
     }
     fprintf(f, "), %ld steps", r->steps);
-    SDP_CHECK(fclose(f) == 0, "out of memory");
-    char *escaped = malloc(4 * len + 1);
-    SDP_CHECK(escaped, "out of memory");
-    sdp_escape(escaped, 4 * len + 1, label);
-    free(label);
-    return escaped;
+    return escaped_label(f, &label, &len);
 }
 
 /* The index of the point at `step` in c, searching from *from on (steps only increase). */

@@ -1,6 +1,7 @@
 /* What `sdp train` shows and writes: the run directory's config.json, plan.json and
  * metrics.jsonl, the start-up banner and ownership table, progress lines, and the final summary
  * of memory per worker next to data parallelism's, and of bytes communicated. */
+#include "train/eval_progress.h"
 #include "train/io_memplan.h"
 #include "train/run_history.h"
 #include "train_report.h"
@@ -115,15 +116,6 @@ void print_start(const trainer *t) {
     fflush(stdout);
 }
 
-static void fmt_duration(char *buf, size_t n, double s) {
-    if (s < 60)
-        snprintf(buf, n, "%.0fs", s);
-    else if (s < 3600)
-        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else
-        snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
-}
-
 /* Validations still to come after this step, the final one included. */
 static long validations_left(const trainer *t) {
     const long left = t->o.steps - t->step;
@@ -143,7 +135,8 @@ void log_progress(trainer *t, double loss, double lr, double norm, int nsteps,
     sdp_fmt_bytes(mem, sizeof mem, (double)device_mem(t)->total_cur);
     const long vals = validations_left(t);
     const double train_left = (double)(t->o.steps - t->step) * dt / nsteps;
-    fmt_duration(eta, sizeof eta, train_left + (isnan(pt->val_s_each) ? 0 : vals * pt->val_s_each));
+    progress_fmt_duration(eta, sizeof eta,
+                          train_left + (isnan(pt->val_s_each) ? 0 : vals * pt->val_s_each));
     if (vals > 0 && isnan(pt->val_s_each)) strcat(eta, " + validation");
     printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f %s/s/worker | %7.1f ms/step | "
            "mem %s | eta %s\n",

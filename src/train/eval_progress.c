@@ -33,7 +33,7 @@ static const char *fmt_count(char *buf, size_t n, double x) {
     return buf;
 }
 
-static const char *fmt_duration(char *buf, size_t n, double s) {
+const char *progress_fmt_duration(char *buf, size_t n, double s) {
     if (s < 60)
         snprintf(buf, n, "%.0fs", s);
     else if (s < 3600)
@@ -58,9 +58,9 @@ void eval_progress_update(eval_progress *p, uint64_t done) {
     fmt_count(a, sizeof a, did);
     fmt_count(b, sizeof b, p->total);
     if (last)
-        fmt_duration(eta, sizeof eta, elapsed);
+        progress_fmt_duration(eta, sizeof eta, elapsed);
     else
-        fmt_duration(eta, sizeof eta, frac > 0 ? elapsed * (1 - frac) / frac : 0);
+        progress_fmt_duration(eta, sizeof eta, frac > 0 ? elapsed * (1 - frac) / frac : 0);
     fprintf(stderr, "eval %5.1f%% | %s/%s %s | %s %s/s | %s %s\n", 100 * frac, a, b, p->unit,
             fmt_count(r, sizeof r, rate), p->unit, last ? "done in" : "eta", eta);
     fflush(stderr);

@@ -5,6 +5,7 @@
 #define SDP_TRAIN_EVAL_PROGRESS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct eval_progress {
@@ -24,5 +25,7 @@ void eval_progress_init(eval_progress *p, double every_s, uint64_t batches, doub
 /* After `done` batches of the pass: a line when the interval has passed since the last one, and
  * a closing one at the end of a pass that printed any. */
 void eval_progress_update(eval_progress *p, uint64_t done);
+/* "42s", "3m07s", "2h05m": how these lines and sdp train's progress lines give a duration. */
+const char *progress_fmt_duration(char *buf, size_t n, double s);
 
 #endif
