@@ -15,6 +15,16 @@
 #               worker fits DDP's ("a bigger model in the same memory"); each at the best of
 #               three learning rates, 3 seeds; and the dense model shrunk to forward masking's
 #               memory again at forward masking's matched FLOPs
+#   gpt-c25     rows in the gpt table at C = 0.25 (k = 1): both neuron modes, forward masking at
+#               matched FLOPs too, and the dense model shrunk to forward masking's memory at equal
+#               steps and at matched FLOPs
+#   gpt-overfit the regime where the full model overfits: the recipe on the first 10% of the text
+#               (100 KB to train on, 15 epochs in 2000 steps), DDP with and without dropout 0.2,
+#               the shrunk dense model, and forward masking with and without dropout
+#   gpt-large   the GPT at 6 layers, 6 heads, width 192 (3.4x the parameters): DDP, the dense model
+#               shrunk to forward masking's memory (equal steps and matched FLOPs), forward masking
+#               with neuron units (equal steps and matched FLOPs), forward masking grown to DDP's
+#               memory, and backward masking with neuron units
 #
 # Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
 # FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
@@ -42,7 +52,7 @@ if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 TEXT=$(realpath -m "${SDP_TEXT:-../shared/data/tinyshakespeare.txt}")
 SEEDS=${SEEDS:-1 2 3}
 OUT=runs/study
-COLUMNS_TSV="workload	config	seed	N	mask	unit	C	layers	width	lr	steps	tflop_per_worker	state_bytes	total_bytes	peak_rss_bytes	val_loss	val_acc	wall_s"
+COLUMNS_TSV="workload	config	seed	N	mask	unit	C	layers	width	lr	steps	tflop_per_worker	state_bytes	total_bytes	peak_rss_bytes	val_loss	val_acc	wall_s	val_loss_min"
 
 # nanoGPT's shakespeare-char CPU recipe (karpathy/nanoGPT, README "baby GPT" on a CPU): 4 layers,
 # 4 heads, width 128, context 64, batch 12, 2000 iterations, lr 1e-3 cosine to 1e-4 after 100
@@ -89,7 +99,7 @@ row = [w, name, seed, res.get("world", 1), mask, unit, f"{res.get('coverage', 1)
        cfg["width"] if cfg["model"] != "resnet" else cfg["channels"], f"{cfg['lr']:.4g}",
        train[-1]["step"], f"{train[-1]['flops'] / 1e12:.6g}", int(state), int(total), int(rss),
        f"{val[-1]['val_loss']:.6f}" if val else "nan", f"{acc:.6f}" if acc is not None else "-",
-       wall]
+       wall, f"{min(l['val_loss'] for l in val):.6f}" if val else "nan"]
 print("\t".join(str(x) for x in row))
 EOF
   if [ "${STUDY_COMMIT:-0}" = 1 ]; then
@@ -240,6 +250,107 @@ gpt_fit() {
   done
 }
 
+# tuned WORKLOAD PREFIX FLAGS...: PREFIX-lr<LR> at each learning rate of LRS on seed 1, then at the
+# best of them on every seed; LR is left at the best ("" when none finished). BASE holds the
+# workload's recipe, which FLAGS override.
+LR=""
+tuned() {
+  local w=$1 prefix=$2 lr seed; shift 2
+  for lr in "${LRS[@]}"; do run "$w" "$prefix-lr$lr" 1 4 "${BASE[@]}" --lr "$lr" "$@"; done
+  LR=$(best_lr "$w" "$prefix" "${LRS[@]}")
+  if [ -z "$LR" ]; then echo "$w $prefix: no learning rate finished"; return 0; fi
+  for seed in $SEEDS; do run "$w" "$prefix-lr$LR" "$seed" 4 "${BASE[@]}" --lr "$LR" "$@"; done
+}
+
+# matched WORKLOAD CONFIG REFERENCE STEPS FLAGS...: CONFIG-matched on every seed, trained for as
+# many steps as give its worker the FLOPs that REFERENCE's worker spends in STEPS (both from their
+# seed-1 rows). CONFIG ends in -lr<LR>; FLAGS are its own.
+matched() {
+  local w=$1 config=$2 ref=$3 steps0=$4 steps seed; shift 4
+  local d m; d=$(cell "$w" "$ref" 1 tflop_per_worker); m=$(cell "$w" "$config" 1 tflop_per_worker)
+  if [ -z "$d" ] || [ -z "$m" ]; then echo "$w $config: no FLOPs to match yet"; return 0; fi
+  steps=$(awk -v d="$d" -v m="$m" -v s="$steps0" 'BEGIN { printf "%d", s * d / m + 0.5 }')
+  [ "$steps" -ne "$steps0" ] || return 0
+  for seed in $SEEDS; do
+    run "$w" "$config-matched" "$seed" 4 "${BASE[@]}" --lr "${config##*-lr}" "$@" --steps "$steps" \
+      --val-every $((steps / 4))
+  done
+}
+
+gpt_c25() {
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  local w=gpt mode ddp_lr
+  LRS=(5e-4 1e-3 2e-3)
+  BASE=("${GPT_REF[@]}" --batch 3 --val-batches 200)
+  local plan=(--model gpt --layers 4 --heads 4 --width 128 --seq-len 64 --batch 3 --world 4
+              --val-batches 200 --sdp-coverage 0.25)
+  ddp_lr=$(best_lr $w ddp "${LRS[@]}")
+  for mode in backward-neuron forward-neuron; do
+    # shellcheck disable=SC2046
+    tuned $w "$mode-c0.25" $(mode_flags "$mode" 0.25)
+    # shellcheck disable=SC2046
+    [ -z "$LR" ] || matched $w "$mode-c0.25-lr$LR" "ddp-lr$ddp_lr" 2000 $(mode_flags "$mode" 0.25)
+  done
+  local small
+  small=$(fit_width "$(plan_total "${plan[@]}" --sdp-mask forward --sdp-unit neuron)" none - "${plan[@]}")
+  echo "== gpt-c25: DDP shrunk to width $small fits forward masking's worker at C = 0.25"
+  tuned $w "ddp-w$small" --width "$small"
+  [ -z "$LR" ] || matched $w "ddp-w$small-lr$LR" "ddp-lr$ddp_lr" 2000 --width "$small"
+}
+
+# The first 10% of the text: 100 KB to train on (the last 10% of it held out), which the recipe's
+# 2000 steps of 4 x 3 x 64 bytes pass over 15 times.
+small_text() {
+  local f=$OUT/data/tinyshakespeare-head10.txt
+  if [ ! -f "$f" ]; then
+    mkdir -p "$OUT/data"
+    head -c $(($(stat -c %s "$TEXT") / 10)) "$TEXT" >"$f.tmp" && mv "$f.tmp" "$f"
+  fi
+  echo "$f"
+}
+
+gpt_overfit() {
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  local w=gpt-overfit data
+  data=$(small_text)
+  LRS=(5e-4 1e-3 2e-3)
+  BASE=("${GPT_REF[@]}" --data "$(realpath "$data")" --batch 3 --val-batches 200 --val-every 250)
+  local plan=(--model gpt --layers 4 --heads 4 --width 128 --seq-len 64 --batch 3 --world 4
+              --val-batches 200 --sdp-coverage 0.5)
+  local small
+  small=$(fit_width "$(plan_total "${plan[@]}" --sdp-mask forward --sdp-unit neuron)" none - "${plan[@]}")
+  tuned $w ddp
+  tuned $w ddp-drop0.2 --dropout 0.2
+  tuned $w "ddp-w$small" --width "$small"
+  # shellcheck disable=SC2046
+  tuned $w forward-neuron-c0.5 $(mode_flags forward-neuron 0.5)
+  # shellcheck disable=SC2046
+  tuned $w forward-neuron-c0.5-drop0.2 $(mode_flags forward-neuron 0.5) --dropout 0.2
+}
+
+gpt_large() {
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  local w=gpt-large ddp_lr
+  LRS=(5e-4 1e-3 2e-3)
+  BASE=("${GPT_REF[@]}" --layers 6 --heads 6 --width 192 --batch 3 --val-batches 200)
+  local plan=(--model gpt --layers 6 --heads 6 --width 192 --seq-len 64 --batch 3 --world 4
+              --val-batches 200 --sdp-coverage 0.5)
+  local fwd=(--sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5) small big
+  small=$(fit_width "$(plan_total "${plan[@]}" "${fwd[@]}")" none - "${plan[@]}")
+  big=$(fit_width "$(plan_total "${plan[@]}" --sdp-mask none)" forward neuron "${plan[@]}")
+  echo "== gpt-large: DDP shrunk to width $small fits forward masking's worker; forward masking" \
+       "grown to width $big fits DDP's"
+  tuned $w ddp
+  ddp_lr=$LR
+  tuned $w forward-neuron-c0.5 "${fwd[@]}"
+  [ -z "$LR" ] || matched $w "forward-neuron-c0.5-lr$LR" "ddp-lr$ddp_lr" 2000 "${fwd[@]}"
+  tuned $w "ddp-w$small" --width "$small"
+  [ -z "$LR" ] || matched $w "ddp-w$small-lr$LR" "ddp-lr$ddp_lr" 2000 --width "$small"
+  tuned $w "forward-neuron-c0.5-w$big" --width "$big" "${fwd[@]}"
+  # shellcheck disable=SC2046
+  tuned $w backward-neuron-c0.5 $(mode_flags backward-neuron 0.5)
+}
+
 calibrate() {
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
   for seed in $SEEDS; do
@@ -249,14 +360,18 @@ calibrate() {
   run calibrate resnet20-ddp-n4 1 4 "${RESNET_REF[@]}"
 }
 
-[ $# -gt 0 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 1; }
+[ $# -gt 0 ] || { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 1; }
 for w in "$@"; do
   t0=$SECONDS
   case $w in
     calibrate) calibrate ;;
     gpt) gpt ;;
     gpt-fit) gpt_fit ;;
-    *) echo "unknown workload '$w': use calibrate, gpt or gpt-fit" >&2; exit 1 ;;
+    gpt-c25) gpt_c25 ;;
+    gpt-overfit) gpt_overfit ;;
+    gpt-large) gpt_large ;;
+    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit or gpt-large" >&2
+       exit 1 ;;
   esac
   echo "== $w: $((SECONDS - t0)) s"
 done

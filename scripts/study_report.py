@@ -46,20 +46,28 @@ def table(rows):
     groups = {}
     for r in rows:
         groups.setdefault(r["config"], []).append(r)
-    out = ["| configuration | N | mask | unit | C | seeds | steps | TFLOP/worker | val loss | "
+    # The lowest validation loss over a run's evaluations is shown where it tells something the
+    # final one does not: in a workload where some configuration got worse as it trained.
+    lowest = any(statistics.mean(float(r["val_loss"]) - float(r.get("val_loss_min") or "nan")
+                                 for r in rs) >= 0.005 for rs in groups.values())
+    out = ["| configuration | N | mask | unit | C | seeds | steps | TFLOP/worker | val loss | " +
+           ("lowest val loss | " if lowest else "") +
            "test accuracy | accounted MiB (largest worker) | peak RSS MiB (largest worker) | "
            "wall s (mean) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if lowest else "")]
     for name, rs in groups.items():
         r0 = rs[0]
         loss = [float(r["val_loss"]) for r in rs]
+        low = ([float(r["val_loss_min"]) for r in rs if r.get("val_loss_min") not in (None, "", "nan")]
+               if lowest else [])
         acc = [100 * float(r["val_acc"]) for r in rs if r["val_acc"] not in ("-", "")]
         total = [mib(float(r["total_bytes"])) for r in rs]
         rss = [mib(float(r["peak_rss_bytes"])) for r in rs]
         wall = statistics.mean(float(r["wall_s"]) for r in rs)
         out.append(f"| {name} | {r0['N']} | {r0['mask']} | {r0['unit']} | {r0['C']} | "
                    f"{','.join(r['seed'] for r in rs)} | {r0['steps']} | "
-                   f"{float(r0['tflop_per_worker']):.3f} | {mean_sd(loss, '{:.4f}')} | "
+                   f"{float(r0['tflop_per_worker']):.3f} | {mean_sd(loss, '{:.4f}')} | " +
+                   (f"{mean_sd(low, '{:.4f}')} | " if lowest else "") +
                    f"{mean_sd(acc, '{:.2f}%') if acc else '-'} | {mean_sd(total, '{:.1f}')} | "
                    f"{mean_sd(rss, '{:.1f}')} | {wall:.0f} |")
     return "\n".join(out)
