@@ -160,6 +160,100 @@ def block(workload):
     return "\n".join(lines)
 
 
+# Quality against wall-clock time where bandwidth is short: each configuration's steps at the step
+# time that sdp plan's model predicts (src/sdp/steptime.c), with the speeds that docs/network.md
+# measured and validated on two hosts of two ranks each: the link rates are its three measured
+# caps, the rest its fitted transport, broadcast, compute and memory speeds. Every speed is an
+# option, so the figures are the same on every machine that runs this.
+LINKS_MBITS = [7538, 958, 96]
+NETWORK_MODEL = ["--ranks-per-host", "2", "--link-latency-us", "50", "--host-gbps", "1.96",
+                 "--host-bcast-gbps", "3.79", "--gflops", "71.5", "--mem-gbs", "16.3",
+                 "--comm", "mpi"]
+# What the rows do not record of each workload's model: heads, context, batch and vocabulary.
+TIME_MODELS = {"gpt": ["--model", "gpt", "--heads", "4", "--seq-len", "64", "--batch", "3",
+                       "--vocab", "65"],
+               "gpt-large": ["--model", "gpt", "--heads", "6", "--seq-len", "64", "--batch", "3",
+                             "--vocab", "65"]}
+SDP_BIN = os.environ.get("SDP_BIN", os.path.join(ROOT, "build", "sdp"))
+
+
+def step_seconds(workload, r, mbits):
+    import json
+    args = [SDP_BIN, "plan", *TIME_MODELS[workload], "--layers", r["layers"], "--width",
+            r["width"], "--world", r["N"], "--sdp-mask", r["mask"], "--link-gbps",
+            f"{mbits / 1000:g}", *NETWORK_MODEL, "--json"]
+    if r["mask"] != "none":
+        args += ["--sdp-unit", r["unit"], "--sdp-coverage", r["C"]]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["steptime"]["step_s"]
+
+
+def time_block(workload, rows):
+    """The configurations run on several seeds, with their time to train at each link rate."""
+    groups = {n: rs for n, rs in by_config(rows).items() if len(rs) > 1}
+    head = " | ".join(f"step s at {m} Mbit/s | minutes at {m} Mbit/s" for m in LINKS_MBITS)
+    out = [f"| configuration | steps | val loss | {head} |",
+           "|---|---|---|" + "---|---|" * len(LINKS_MBITS)]
+    points = {m: [] for m in LINKS_MBITS}
+    for name, rs in groups.items():
+        r0 = rs[0]
+        loss = [float(r["val_loss"]) for r in rs]
+        cells = []
+        for m in LINKS_MBITS:
+            t = step_seconds(workload, r0, m)
+            minutes = t * int(r0["steps"]) / 60
+            points[m].append((minutes, statistics.mean(loss), name))
+            cells.append(f"{t:.3f} | {minutes:.1f}")
+        out.append(f"| {name} | {r0['steps']} | {mean_sd(loss, '{:.4f}')} | " +
+                   " | ".join(cells) + " |")
+    lines = ["Step times from `sdp plan`'s model with the speeds measured in docs/network.md "
+             "(two hosts of two workers; " + " ".join(NETWORK_MODEL) + "); regenerate with "
+             "`python3 scripts/study_report.py`.", "", "\n".join(out), ""]
+    for m in LINKS_MBITS:
+        front = pareto(points[m])
+        lines.append(f"- Fastest to each loss at {m} Mbit/s (the front of loss against time): " +
+                     ", ".join(f"{n} ({t:.1f} min, {l:.4f})" for t, l, n in front) + ".")
+    svg = time_plot(workload, points)
+    if svg:
+        lines += ["", f"![{workload}: loss against wall-clock time]({svg})"]
+    return "\n".join(lines)
+
+
+def time_plot(workload, points):
+    svg = os.path.join(STUDY, workload + "-time.svg")
+    with tempfile.TemporaryDirectory() as tmp:
+        plots = []
+        # Every configuration is a point; the front of each link rate is a line, and only its
+        # points are named, the rest being in the table.
+        for i, m in enumerate(LINKS_MBITS):
+            dat, fr = os.path.join(tmp, f"{m}.dat"), os.path.join(tmp, f"{m}-front.dat")
+            with open(dat, "w") as f:
+                for t, loss, name in sorted(points[m]):
+                    f.write(f"{t:.4f} {loss:.6f}\n")
+            with open(fr, "w") as f:
+                for t, loss, name in pareto(points[m]):
+                    f.write(f"{t:.4f} {loss:.6f} \"{name}\"\n")
+            plots.append(f'"{dat}" using 1:2 with points pt {5 + 2 * i} ps 1.2 lc {i + 1} '
+                         f'title "{m} Mbit/s"')
+            plots.append(f'"{fr}" using 1:2 with lines lc {i + 1} notitle')
+            plots.append(f'"{fr}" using 1:2:3 with labels left offset 0.5,0.5 font ",7" notitle')
+        script = f"""set terminal svg size 900,600 font "sans,11"
+set output "{svg}"
+set title "{workload}: final validation loss against the time to train, at three link rates"
+set xlabel "minutes to train on two hosts of two workers (sdp plan's step-time model)"
+set ylabel "validation loss (nats per byte)"
+set logscale x
+set key top right
+set grid
+plot {", ".join(plots)}
+"""
+        try:
+            subprocess.run(["gnuplot"], input=script, text=True, check=True)
+        except (OSError, subprocess.CalledProcessError):
+            return None
+    return os.path.relpath(svg, os.path.dirname(RESULTS))
+
+
 def main():
     check = "--check" in sys.argv[1:]
     with open(RESULTS) as f:
@@ -176,6 +270,12 @@ def main():
                   f"(add <!-- study:{w} --> and <!-- /study:{w} --> lines)", file=sys.stderr)
             continue
         new = pattern.sub(lambda m: m.group(1) + block(w) + "\n" + m.group(2), new)
+        timed = re.compile(rf"(<!-- study-time:{re.escape(w)} -->\n)(?:.*?\n)?"
+                           rf"(<!-- /study-time:{re.escape(w)} -->)", re.S)
+        if w in TIME_MODELS and timed.search(new):
+            with open(os.path.join(STUDY, name), newline="") as f:
+                rows = list(csv.DictReader(f, delimiter="\t"))
+            new = timed.sub(lambda m: m.group(1) + time_block(w, rows) + "\n" + m.group(2), new)
     if check:
         if new != text:
             print("study_report: docs/results.md differs from the committed rows: run "
