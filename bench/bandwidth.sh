@@ -15,8 +15,9 @@
 #
 # Environment: DATA (default ../shared/data/tinyshakespeare.txt), RATES (default
 # "none 10gbit 1gbit 100mbit": the unlimited link first, as the base of "hidden"), STEPS (default 5), BATCH (default 4), MODES_ONLY (a grep pattern
-# over the mode names), OUT (a directory for results.tsv and step_time.svg; default a temporary
-# one, printed).
+# over the mode names), MODEL (the model's options; default "--layers 6 --width 384 --heads 6
+# --seq-len 256"), OUT (a directory for results.tsv and step_time.svg; default a temporary one,
+# printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -28,6 +29,7 @@ DATA=$(realpath "${DATA:-../shared/data/tinyshakespeare.txt}")
 RATES=${RATES:-"none 10gbit 1gbit 100mbit"}
 STEPS=${STEPS:-5}
 BATCH=${BATCH:-4}
+MODEL=${MODEL:-"--layers 6 --width 384 --heads 6 --seq-len 256"}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source scripts/netns_hosts.sh
 WORK=$(mktemp -d /tmp/sdp-bandwidth.XXXXXX)
@@ -83,11 +85,12 @@ sent_of() { # the most bytes any worker sent per step, MiB
   /usr/bin/python3 -c 'import json,sys; print("%.2f" % (max(w["sent_per_step"] for w in json.load(open(sys.argv[1]))["workers"]) / 2**20))' "$1/memory.json"
 }
 
-T=(train --data "$DATA" --layers 6 --width 384 --heads 6 --seq-len 256 --batch "$BATCH"
-   --steps "$STEPS" --log-every 1 --val-every 0 --val-batches 1 --threads 1)
+# shellcheck disable=SC2206
+T=(train --data "$DATA" $MODEL --batch "$BATCH" --steps "$STEPS" --log-every 1 --val-every 0
+   --val-batches 1 --threads 1)
 printf 'rate\tachieved_mbit\tmode\tstep_ms\tforward_ms\tbackward_ms\tsync_ms\tupdate_ms\tsent_mib\n' \
   >"$OUT/results.tsv"
-echo "bandwidth: 4 ranks on 2 hosts (network namespaces, TCP), 6x384 byte GPT, B=$BATCH, T=256,"
+echo "bandwidth: 4 ranks on 2 hosts (network namespaces, TCP), byte GPT $MODEL, B=$BATCH,"
 echo "  $STEPS steps per run, medians of steps 2-$STEPS (rank 0); results in $OUT"
 for rate in $RATES; do
   hosts_limit "$rate"
