@@ -1,4 +1,4 @@
-/* Invariants 1 and 3 of DESIGN.md section 2 on real MPI ranks, for every SDP mode: forward and
+/* Invariants I1 and I3 of docs/architecture.md on real MPI ranks, for every SDP mode: forward and
  * backward masking, block and neuron units, cyclic and random assignment, k in {1, 2, N-1},
  * gpt, llama and vit models, branch scale none and inverse, one micro-batch or two per step.
  *
@@ -8,17 +8,17 @@
  * publishing under backward masking. Only the batches are the test's own (trainer.next_batch):
  * random tokens or images, different on every rank, at every step and in every micro-batch.
  *
- * Identical replicas (invariant 1). Each mode trains for a few steps. Each rank then lays its
- * parameters and optimizer state out at full-model positions through its map, and rank 0 checks
- * every element: all owners of a unit hold bitwise the same parameter and optimizer state, shared
+ * Identical replicas (I1). Each mode trains for a few steps. Each rank then lays its parameters
+ * and optimizer state out at full-model positions through its map, and rank 0 checks every
+ * element: all owners of a unit hold bitwise the same parameter and optimizer state, shared
  * elements are the same on every rank, under backward masking every rank holds the whole model
  * and it is the same everywhere, the ranks agree on which unit each element belongs to, and
  * together they hold the whole model.
  *
- * Synced gradients (invariant 3). One step of a fresh worker, without clipping: the gradient the
- * trainer leaves for the optimizer must equal the oracle, a world-wide all-reduce (in double) of
- * every rank's masked gradient (zero where the rank owns nothing) divided by the per-element
- * owner count. Each rank's gradient comes from an independently built copy of its own model with
+ * Synced gradients (I3). One step of a fresh worker, without clipping: the gradient the trainer
+ * leaves for the optimizer must equal the oracle, a world-wide all-reduce (in double) of every
+ * rank's masked gradient (zero where the rank owns nothing) divided by the per-element owner
+ * count. Each rank's gradient comes from an independently built copy of its own model with
  * a gradient buffer of its own (the full model under backward masking, the compact one under
  * forward masking), run over the same micro-batches: so the check also covers the masked
  * backward pass into the compact gradient buffer (sdp_sync_grad_layout and the models'
@@ -204,8 +204,7 @@ static const char *tensor_at(const sdp_layout *L, size_t global) {
     return "?";
 }
 
-/* ---- invariant 1: identical replicas -----------------------------------------------------------
- */
+/* ---- I1: identical replicas ------------------------------------------------------------------ */
 
 enum { ABSENT = -2 }; /* unit tag of a full-model element that a rank does not hold */
 
@@ -361,8 +360,7 @@ static long check_replicas(const mode *md, memory_kind memory, const sdp_world *
     return pr.bad;
 }
 
-/* ---- invariant 3: synced gradients against the oracle ------------------------------------------
- */
+/* ---- I3: synced gradients against the oracle ------------------------------------------------- */
 
 /* This rank's gradient for the step its feed is at, before any sync, at full-model positions
  * where it owns them (zero elsewhere): from an independently built copy of its own model (the

@@ -3,7 +3,7 @@
  *    here from the architecture, and its gradients against central differences of that reference;
  *  - its tensor description: parameter counts by independent arithmetic, blocks, groups, buffers;
  *  - forward-masking equivalence: a compact model equals the full model with the unowned blocks
- *    and channels zeroed (DESIGN.md invariant 4);
+ *    and channels zeroed (docs/architecture.md, I4);
  *  - sliced and absent gradients (backward masking), through the generic model interface;
  *  - dry-run creation counts exactly the bytes a real creation allocates. */
 #include "testutil.h"

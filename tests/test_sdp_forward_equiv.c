@@ -1,4 +1,4 @@
-/* Invariant 4 of DESIGN.md section 2, forward-masking equivalence: a worker's compact model
+/* Invariant I4 of docs/architecture.md, forward-masking equivalence: a worker's compact model
  * (the blocks, heads and MLP neurons it owns, built from sdp_subnet_spec_make and
  * sdp_tf_shape_from_keep) computes the same loss and the same gradients as the full model whose
  * parameters are the compact ones placed at their global positions (through the compact map)

@@ -1,10 +1,10 @@
-# The invariants of DESIGN.md section 2 on real MPI ranks.
-#  1 and 3: mpi_invariants (identical replicas; synced gradients against the all-reduce oracle)
-#           on 2, 3, 4 and 8 ranks, and on 3 and 4 ranks with device-memory synchronisation.
-#  2: k = N under forward and backward masking is bitwise data parallelism (N = 2, 3, 4); and
-#     4 workers with batch 2 train the same model as 1 worker with batch 8, to float tolerance.
-#  5: the plan.json of a 4-rank run gives every unit exactly k owners and balanced shares.
-# (4 is tests/test_sdp_forward_equiv.c, a single process.)
+# The SDP invariants of docs/architecture.md on real MPI ranks.
+#  I1 and I3: mpi_invariants (identical replicas; synced gradients against the all-reduce oracle)
+#             on 2, 3, 4 and 8 ranks, and on 3 and 4 ranks with device-memory synchronisation.
+#  I2: k = N under forward and backward masking is bitwise data parallelism (N = 2, 3, 4); and
+#      4 workers with batch 2 train the same model as 1 worker with batch 8, to float tolerance.
+#  I5: the plan.json of a 4-rank run gives every unit exactly k owners and balanced shares.
+# (I4 is tests/test_sdp_forward_equiv.c, a single process.)
 source "$(dirname "$0")/lib.sh"
 : "${SDP_mpi_invariants:?ctest sets it}" "${SDP_mpi_st_diff:?ctest sets it}"
 MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
@@ -19,7 +19,7 @@ train_on() {
   fi
 }
 
-# ---- 1 and 3 ------------------------------------------------------------------------------------
+# ---- I1 and I3 -----------------------------------------------------------------------------------
 for n in 2 3 4 8; do
   if timeout 120 "${MPI[@]}" -n "$n" "$SDP_mpi_invariants" >"$WORK/inv$n.log" 2>&1; then
     pass "$(tail -1 "$WORK/inv$n.log")"
@@ -41,7 +41,7 @@ for n in 3 4; do
   done
 done
 
-# ---- 2a: k = N is data parallelism, bit for bit ---------------------------------------------------
+# ---- I2a: k = N is data parallelism, bit for bit -------------------------------------------------
 # Twelve heads and 48 MLP neurons: one neuron chunk per worker divides both for N = 2, 3, 4.
 M=(--data "$WORK/text.txt" --layers 2 --heads 12 --width 24 --d-ff 48 --seq-len 16 --batch 2
    --steps 6 --warmup 1 --lr 1e-2 --log-every 3 --val-batches 2 --seed 3)
@@ -77,7 +77,7 @@ train_on 4 "$WORK/k3" "${M[@]}" --sdp-mask backward --sdp-unit block --sdp-owner
   && pass "control: backward masking with k=3 of 4 gives another model" \
   || fail "control: k=3 of 4 gave data parallelism's model"
 
-# ---- 2b: N workers with batch B equal one worker with batch N*B -----------------------------------
+# ---- I2b: N workers with batch B equal one worker with batch N*B ---------------------------------
 # The loader gives rank r of N the sequences [(s*N + r)*B, +B) at step s, so 4 workers with
 # batch 2 and 1 worker with batch 8 see the same 8 sequences per step. Only the order of float
 # sums differs. Clipping is off, so a wrong gradient scale cannot hide behind it. Tolerances
@@ -123,7 +123,7 @@ else
   pass "control: a quarter of the data gives another model ($out)"
 fi
 
-# ---- 5: coverage in plan.json ----------------------------------------------------------------------
+# ---- I5: coverage in plan.json -------------------------------------------------------------------
 # check_plan DIR UNIT ASSIGN K LAYERS: every unit of a 4-worker plan has exactly K distinct owners,
 # shares are balanced to within one unit (per block and group for neuron units, and over the
 # model), and the cyclic assignment is the window (u + j) mod N.

@@ -1,9 +1,9 @@
-# The invariants of DESIGN.md section 2 on the image models (ResNet and ViT) on real MPI ranks and
-# real Fashion-MNIST, as tests/test_sdp_invariants.sh checks them on the text models:
-#  1: identical replicas: every k < N run compares the owners' checksums of every unit after
-#     every step (--check-replicas 1), and fails on the first difference;
-#  2: k = N under forward and backward masking is bitwise data parallelism, and (ViT, which has
-#     no batch statistics) 2 workers with batch 4 train the model of 1 worker with batch 8.
+# The SDP invariants of docs/architecture.md on the image models (ResNet and ViT), on real MPI
+# ranks and real Fashion-MNIST, as tests/test_sdp_invariants.sh checks them on the text models:
+#  I1: identical replicas: every k < N run compares the owners' checksums of every unit after
+#      every step (--check-replicas 1), and fails on the first difference;
+#  I2: k = N under forward and backward masking is bitwise data parallelism, and (ViT, which has
+#      no batch statistics) 2 workers with batch 4 train the model of 1 worker with batch 8.
 source "$(dirname "$0")/lib.sh"
 : "${SDP_mpi_st_diff:?ctest sets it}"
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then

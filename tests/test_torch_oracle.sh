@@ -1,6 +1,7 @@
 # PyTorch as the outside oracle (tests/torch/, docs/testing.md "PyTorch oracle"): models written
-# in PyTorch from the documented architecture, and SDP written from DESIGN.md, replay real sdp runs
-# in float64 and must give the same losses, gradient norms, weights and optimizer state.
+# in PyTorch from the documented architecture, and SDP written from docs/architecture.md and
+# docs/design.md, replay real sdp runs in float64 and must give the same losses, gradient norms,
+# weights and optimizer state (invariant I3 of docs/architecture.md, checked from outside).
 #  - Gradients: one step of each family (gpt, llama, vit, resnet) on one worker with SGD, momentum
 #    and --lr 0: the checkpoint keeps the initial weights, and the momentum buffer is the gradient.
 #  - SDP: 3 steps on 4 ranks (k = 2) of forward and backward masking with block and neuron units,

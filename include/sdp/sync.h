@@ -1,8 +1,9 @@
-/* Gradient and parameter synchronisation among owners (DESIGN.md section 2): one communicator
- * per owner group, gradients packed into one contiguous bucket per group and all-reduced there,
- * global-norm clipping that counts each unit once, publication of updated units to non-owners
- * (backward masking), assembly of the full model on rank 0, and a replica check.
- * The comm layer counts the bytes each worker sends and receives. */
+/* Gradient and parameter synchronisation among owners (docs/architecture.md, "One training step",
+ * and invariants I1 and I3): one communicator per owner group, gradients packed into one
+ * contiguous bucket per group and all-reduced there, global-norm clipping that counts each unit
+ * once, publication of updated units to non-owners (backward masking), assembly of the full
+ * model on rank 0, and a replica check. It counts the bytes each worker sends and receives
+ * (sdp_comm_bytes), which is what sdp plan predicts (I7). */
 #ifndef SDP_SYNC_H
 #define SDP_SYNC_H
 

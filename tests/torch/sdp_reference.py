@@ -1,4 +1,4 @@
-"""Subnetwork Data Parallelism in PyTorch, from ../shared/DESIGN.md and docs/design.md, driven by a
+"""Subnetwork Data Parallelism in PyTorch, from docs/architecture.md and docs/design.md, driven by a
 run's plan.json (which workers own which unit). It replays a whole run on one process, in float64
 (or in float32, to measure what float32 rounding alone does):
 
