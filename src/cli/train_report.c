@@ -207,8 +207,7 @@ static double ddp_eval_ckpt_bytes(const trainer *t) {
         .on_device = !t->be->host_memory,
         .gemm = t->gemm,
     };
-    double *out = calloc((size_t)dc.world, sizeof(double));
-    SDP_CHECK(out, "out of memory");
+    double *out = sdp_xcalloc((size_t)dc.world, sizeof(double), "the workers' predictions");
     io_memplan_predict(&run, out);
     const double bytes = out[0];
     free(out);

@@ -225,8 +225,7 @@ static void describe(sdp_layout *L, const sdp_resnet_config *c, const kept_block
 void sdp_resnet_describe(sdp_layout *L, const sdp_resnet_config *cfg, const sdp_subnet_spec *spec) {
     sdp_resnet_config c = *cfg;
     sdp_resnet_config_finish(&c);
-    kept_block *kb = calloc((size_t)sdp_resnet_nblocks(&c), sizeof *kb);
-    SDP_CHECK(kb, "out of memory");
+    kept_block *kb = sdp_xcalloc((size_t)sdp_resnet_nblocks(&c), sizeof *kb, "the kept blocks");
     net_tensors t = {0};
     describe(L, &c, kb, kept_blocks(&c, spec, kb), &t);
     free(kb);
@@ -423,8 +422,7 @@ static size_t largest_group_tensor(const sdp_layout *L) {
 
 static void init_grads(sdp_resnet *r) {
     const sdp_layout *L = &r->layout;
-    r->goff = malloc(sizeof(long) * (size_t)(L->nparams + 1));
-    SDP_CHECK(r->goff, "out of memory");
+    r->goff = sdp_xmalloc(sizeof(long) * (size_t)(L->nparams + 1), "the gradients' offsets");
     r->own_grads = r->mode == SDP_MODEL_TRAIN;
     r->backward_floor = -1;
     if (r->own_grads) r->grads = r->be->alloc(r->be, SDP_MEM_GRADS, L->numel * sizeof(float));
@@ -438,8 +436,7 @@ static void init_grads(sdp_resnet *r) {
 sdp_resnet *sdp_resnet_create_on(const sdp_resnet_config *cfg, const sdp_subnet_spec *spec, int B,
                                  sdp_model_mode mode, const sdp_backend *be, sdp_conv_algo algo) {
     SDP_CHECK(B >= 1, "batch size must be positive (got %d)", B);
-    sdp_resnet *r = calloc(1, sizeof *r);
-    SDP_CHECK(r, "out of memory");
+    sdp_resnet *r = sdp_xcalloc(1, sizeof *r, "a ResNet");
     r->cfg = *cfg;
     sdp_resnet_config_finish(&r->cfg);
     const sdp_resnet_config *c = &r->cfg;
@@ -449,12 +446,12 @@ sdp_resnet *sdp_resnet_create_on(const sdp_resnet_config *cfg, const sdp_subnet_
     r->B = B;
 
     const int nfull = sdp_resnet_nblocks(c);
-    kept_block *kb = calloc((size_t)nfull, sizeof *kb);
-    net_tensors t = {.blocks = calloc((size_t)nfull, sizeof(block_tensors))};
-    r->blocks = calloc((size_t)nfull, sizeof *r->blocks);
+    kept_block *kb = sdp_xcalloc((size_t)nfull, sizeof *kb, "the kept blocks");
+    net_tensors t = {.blocks =
+                         sdp_xcalloc((size_t)nfull, sizeof(block_tensors), "a ResNet's blocks")};
+    r->blocks = sdp_xcalloc((size_t)nfull, sizeof *r->blocks, "a ResNet's blocks");
     r->cap_plans = 1 + 3 * nfull;
-    r->plans = calloc((size_t)r->cap_plans, sizeof *r->plans);
-    SDP_CHECK(kb && t.blocks && r->blocks && r->plans, "out of memory");
+    r->plans = sdp_xcalloc((size_t)r->cap_plans, sizeof *r->plans, "a ResNet's convolution plans");
     r->nblocks = kept_blocks(c, spec, kb);
     describe(&r->layout, c, kb, r->nblocks, &t);
     r->params = be->alloc(be, SDP_MEM_PARAMS, r->layout.numel * sizeof(float));

@@ -284,8 +284,7 @@ void tf_vit_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     tf_begin(m, cfg, shape, B, T, true, be); /* every image is patches + the class token */
     m->family = &VIT;
     m->opts = (sdp_tf_layer_opts){.norm = SDP_TF_LAYERNORM, .mlp = SDP_TF_GELU, .causal = false};
-    m->vit = calloc(1, sizeof *m->vit);
-    SDP_CHECK(m->vit, "out of memory");
+    m->vit = sdp_xcalloc(1, sizeof *m->vit, "a ViT's own part");
     describe(&m->layout, &m->cfg, &m->shape, &m->off, m->vit);
     tf_alloc_params(m, mode);
     struct sdp_tf_vit *v = m->vit;
