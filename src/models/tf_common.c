@@ -63,17 +63,8 @@ static void shape_copy(sdp_tf_shape *dst, const sdp_tf_shape *src) {
 
 /* ---- describing the parameters ------------------------------------------------------------- */
 
-long tf_add(tf_adder *a, const char *name, int ndim, int64_t d0, int64_t d1, int group, int axis,
-            int segments, bool decay, sdp_init_kind init, float std) {
-    int64_t shape[2] = {d0, d1};
-    int i =
-        sdp_layout_add(a->L, name, ndim, shape, a->block, group, axis, segments, decay, init, std);
-    return (long)a->L->params[i].offset;
-}
-
-long tf_add_nd(tf_adder *a, const char *name, int ndim, const int64_t *shape, bool decay,
-               sdp_init_kind init, float std) {
-    int i = sdp_layout_add(a->L, name, ndim, shape, a->block, -1, 0, 1, decay, init, std);
+long tf_add(tf_adder *a, tensor_desc d) {
+    const int i = tensor_desc_add(a->L, a->block, &d); /* before reading params: it may move */
     return (long)a->L->params[i].offset;
 }
 
@@ -90,8 +81,8 @@ void tf_describe_block(tf_adder *a, const sdp_tf_config *c, const sdp_tf_shape *
     b->global_index = s->layer_id[i];
     b->droppable = true;
     b->ngroups = 2;
-    b->groups[TF_GROUP_ATTN] = (sdp_group){"attn", s->n_head[i], c->d_model / c->n_head};
-    b->groups[TF_GROUP_MLP] = (sdp_group){"mlp", s->d_ff[i], 1};
+    b->groups[TF_GROUP_ATTN - 1] = (sdp_group){"attn", s->n_head[i], c->d_model / c->n_head};
+    b->groups[TF_GROUP_MLP - 1] = (sdp_group){"mlp", s->d_ff[i], 1};
     a->block = i;
 }
 
