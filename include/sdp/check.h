@@ -54,6 +54,15 @@ void sdp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
         if (!(cond)) sdp_fatal("internal error at %s:%d: %s", __FILE__, __LINE__, #cond);          \
     } while (0)
 
+/* malloc, calloc, realloc and strdup that fail with one line naming what the bytes were for
+ * (`what`, as in "the SDP plan's groups"). They are for host bookkeeping, which the memory
+ * accounting leaves out: indices, plans, names, a report's tables. Buffers that grow with the
+ * model, batch or data come from sdp_alloc (sdp/mem.h) instead, which counts them by category. */
+void *sdp_xmalloc(size_t bytes, const char *what);
+void *sdp_xcalloc(size_t n, size_t size, const char *what);
+void *sdp_xrealloc(void *p, size_t bytes, const char *what);
+char *sdp_xstrdup(const char *s, const char *what);
+
 /* fopen that fails with a clear message; a read mode ("r...") opens only a regular file, as
  * sdp_open_input does. */
 FILE *sdp_fopen(const char *path, const char *mode);

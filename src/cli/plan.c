@@ -63,8 +63,7 @@ static opt_spec *plan_specs(void) {
          "what --fit varies: width (resnet: --channels) or layers (resnet: --depth)", 0},
     };
     size_t n = 0, ne = sizeof extra / sizeof *extra;
-    opt_spec *s = calloc(64, sizeof *s);
-    SDP_CHECK(s, "out of memory");
+    opt_spec *s = sdp_xcalloc(64, sizeof *s, "sdp plan's options");
     for (const opt_spec *o = TRAIN_OPTS; o->name; o++)
         for (const char **k = SHARED_OPTS; *k; k++)
             if (strcmp(*k, o->name) == 0) s[n++] = *o;
@@ -175,9 +174,8 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
 static void predict_workers(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
                             const plan_opts *o, const double *io, worker_bytes *rows) {
     const int T = run_images(&o->t) ? 1 : o->t.seq_len;
-    worker_count *c = malloc(sizeof *c * (size_t)o->world);
-    sdp_worker_plan *w = malloc(sizeof *w * (size_t)o->world);
-    SDP_CHECK(c && w, "out of memory");
+    worker_count *c = sdp_xmalloc(sizeof *c * (size_t)o->world, "the workers' model sizes");
+    sdp_worker_plan *w = sdp_xmalloc(sizeof *w * (size_t)o->world, "the workers' model sizes");
     worker_count_all(cfg, p, full, o->t.batch, T, counting_backend_of, o, c);
     sdp_memplan_workers(p, full, w);
     for (int r = 0; r < o->world; r++) {
@@ -328,9 +326,9 @@ static plan_fit_point fit_measure(void *ctx, const train_opts *t) {
     if (ddp) pc.owners = o.world, pc.chunks = 0;
     sdp_plan plan;
     sdp_plan_build(&plan, &pc, &full);
-    double *io = calloc((size_t)o.world, sizeof(double));
-    worker_bytes *rows = calloc(ddp ? 1 : (size_t)o.world, sizeof *rows);
-    SDP_CHECK(io && rows, "out of memory");
+    double *io = sdp_xcalloc((size_t)o.world, sizeof(double), "the workers' predictions");
+    worker_bytes *rows =
+        sdp_xcalloc(ddp ? 1 : (size_t)o.world, sizeof *rows, "the workers' predictions");
     predict_eval_ckpt(&plan, &full, &cfg, &o, io);
     plan_fit_point pt = {.params = full.numel};
     if (ddp) {
@@ -409,8 +407,7 @@ int cmd_plan(int argc, char **argv) {
     dc.chunks = 0;
     sdp_plan_build(&ddp_plan, &dc, &full);
     worker_bytes ddp = predict(&ddp_plan, &full, &cfg, &o, 0);
-    double *io = calloc((size_t)o.world, sizeof(double));
-    SDP_CHECK(io, "out of memory");
+    double *io = sdp_xcalloc((size_t)o.world, sizeof(double), "the workers' predictions");
     predict_eval_ckpt(&ddp_plan, &full, &cfg, &o, io);
     ddp.eval_ckpt = io[0]; /* rank 0, which writes the checkpoint, is DDP's largest */
     predict_eval_ckpt(&plan, &full, &cfg, &o, io);

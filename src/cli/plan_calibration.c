@@ -116,8 +116,7 @@ static cJSON *read_machines(const char *path, bool replace) {
     if (access(path, F_OK) == 0) {
         size_t size = 0;
         FILE *f = sdp_fopen_input(path, "calibration file", &size);
-        char *txt = malloc(size + 1), what[256];
-        SDP_CHECK(txt, "out of memory reading %s", path);
+        char *txt = sdp_xmalloc(size + 1, "the calibration file"), what[256];
         const size_t got = fread(txt, 1, size, f);
         fclose(f);
         SDP_CHECK(got == size, "cannot read %s: delete it, or run sdp plan with --recalibrate",

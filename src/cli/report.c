@@ -166,9 +166,8 @@ int cmd_report(int argc, char **argv) {
     const int n = argc - first;
     SDP_CHECK(n >= 1, "sdp report needs one or more run directories (written by sdp train)");
     if (ro.plots) report_plot_require_gnuplot();
-    report_run *runs = calloc((size_t)n, sizeof *runs);
-    report_group *groups = calloc((size_t)n, sizeof *groups);
-    SDP_CHECK(runs && groups, "out of memory");
+    report_run *runs = sdp_xcalloc((size_t)n, sizeof *runs, "the runs");
+    report_group *groups = sdp_xcalloc((size_t)n, sizeof *groups, "the runs' groups");
     for (int i = 0; i < n; i++) report_run_load(&runs[i], argv[first + i]);
     print_table(runs, n);
     const int ngroups = report_group_runs(groups, runs, n, ro.group);

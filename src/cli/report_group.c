@@ -116,8 +116,7 @@ static bool same_label_start(const report_run *a, const report_run *b) {
  * escaped: it quotes config.json's strings, and is printed and written into data files. */
 static char *escaped_label(FILE *f, char **label, size_t *len) {
     SDP_CHECK(fclose(f) == 0, "out of memory");
-    char *escaped = malloc(4 * *len + 1);
-    SDP_CHECK(escaped, "out of memory");
+    char *escaped = sdp_xmalloc(4 * *len + 1, "a group's label");
     sdp_escape(escaped, 4 * *len + 1, *label);
     free(*label);
     return escaped;
@@ -207,8 +206,7 @@ static void mean_curve(report_curve *out, const report_group *g, bool val) {
     double last = INFINITY;
     for (int k = 0; k < g->nruns; k++)
         if (g->runs[k]->train.n) last = fmin(last, (double)g->runs[k]->steps);
-    int *pos = calloc((size_t)g->nruns, sizeof *pos);
-    SDP_CHECK(pos, "out of memory");
+    int *pos = sdp_xcalloc((size_t)g->nruns, sizeof *pos, "a group's mean curve");
     for (int i = 0; i < first->n && first->step[i] <= last; i++) {
         const double step = first->step[i];
         double flops = 0, loss = 0, acc = 0;
@@ -239,8 +237,7 @@ static void finish_group(report_group *g) {
 /* "sdp: warning: " and a message whose quoted paths and values are escaped. */
 static void warn(const char *message) {
     const size_t n = 4 * strlen(message) + 1;
-    char *escaped = malloc(n);
-    SDP_CHECK(escaped, "out of memory");
+    char *escaped = sdp_xmalloc(n, "a warning");
     fflush(stdout);
     fprintf(stderr, "sdp: warning: %s\n", sdp_escape(escaped, n, message));
     free(escaped);
@@ -293,18 +290,16 @@ int report_group_runs(report_group *g, const report_run *runs, int n, bool by_se
         while (by_seed && k < ngroups && !same_group(g[k].runs[0], r)) k++;
         if (!by_seed || k == ngroups) {
             k = ngroups++;
-            g[k].runs = calloc((size_t)n, sizeof *g[k].runs);
-            SDP_CHECK(g[k].runs, "out of memory");
+            g[k].runs = sdp_xcalloc((size_t)n, sizeof *g[k].runs, "a group's runs");
             g[k].mixed = report_run_mixed(r);
         }
         add_seed(&g[k], r);
     }
     for (int k = 0; k < ngroups; k++) {
         const report_run *r = g[k].runs[0];
-        g[k].label = !by_seed     ? strdup(report_run_name(r))
+        g[k].label = !by_seed     ? sdp_xstrdup(report_run_name(r), "a group's label")
                      : g[k].mixed ? mixed_label(r)
                                   : make_label(r, g, ngroups);
-        SDP_CHECK(g[k].label, "out of memory");
         finish_group(&g[k]);
     }
     return ngroups;

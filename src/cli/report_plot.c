@@ -31,8 +31,7 @@ static const char *colour(int group) {
 static bool on_path(const char *program) {
     const char *path = getenv("PATH");
     if (!path) return false;
-    char *dirs = strdup(path), *save = NULL;
-    SDP_CHECK(dirs, "out of memory");
+    char *dirs = sdp_xstrdup(path, "searching PATH"), *save = NULL;
     bool found = false;
     for (char *d = strtok_r(dirs, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
         char full[1024];
@@ -58,8 +57,7 @@ static void put_quoted(FILE *f, const char *s) {
     /* Labels quote config.json's strings: a newline in one would end the string and let the
      * next line of the script run as a gnuplot command (system "..."). */
     size_t n = 4 * strlen(s) + 1;
-    char *escaped = malloc(n);
-    SDP_CHECK(escaped, "out of memory");
+    char *escaped = sdp_xmalloc(n, "a plot's label");
     s = sdp_escape(escaped, n, s);
     fputc('\'', f);
     for (; *s; s++) {

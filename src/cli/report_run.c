@@ -21,8 +21,7 @@ void report_curve_push(report_curve *c, double step, double flops, double loss, 
         c->cap = c->cap ? 2 * c->cap : 64;
         double **cols[] = {&c->step, &c->flops, &c->loss, &c->acc};
         for (int i = 0; i < 4; i++) {
-            *cols[i] = realloc(*cols[i], sizeof(double) * (size_t)c->cap);
-            SDP_CHECK(*cols[i], "out of memory");
+            *cols[i] = sdp_xrealloc(*cols[i], sizeof(double) * (size_t)c->cap, "a run's curve");
         }
     }
     c->step[c->n] = step, c->flops[c->n] = flops, c->loss[c->n] = loss, c->acc[c->n] = acc;
@@ -194,8 +193,7 @@ static void read_invocation(inv_reader *rd, const cJSON *o, report_invocation *v
 
 /* A run without "invocations" is one invocation: its top-level options and "resolved" record. */
 static void one_invocation(report_run *r) {
-    report_invocation *v = calloc(1, sizeof *v);
-    SDP_CHECK(v, "out of memory");
+    report_invocation *v = sdp_xcalloc(1, sizeof *v, "a run's invocations");
     v->steps = r->o.steps;
     v->schedule = r->o.schedule_steps;
     v->world = r->world;
@@ -289,8 +287,7 @@ static void read_invocations(report_run *r) {
     }
     const int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
     if (n < 1) damaged(&rd, NULL, "a non-empty array of objects");
-    r->inv = calloc((size_t)n, sizeof *r->inv);
-    SDP_CHECK(r->inv, "out of memory");
+    r->inv = sdp_xcalloc((size_t)n, sizeof *r->inv, "a run's invocations");
     const cJSON *o;
     cJSON_ArrayForEach(o, list) {
         const long from_min = rd.index ? r->inv[rd.index - 1].from : 0;

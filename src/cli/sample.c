@@ -32,8 +32,7 @@ static const opt_spec SAMPLE_OPTS[] = {
 
 /* Index of the k-th largest logit, used as a threshold for top-k sampling. */
 static float kth_largest(const float *x, int n, int k) {
-    float *tmp = malloc((size_t)n * sizeof(float));
-    SDP_CHECK(tmp, "out of memory");
+    float *tmp = sdp_xmalloc((size_t)n * sizeof(float), "top-k sampling");
     memcpy(tmp, x, (size_t)n * sizeof(float));
     for (int i = 0; i < k; i++) { /* partial selection: k is small */
         int best = i;
@@ -85,8 +84,7 @@ int cmd_sample(int argc, char **argv) {
               "byte-level (text) runs",
               tf->cfg.vocab);
     const int T = tf->cfg.seq_len;
-    int *ctx = calloc((size_t)T, sizeof(int));
-    SDP_CHECK(ctx, "out of memory");
+    int *ctx = sdp_xcalloc((size_t)T, sizeof(int), "the context");
     int n = 0;
     for (const char *p = s.prompt; *p && n < T; p++) ctx[n++] = (unsigned char)*p;
     SDP_CHECK(n > 0, "--prompt must not be empty");

@@ -207,8 +207,7 @@ static double ddp_eval_ckpt_bytes(const trainer *t) {
         .on_device = !t->be->host_memory,
         .gemm = t->gemm,
     };
-    double *out = calloc((size_t)dc.world, sizeof(double));
-    SDP_CHECK(out, "out of memory");
+    double *out = sdp_xcalloc((size_t)dc.world, sizeof(double), "the workers' predictions");
     io_memplan_predict(&run, out);
     const double bytes = out[0];
     free(out);
@@ -311,14 +310,16 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
     mine[COL_EVAL_CKPT] = (double)t->io_mem.total_peak;
     mine[COL_TOTAL] = (double)mem->total_peak + mine[COL_EVAL_CKPT];
     mine[COL_RSS] = (double)sdp_peak_rss();
-    double *all = is_rank0(t) ? malloc(sizeof(double) * NCOLS * (size_t)N) : NULL;
+    double *all =
+        is_rank0(t) ? sdp_xmalloc(sizeof(double) * NCOLS * (size_t)N, "the summary") : NULL;
     MPI_Gather(mine, NCOLS, MPI_DOUBLE, all, NCOLS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     uint64_t sent = t->step_bytes_sent, max_sent = 0;
     MPI_Reduce(&sent, &max_sent, 1, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
-    uint64_t *sent_all = is_rank0(t) ? malloc(sizeof(uint64_t) * (size_t)N) : NULL;
+    uint64_t *sent_all =
+        is_rank0(t) ? sdp_xmalloc(sizeof(uint64_t) * (size_t)N, "the summary") : NULL;
     MPI_Gather(&sent, 1, MPI_UINT64_T, sent_all, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     double device_peak = (double)t->device_peak, *device_all = NULL;
-    if (is_rank0(t)) device_all = malloc(sizeof(double) * (size_t)N);
+    if (is_rank0(t)) device_all = sdp_xmalloc(sizeof(double) * (size_t)N, "the summary");
     MPI_Gather(&device_peak, 1, MPI_DOUBLE, device_all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (!is_rank0(t)) return;
     /* The bytes were counted over this invocation's steps only: a rate per step of it. */

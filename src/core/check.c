@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -201,6 +202,39 @@ void sdp_fatal_all(const char *fmt, ...) {
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
+}
+
+/* n * size bytes, which may overflow size_t (calloc). */
+static _Noreturn void out_of_memory(size_t n, size_t size, const char *what) {
+    if (size && n > SIZE_MAX / size)
+        sdp_fatal("out of memory allocating %zu x %zu bytes for %s: close other programs", n, size,
+                  what);
+    sdp_fatal("out of memory allocating %zu bytes for %s: close other programs", n * size, what);
+}
+
+/* Each asks for one byte at least, so that a success is never NULL. */
+void *sdp_xmalloc(size_t bytes, const char *what) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) out_of_memory(bytes, 1, what);
+    return p;
+}
+
+void *sdp_xcalloc(size_t n, size_t size, const char *what) {
+    void *p = n && size ? calloc(n, size) : calloc(1, 1);
+    if (!p) out_of_memory(n, size, what);
+    return p;
+}
+
+void *sdp_xrealloc(void *p, size_t bytes, const char *what) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) out_of_memory(bytes, 1, what);
+    return q;
+}
+
+char *sdp_xstrdup(const char *s, const char *what) {
+    char *d = strdup(s);
+    if (!d) out_of_memory(strlen(s) + 1, 1, what);
+    return d;
 }
 
 FILE *sdp_fopen(const char *path, const char *mode) {

@@ -63,8 +63,7 @@ static void *watch(void *arg) {
 
 sdp_watchdog *sdp_watchdog_start(double limit_s, int rank) {
     if (limit_s < 0) return NULL;
-    sdp_watchdog *w = calloc(1, sizeof *w);
-    SDP_CHECK(w, "out of memory");
+    sdp_watchdog *w = sdp_xcalloc(1, sizeof *w, "the watchdog");
     w->fixed_s = limit_s;
     w->rank = rank;
     atomic_store(&w->last_us, now_us());

@@ -28,8 +28,7 @@ static _Noreturn void fail_and_clean(sdp_atomic_file *a, const char *what, int e
 void sdp_atomic_open(sdp_atomic_file *a, const char *path) {
     size_t n = strlen(path) + 32;
     a->path = path;
-    a->tmp_path = malloc(n);
-    SDP_CHECK(a->tmp_path, "out of memory naming a temp file for '%s'", path);
+    a->tmp_path = sdp_xmalloc(n, "a temporary file's name");
     snprintf(a->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
     sdp_interrupt_temp_file(a->tmp_path); /* a second SIGINT or SIGTERM removes it */
     a->f = fopen(a->tmp_path, "wb");

@@ -9,8 +9,7 @@
 
 static char *suffixed(const char *name, const char *suffix) {
     size_t n = strlen(name) + strlen(suffix) + 1;
-    char *s = malloc(n);
-    SDP_CHECK(s, "out of memory");
+    char *s = sdp_xmalloc(n, "a tensor's name");
     snprintf(s, n, "%s%s", name, suffix);
     return s;
 }
@@ -34,8 +33,7 @@ void sdp_ckpt_writer_open(sdp_st_writer *w, const char *path, const sdp_layout *
                           const char *const *suffixes, int nbufs, const char *const *meta) {
     check_consecutive(L);
     int n = L->nparams * nbufs;
-    sdp_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
-    SDP_CHECK(t, "out of memory");
+    sdp_st_tensor *t = sdp_xcalloc((size_t)n + 1, sizeof *t, "a checkpoint's tensor list");
     for (int b = 0; b < nbufs; b++)
         for (int i = 0; i < L->nparams; i++) {
             const sdp_param *p = &L->params[i];

@@ -116,8 +116,7 @@ static char *build_header(const sdp_st_tensor *tensors, int n, const char *const
     cJSON_Delete(root);
     SDP_CHECK(json, "out of memory building a safetensors header");
     size_t len = strlen(json), padded = (len + 7) & ~(size_t)7;
-    char *header = realloc(json, padded);
-    SDP_CHECK(header, "out of memory building a safetensors header");
+    char *header = sdp_xrealloc(json, padded, "a safetensors header");
     memset(header + len, ' ', padded - len);
     *header_len = padded;
     SDP_ASSERT(strncmp(header, FILE_CRC_PREFIX, sizeof FILE_CRC_PREFIX - 1) == 0);

@@ -14,24 +14,62 @@ static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, i
     char n[SDP_NAME_MAX];
 #define NAME(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", gl, suffix), n)
     *o = (sdp_tf_layer_offsets){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    o->ln1_w = tf_add(a, NAME("ln_1.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
-    o->ln1_b = tf_add(a, NAME("ln_1.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
-    o->w_qkv = tf_add(a, NAME("attn.c_attn.weight"), 2, 3 * D, C, TF_GROUP_ATTN, 0, 3, true,
-                      SDP_INIT_NORMAL, std);
-    o->b_qkv = tf_add(a, NAME("attn.c_attn.bias"), 1, 3 * D, 0, TF_GROUP_ATTN, 0, 3, false,
-                      SDP_INIT_ZEROS, 0);
-    o->w_o = tf_add(a, NAME("attn.c_proj.weight"), 2, C, D, TF_GROUP_ATTN, 1, 1, true,
-                    SDP_INIT_NORMAL, proj_std);
-    o->b_o = tf_add(a, NAME("attn.c_proj.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
-    o->ln2_w = tf_add(a, NAME("ln_2.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
-    o->ln2_b = tf_add(a, NAME("ln_2.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
-    o->w_fc =
-        tf_add(a, NAME("mlp.c_fc.weight"), 2, F, C, TF_GROUP_MLP, 0, 1, true, SDP_INIT_NORMAL, std);
-    o->b_fc =
-        tf_add(a, NAME("mlp.c_fc.bias"), 1, F, 0, TF_GROUP_MLP, 0, 1, false, SDP_INIT_ZEROS, 0);
-    o->w_proj = tf_add(a, NAME("mlp.c_proj.weight"), 2, C, F, TF_GROUP_MLP, 1, 1, true,
-                       SDP_INIT_NORMAL, proj_std);
-    o->b_proj = tf_add(a, NAME("mlp.c_proj.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->ln1_w = tf_add(
+        a,
+        (tensor_desc){.name = NAME("ln_1.weight"), .ndim = 1, .shape = {C}, .init = SDP_INIT_ONES});
+    o->ln1_b = tf_add(
+        a,
+        (tensor_desc){.name = NAME("ln_1.bias"), .ndim = 1, .shape = {C}, .init = SDP_INIT_ZEROS});
+    o->w_qkv = tf_add(a, (tensor_desc){.name = NAME("attn.c_attn.weight"),
+                                       .ndim = 2,
+                                       .shape = {3 * D, C},
+                                       .group = TF_GROUP_ATTN,
+                                       .segments = 3,
+                                       .decay = true,
+                                       .std = std});
+    o->b_qkv = tf_add(a, (tensor_desc){.name = NAME("attn.c_attn.bias"),
+                                       .ndim = 1,
+                                       .shape = {3 * D},
+                                       .group = TF_GROUP_ATTN,
+                                       .segments = 3,
+                                       .init = SDP_INIT_ZEROS});
+    o->w_o = tf_add(a, (tensor_desc){.name = NAME("attn.c_proj.weight"),
+                                     .ndim = 2,
+                                     .shape = {C, D},
+                                     .group = TF_GROUP_ATTN,
+                                     .axis = 1,
+                                     .decay = true,
+                                     .std = proj_std});
+    o->b_o = tf_add(
+        a, (tensor_desc){
+               .name = NAME("attn.c_proj.bias"), .ndim = 1, .shape = {C}, .init = SDP_INIT_ZEROS});
+    o->ln2_w = tf_add(
+        a,
+        (tensor_desc){.name = NAME("ln_2.weight"), .ndim = 1, .shape = {C}, .init = SDP_INIT_ONES});
+    o->ln2_b = tf_add(
+        a,
+        (tensor_desc){.name = NAME("ln_2.bias"), .ndim = 1, .shape = {C}, .init = SDP_INIT_ZEROS});
+    o->w_fc = tf_add(a, (tensor_desc){.name = NAME("mlp.c_fc.weight"),
+                                      .ndim = 2,
+                                      .shape = {F, C},
+                                      .group = TF_GROUP_MLP,
+                                      .decay = true,
+                                      .std = std});
+    o->b_fc = tf_add(a, (tensor_desc){.name = NAME("mlp.c_fc.bias"),
+                                      .ndim = 1,
+                                      .shape = {F},
+                                      .group = TF_GROUP_MLP,
+                                      .init = SDP_INIT_ZEROS});
+    o->w_proj = tf_add(a, (tensor_desc){.name = NAME("mlp.c_proj.weight"),
+                                        .ndim = 2,
+                                        .shape = {C, F},
+                                        .group = TF_GROUP_MLP,
+                                        .axis = 1,
+                                        .decay = true,
+                                        .std = proj_std});
+    o->b_proj = tf_add(
+        a, (tensor_desc){
+               .name = NAME("mlp.c_proj.bias"), .ndim = 1, .shape = {C}, .init = SDP_INIT_ZEROS});
 #undef NAME
 }
 
@@ -39,10 +77,13 @@ void tf_gpt_describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *
                      sdp_tf_offsets *o) {
     const int C = c->d_model, Vp = c->vocab_padded;
     tf_adder a = tf_describe_begin(L, s, o);
-    o->wte =
-        tf_add(&a, "transformer.wte.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL, 0.02f);
-    o->wpe = tf_add(&a, "transformer.wpe.weight", 2, c->seq_len, C, -1, 0, 1, false,
-                    SDP_INIT_NORMAL, 0.01f);
+    o->wte = tf_add(
+        &a,
+        (tensor_desc){.name = "transformer.wte.weight", .ndim = 2, .shape = {Vp, C}, .std = 0.02f});
+    o->wpe = tf_add(&a, (tensor_desc){.name = "transformer.wpe.weight",
+                                      .ndim = 2,
+                                      .shape = {c->seq_len, C},
+                                      .std = 0.01f});
     for (int i = 0; i < s->n_layer; i++) {
         tf_describe_block(&a, c, s, i, "transformer.h");
         sdp_tf_layer_offsets lo;
@@ -50,8 +91,12 @@ void tf_gpt_describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *
         if (o->layers) o->layers[i] = lo;
     }
     a.block = -1;
-    o->lnf_w = tf_add(&a, "transformer.ln_f.weight", 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
-    o->lnf_b = tf_add(&a, "transformer.ln_f.bias", 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->lnf_w = tf_add(
+        &a, (tensor_desc){
+                .name = "transformer.ln_f.weight", .ndim = 1, .shape = {C}, .init = SDP_INIT_ONES});
+    o->lnf_b = tf_add(
+        &a, (tensor_desc){
+                .name = "transformer.ln_f.bias", .ndim = 1, .shape = {C}, .init = SDP_INIT_ZEROS});
     o->lm_head = o->wte; /* tied */
 }
 

@@ -10,8 +10,8 @@
 void sdp_layout_init(sdp_layout *L, int nblocks) {
     memset(L, 0, sizeof *L);
     L->nblocks = nblocks;
-    L->blocks = nblocks ? calloc((size_t)nblocks, sizeof *L->blocks) : NULL;
-    SDP_CHECK(!nblocks || L->blocks, "out of memory describing the model");
+    L->blocks =
+        nblocks ? sdp_xcalloc((size_t)nblocks, sizeof *L->blocks, "the model's blocks") : NULL;
 }
 
 void sdp_layout_free(sdp_layout *L) {
@@ -26,8 +26,8 @@ int sdp_layout_add(sdp_layout *L, const char *name, int ndim, const int64_t *sha
     SDP_ASSERT(ndim >= 1 && ndim <= 4);
     if (L->nparams == L->cap_params) {
         L->cap_params = L->cap_params ? 2 * L->cap_params : 32;
-        L->params = realloc(L->params, (size_t)L->cap_params * sizeof *L->params);
-        SDP_CHECK(L->params, "out of memory describing the model");
+        L->params = sdp_xrealloc(L->params, (size_t)L->cap_params * sizeof *L->params,
+                                 "the model's tensors");
     }
     sdp_param *p = &L->params[L->nparams];
     memset(p, 0, sizeof *p);

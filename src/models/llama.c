@@ -15,23 +15,58 @@ static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, i
     char n[SDP_NAME_MAX];
 #define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", gl, suffix), n)
     *o = (sdp_tf_layer_offsets){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    o->ln1_w =
-        tf_add(a, NAME("input_layernorm.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
-    o->w_qkv = tf_add(a, NAME("self_attn.q_proj.weight"), 2, D, C, TF_GROUP_ATTN, 0, 1, true,
-                      SDP_INIT_NORMAL, std);
-    tf_add(a, NAME("self_attn.k_proj.weight"), 2, D, C, TF_GROUP_ATTN, 0, 1, true, SDP_INIT_NORMAL,
-           std);
-    tf_add(a, NAME("self_attn.v_proj.weight"), 2, D, C, TF_GROUP_ATTN, 0, 1, true, SDP_INIT_NORMAL,
-           std);
-    o->w_o = tf_add(a, NAME("self_attn.o_proj.weight"), 2, C, D, TF_GROUP_ATTN, 1, 1, true,
-                    SDP_INIT_NORMAL, proj_std);
-    o->ln2_w = tf_add(a, NAME("post_attention_layernorm.weight"), 1, C, 0, -1, 0, 1, false,
-                      SDP_INIT_ONES, 0);
-    o->w_fc = tf_add(a, NAME("mlp.gate_proj.weight"), 2, F, C, TF_GROUP_MLP, 0, 1, true,
-                     SDP_INIT_NORMAL, std);
-    tf_add(a, NAME("mlp.up_proj.weight"), 2, F, C, TF_GROUP_MLP, 0, 1, true, SDP_INIT_NORMAL, std);
-    o->w_proj = tf_add(a, NAME("mlp.down_proj.weight"), 2, C, F, TF_GROUP_MLP, 1, 1, true,
-                       SDP_INIT_NORMAL, proj_std);
+    o->ln1_w = tf_add(a, (tensor_desc){.name = NAME("input_layernorm.weight"),
+                                       .ndim = 1,
+                                       .shape = {C},
+                                       .init = SDP_INIT_ONES});
+    o->w_qkv = tf_add(a, (tensor_desc){.name = NAME("self_attn.q_proj.weight"),
+                                       .ndim = 2,
+                                       .shape = {D, C},
+                                       .group = TF_GROUP_ATTN,
+                                       .decay = true,
+                                       .std = std});
+    tf_add(a, (tensor_desc){.name = NAME("self_attn.k_proj.weight"),
+                            .ndim = 2,
+                            .shape = {D, C},
+                            .group = TF_GROUP_ATTN,
+                            .decay = true,
+                            .std = std});
+    tf_add(a, (tensor_desc){.name = NAME("self_attn.v_proj.weight"),
+                            .ndim = 2,
+                            .shape = {D, C},
+                            .group = TF_GROUP_ATTN,
+                            .decay = true,
+                            .std = std});
+    o->w_o = tf_add(a, (tensor_desc){.name = NAME("self_attn.o_proj.weight"),
+                                     .ndim = 2,
+                                     .shape = {C, D},
+                                     .group = TF_GROUP_ATTN,
+                                     .axis = 1,
+                                     .decay = true,
+                                     .std = proj_std});
+    o->ln2_w = tf_add(a, (tensor_desc){.name = NAME("post_attention_layernorm.weight"),
+                                       .ndim = 1,
+                                       .shape = {C},
+                                       .init = SDP_INIT_ONES});
+    o->w_fc = tf_add(a, (tensor_desc){.name = NAME("mlp.gate_proj.weight"),
+                                      .ndim = 2,
+                                      .shape = {F, C},
+                                      .group = TF_GROUP_MLP,
+                                      .decay = true,
+                                      .std = std});
+    tf_add(a, (tensor_desc){.name = NAME("mlp.up_proj.weight"),
+                            .ndim = 2,
+                            .shape = {F, C},
+                            .group = TF_GROUP_MLP,
+                            .decay = true,
+                            .std = std});
+    o->w_proj = tf_add(a, (tensor_desc){.name = NAME("mlp.down_proj.weight"),
+                                        .ndim = 2,
+                                        .shape = {C, F},
+                                        .group = TF_GROUP_MLP,
+                                        .axis = 1,
+                                        .decay = true,
+                                        .std = proj_std});
 #undef NAME
 }
 
@@ -39,8 +74,9 @@ void tf_llama_describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape
                        sdp_tf_offsets *o) {
     const int C = c->d_model, Vp = c->vocab_padded;
     tf_adder a = tf_describe_begin(L, s, o);
-    o->wte =
-        tf_add(&a, "model.embed_tokens.weight", 2, Vp, C, -1, 0, 1, false, SDP_INIT_NORMAL, 0.02f);
+    o->wte = tf_add(
+        &a, (tensor_desc){
+                .name = "model.embed_tokens.weight", .ndim = 2, .shape = {Vp, C}, .std = 0.02f});
     for (int i = 0; i < s->n_layer; i++) {
         tf_describe_block(&a, c, s, i, "model.layers");
         sdp_tf_layer_offsets lo;
@@ -48,8 +84,13 @@ void tf_llama_describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape
         if (o->layers) o->layers[i] = lo;
     }
     a.block = -1;
-    o->lnf_w = tf_add(&a, "model.norm.weight", 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
-    o->lm_head = tf_add(&a, "lm_head.weight", 2, Vp, C, -1, 0, 1, true, SDP_INIT_NORMAL, 0.02f);
+    o->lnf_w = tf_add(
+        &a,
+        (tensor_desc){.name = "model.norm.weight", .ndim = 1, .shape = {C}, .init = SDP_INIT_ONES});
+    o->lm_head = tf_add(
+        &a,
+        (tensor_desc){
+            .name = "lm_head.weight", .ndim = 2, .shape = {Vp, C}, .decay = true, .std = 0.02f});
 }
 
 void tf_llama_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,

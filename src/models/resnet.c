@@ -15,6 +15,7 @@
  * upload and download. */
 #include "sdp/resnet.h"
 
+#include "models/describe.h"
 #include "sdp/check.h"
 
 #include <math.h>
@@ -144,30 +145,52 @@ typedef struct {
     char prefix[32]; /* "layer3.1." */
 } adder;
 
-static int add(adder *a, const char *suffix, int ndim, const int64_t *shape, int group, int axis,
-               bool decay, sdp_init_kind init, float std) {
+/* A block's one group, as a tensor names it (tensor_desc.group, counted from 1): its inner
+ * channels, conv1's outputs and conv2's inputs. */
+enum { GROUP_CH = 1 };
+
+/* Adds the tensor, its name after the adder's prefix, and returns its index. */
+static int add(adder *a, tensor_desc d) {
     char name[SDP_NAME_MAX];
-    snprintf(name, sizeof name, "%s%s", a->prefix, suffix);
-    return sdp_layout_add(a->L, name, ndim, shape, a->block, group, axis, 1, decay, init, std);
+    snprintf(name, sizeof name, "%s%s", a->prefix, d.name);
+    d.name = name;
+    return tensor_desc_add(a->L, a->block, &d);
 }
 
-/* Kaiming normal: std sqrt(2 / fan_in), fan_in from the FULL model's input channels, so that a
- * compact model initialises as a slice of the full one. */
-static int add_conv(adder *a, const char *suffix, int oc, int ic, int k, int full_ic, int group,
-                    int axis) {
-    const int64_t shape[4] = {oc, ic, k, k};
-    return add(a, suffix, 4, shape, group, axis, true, SDP_INIT_NORMAL,
-               sqrtf(2.0f / (float)(full_ic * k * k)));
+/* A convolution's weight, d.shape = {out, in, k, k}; ndim, decay and std are set here. Kaiming
+ * normal: std sqrt(2 / fan_in), fan_in from the FULL model's input channels, so that a compact
+ * model initialises as a slice of the full one. */
+static int add_conv(adder *a, tensor_desc d, int full_ic) {
+    const int64_t k = d.shape[2];
+    d.ndim = 4;
+    d.decay = true;
+    d.std = sqrtf(2.0f / (float)(full_ic * k * k));
+    return add(a, d);
 }
 
 static int add_bn(adder *a, const char *name, int C, int group) {
-    const int64_t shape[1] = {C};
     char s[48];
 #define SUFFIX(x) (snprintf(s, sizeof s, "%s.%s", name, x), s)
-    const int w = add(a, SUFFIX("weight"), 1, shape, group, 0, false, SDP_INIT_ONES, 0);
-    add(a, SUFFIX("bias"), 1, shape, group, 0, false, SDP_INIT_ZEROS, 0);
-    const int mean = add(a, SUFFIX("running_mean"), 1, shape, group, 0, false, SDP_INIT_ZEROS, 0);
-    const int var = add(a, SUFFIX("running_var"), 1, shape, group, 0, false, SDP_INIT_ONES, 0);
+    const int w = add(a, (tensor_desc){.name = SUFFIX("weight"),
+                                       .ndim = 1,
+                                       .shape = {C},
+                                       .group = group,
+                                       .init = SDP_INIT_ONES});
+    add(a, (tensor_desc){.name = SUFFIX("bias"),
+                         .ndim = 1,
+                         .shape = {C},
+                         .group = group,
+                         .init = SDP_INIT_ZEROS});
+    const int mean = add(a, (tensor_desc){.name = SUFFIX("running_mean"),
+                                          .ndim = 1,
+                                          .shape = {C},
+                                          .group = group,
+                                          .init = SDP_INIT_ZEROS});
+    const int var = add(a, (tensor_desc){.name = SUFFIX("running_var"),
+                                         .ndim = 1,
+                                         .shape = {C},
+                                         .group = group,
+                                         .init = SDP_INIT_ONES});
 #undef SUFFIX
     a->L->params[mean].buffer = a->L->params[var].buffer = true;
     return w;
@@ -175,15 +198,23 @@ static int add_bn(adder *a, const char *name, int C, int group) {
 
 static block_tensors describe_block(adder *a, const kept_block *k) {
     const sdp_resnet_block_arch *r = &k->arch;
-    const int group = r->downsample ? -1 : 0;
+    const int group = r->downsample ? 0 : GROUP_CH;
     block_tensors t = {{-1, -1}, {-1, -1}, {-1, -1}};
-    t.c1.w = add_conv(a, "conv1.weight", k->mid, r->cin, 3, r->cin, group, 0);
+    t.c1.w = add_conv(
+        a, (tensor_desc){.name = "conv1.weight", .shape = {k->mid, r->cin, 3, 3}, .group = group},
+        r->cin);
     t.c1.bn = add_bn(a, "bn1", k->mid, group);
-    t.c2.w = add_conv(a, "conv2.weight", r->cout, k->mid, 3, r->cout, group, 1);
-    t.c2.bn = add_bn(a, "bn2", r->cout, -1);
+    t.c2.w = add_conv(
+        a,
+        (tensor_desc){
+            .name = "conv2.weight", .shape = {r->cout, k->mid, 3, 3}, .group = group, .axis = 1},
+        r->cout);
+    t.c2.bn = add_bn(a, "bn2", r->cout, 0);
     if (r->downsample) {
-        t.sc.w = add_conv(a, "shortcut.0.weight", r->cout, r->cin, 1, r->cin, -1, 0);
-        t.sc.bn = add_bn(a, "shortcut.1", r->cout, -1);
+        t.sc.w = add_conv(
+            a, (tensor_desc){.name = "shortcut.0.weight", .shape = {r->cout, r->cin, 1, 1}},
+            r->cin);
+        t.sc.bn = add_bn(a, "shortcut.1", r->cout, 0);
     }
     return t;
 }
@@ -198,8 +229,10 @@ static void describe(sdp_layout *L, const sdp_resnet_config *c, const kept_block
                      net_tensors *t) {
     sdp_layout_init(L, n);
     adder a = {L, -1, ""};
-    t->stem.w = add_conv(&a, "conv1.weight", c->width, c->in_channels, 3, c->in_channels, -1, 0);
-    t->stem.bn = add_bn(&a, "bn1", c->width, -1);
+    t->stem.w = add_conv(
+        &a, (tensor_desc){.name = "conv1.weight", .shape = {c->width, c->in_channels, 3, 3}},
+        c->in_channels);
+    t->stem.bn = add_bn(&a, "bn1", c->width, 0);
     for (int i = 0; i < n; i++) {
         const kept_block *k = &kb[i];
         sdp_block *b = &L->blocks[i];
@@ -207,7 +240,7 @@ static void describe(sdp_layout *L, const sdp_resnet_config *c, const kept_block
         b->global_index = k->global;
         b->droppable = !k->arch.downsample;
         b->ngroups = k->arch.downsample ? 0 : 1;
-        if (b->ngroups) b->groups[0] = (sdp_group){"ch", k->mid, 1};
+        if (b->ngroups) b->groups[GROUP_CH - 1] = (sdp_group){"ch", k->mid, 1};
         a.block = i;
         snprintf(a.prefix, sizeof a.prefix, "layer%d.%d.", k->arch.stage, k->arch.index);
         block_tensors bt = describe_block(&a, k);
@@ -216,17 +249,20 @@ static void describe(sdp_layout *L, const sdp_resnet_config *c, const kept_block
     a.block = -1;
     a.prefix[0] = 0;
     const int C = c->width << (sdp_resnet_stages(c) - 1);
-    const int64_t w_shape[2] = {c->classes, C}, b_shape[1] = {c->classes};
-    t->fc_w =
-        add(&a, "fc.weight", 2, w_shape, -1, 0, true, SDP_INIT_NORMAL, sqrtf(1.0f / (float)C));
-    t->fc_b = add(&a, "fc.bias", 1, b_shape, -1, 0, false, SDP_INIT_ZEROS, 0);
+    t->fc_w = add(&a, (tensor_desc){.name = "fc.weight",
+                                    .ndim = 2,
+                                    .shape = {c->classes, C},
+                                    .decay = true,
+                                    .std = sqrtf(1.0f / (float)C)});
+    t->fc_b = add(
+        &a,
+        (tensor_desc){.name = "fc.bias", .ndim = 1, .shape = {c->classes}, .init = SDP_INIT_ZEROS});
 }
 
 void sdp_resnet_describe(sdp_layout *L, const sdp_resnet_config *cfg, const sdp_subnet_spec *spec) {
     sdp_resnet_config c = *cfg;
     sdp_resnet_config_finish(&c);
-    kept_block *kb = calloc((size_t)sdp_resnet_nblocks(&c), sizeof *kb);
-    SDP_CHECK(kb, "out of memory");
+    kept_block *kb = sdp_xcalloc((size_t)sdp_resnet_nblocks(&c), sizeof *kb, "the kept blocks");
     net_tensors t = {0};
     describe(L, &c, kb, kept_blocks(&c, spec, kb), &t);
     free(kb);
@@ -423,8 +459,7 @@ static size_t largest_group_tensor(const sdp_layout *L) {
 
 static void init_grads(sdp_resnet *r) {
     const sdp_layout *L = &r->layout;
-    r->goff = malloc(sizeof(long) * (size_t)(L->nparams + 1));
-    SDP_CHECK(r->goff, "out of memory");
+    r->goff = sdp_xmalloc(sizeof(long) * (size_t)(L->nparams + 1), "the gradients' offsets");
     r->own_grads = r->mode == SDP_MODEL_TRAIN;
     r->backward_floor = -1;
     if (r->own_grads) r->grads = r->be->alloc(r->be, SDP_MEM_GRADS, L->numel * sizeof(float));
@@ -438,8 +473,7 @@ static void init_grads(sdp_resnet *r) {
 sdp_resnet *sdp_resnet_create_on(const sdp_resnet_config *cfg, const sdp_subnet_spec *spec, int B,
                                  sdp_model_mode mode, const sdp_backend *be, sdp_conv_algo algo) {
     SDP_CHECK(B >= 1, "batch size must be positive (got %d)", B);
-    sdp_resnet *r = calloc(1, sizeof *r);
-    SDP_CHECK(r, "out of memory");
+    sdp_resnet *r = sdp_xcalloc(1, sizeof *r, "a ResNet");
     r->cfg = *cfg;
     sdp_resnet_config_finish(&r->cfg);
     const sdp_resnet_config *c = &r->cfg;
@@ -449,12 +483,12 @@ sdp_resnet *sdp_resnet_create_on(const sdp_resnet_config *cfg, const sdp_subnet_
     r->B = B;
 
     const int nfull = sdp_resnet_nblocks(c);
-    kept_block *kb = calloc((size_t)nfull, sizeof *kb);
-    net_tensors t = {.blocks = calloc((size_t)nfull, sizeof(block_tensors))};
-    r->blocks = calloc((size_t)nfull, sizeof *r->blocks);
+    kept_block *kb = sdp_xcalloc((size_t)nfull, sizeof *kb, "the kept blocks");
+    net_tensors t = {.blocks =
+                         sdp_xcalloc((size_t)nfull, sizeof(block_tensors), "a ResNet's blocks")};
+    r->blocks = sdp_xcalloc((size_t)nfull, sizeof *r->blocks, "a ResNet's blocks");
     r->cap_plans = 1 + 3 * nfull;
-    r->plans = calloc((size_t)r->cap_plans, sizeof *r->plans);
-    SDP_CHECK(kb && t.blocks && r->blocks && r->plans, "out of memory");
+    r->plans = sdp_xcalloc((size_t)r->cap_plans, sizeof *r->plans, "a ResNet's convolution plans");
     r->nblocks = kept_blocks(c, spec, kb);
     describe(&r->layout, c, kb, r->nblocks, &t);
     r->params = be->alloc(be, SDP_MEM_PARAMS, r->layout.numel * sizeof(float));

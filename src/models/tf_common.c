@@ -13,11 +13,10 @@
 void sdp_tf_shape_full(sdp_tf_shape *s, const sdp_tf_config *cfg) {
     int L = cfg->n_layer;
     s->n_layer = L;
-    s->layer_id = calloc((size_t)L, sizeof(int));
-    s->n_head = calloc((size_t)L, sizeof(int));
-    s->d_ff = calloc((size_t)L, sizeof(int));
-    s->branch_scale = calloc((size_t)L, sizeof(float));
-    SDP_CHECK(s->layer_id && s->n_head && s->d_ff && s->branch_scale, "out of memory");
+    s->layer_id = sdp_xcalloc((size_t)L, sizeof(int), "a transformer's shape");
+    s->n_head = sdp_xcalloc((size_t)L, sizeof(int), "a transformer's shape");
+    s->d_ff = sdp_xcalloc((size_t)L, sizeof(int), "a transformer's shape");
+    s->branch_scale = sdp_xcalloc((size_t)L, sizeof(float), "a transformer's shape");
     for (int i = 0; i < L; i++) {
         s->layer_id[i] = i;
         s->n_head[i] = cfg->n_head;
@@ -64,17 +63,8 @@ static void shape_copy(sdp_tf_shape *dst, const sdp_tf_shape *src) {
 
 /* ---- describing the parameters ------------------------------------------------------------- */
 
-long tf_add(tf_adder *a, const char *name, int ndim, int64_t d0, int64_t d1, int group, int axis,
-            int segments, bool decay, sdp_init_kind init, float std) {
-    int64_t shape[2] = {d0, d1};
-    int i =
-        sdp_layout_add(a->L, name, ndim, shape, a->block, group, axis, segments, decay, init, std);
-    return (long)a->L->params[i].offset;
-}
-
-long tf_add_nd(tf_adder *a, const char *name, int ndim, const int64_t *shape, bool decay,
-               sdp_init_kind init, float std) {
-    int i = sdp_layout_add(a->L, name, ndim, shape, a->block, -1, 0, 1, decay, init, std);
+long tf_add(tf_adder *a, tensor_desc d) {
+    const int i = tensor_desc_add(a->L, a->block, &d); /* before reading params: it may move */
     return (long)a->L->params[i].offset;
 }
 
@@ -91,8 +81,8 @@ void tf_describe_block(tf_adder *a, const sdp_tf_config *c, const sdp_tf_shape *
     b->global_index = s->layer_id[i];
     b->droppable = true;
     b->ngroups = 2;
-    b->groups[TF_GROUP_ATTN] = (sdp_group){"attn", s->n_head[i], c->d_model / c->n_head};
-    b->groups[TF_GROUP_MLP] = (sdp_group){"mlp", s->d_ff[i], 1};
+    b->groups[TF_GROUP_ATTN - 1] = (sdp_group){"attn", s->n_head[i], c->d_model / c->n_head};
+    b->groups[TF_GROUP_MLP - 1] = (sdp_group){"mlp", s->d_ff[i], 1};
     a->block = i;
 }
 
@@ -124,8 +114,8 @@ void tf_begin(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, in
               B, T);
     m->B = B;
     m->T = T;
-    m->off.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->off.layers);
-    SDP_CHECK(m->off.layers, "out of memory");
+    m->off.layers =
+        sdp_xcalloc((size_t)m->shape.n_layer + 1, sizeof *m->off.layers, "the layers' offsets");
 }
 
 void tf_alloc_params(sdp_tf *m, sdp_model_mode mode) {
@@ -135,8 +125,8 @@ void tf_alloc_params(sdp_tf *m, sdp_model_mode mode) {
     m->backward_floor = -1;
     if (m->own_grads) m->grads = be->alloc(be, SDP_MEM_GRADS, m->layout.numel * sizeof(float));
     m->goff = m->off;
-    m->goff.layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->goff.layers);
-    SDP_CHECK(m->goff.layers, "out of memory");
+    m->goff.layers =
+        sdp_xcalloc((size_t)m->shape.n_layer + 1, sizeof *m->goff.layers, "the layers' offsets");
     memcpy(m->goff.layers, m->off.layers, (size_t)m->shape.n_layer * sizeof *m->goff.layers);
 }
 

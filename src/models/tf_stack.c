@@ -123,8 +123,7 @@ void tf_stack_alloc(sdp_tf *m, sdp_model_mode mode) {
     const size_t NC = (size_t)m->B * m->T * m->cfg.d_model;
     m->embed = tf_acts(m, NC);
     if (mode != SDP_MODEL_INFER && m->cfg.dropout > 0.0f) m->drop_embed = alloc_mask(m, NC);
-    m->layers = calloc((size_t)m->shape.n_layer + 1, sizeof *m->layers);
-    SDP_CHECK(m->layers, "out of memory");
+    m->layers = sdp_xcalloc((size_t)m->shape.n_layer + 1, sizeof *m->layers, "the layers' state");
     if (mode == SDP_MODEL_INFER)
         alloc_infer_acts(m);
     else

@@ -6,6 +6,7 @@
 #ifndef SDP_TRANSFORMER_INTERNAL_H
 #define SDP_TRANSFORMER_INTERNAL_H
 
+#include "models/describe.h"
 #include "sdp/transformer.h"
 
 static inline const float *tf_param(const sdp_tf *m, long off) {
@@ -34,19 +35,17 @@ struct sdp_tf_family {
 
 /* ---- describing the parameters ------------------------------------------------------------- */
 
-enum { TF_GROUP_ATTN = 0, TF_GROUP_MLP = 1 };
+/* A block's groups, as a tensor names them (tensor_desc.group, counted from 1): its attention
+ * heads and its MLP's hidden neurons. */
+enum { TF_GROUP_ATTN = 1, TF_GROUP_MLP = 2 };
 
 typedef struct {
     sdp_layout *L;
     int block; /* -1: the stem or the head */
 } tf_adder;
 
-/* Adds a tensor of one or two dimensions and returns its offset. */
-long tf_add(tf_adder *a, const char *name, int ndim, int64_t d0, int64_t d1, int group, int axis,
-            int segments, bool decay, sdp_init_kind init, float std);
-/* Adds a shared tensor of any shape (not in a group) and returns its offset. */
-long tf_add_nd(tf_adder *a, const char *name, int ndim, const int64_t *shape, bool decay,
-               sdp_init_kind init, float std);
+/* Adds the tensor to the adder's block and returns its offset. */
+long tf_add(tf_adder *a, tensor_desc d);
 /* Starts a layout of the shape's layers; every offset of o is -1 until described. */
 tf_adder tf_describe_begin(sdp_layout *L, const sdp_tf_shape *s, sdp_tf_offsets *o);
 /* Local layer i becomes block i, named prefix.<global index>, with its heads and neurons; the

@@ -193,8 +193,7 @@ static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spe
                                (const int(*)[SDP_MAX_GROUPS])spec->kept, spec->scale);
     else
         sdp_tf_shape_full(&shape, &t);
-    tf_model *impl = calloc(1, sizeof *impl);
-    SDP_CHECK(impl, "out of memory");
+    tf_model *impl = sdp_xcalloc(1, sizeof *impl, "a transformer");
     sdp_tf_create(&impl->tf, &t, &shape, B, T, mode, c->backend);
     sdp_tf_shape_free(&shape);
     memset(m, 0, sizeof *m);

@@ -33,36 +33,75 @@ static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, i
     char n[SDP_NAME_MAX];
 #define NAME(suffix) (snprintf(n, sizeof n, "vit.encoder.layer.%d.%s", gl, suffix), n)
     *o = (sdp_tf_layer_offsets){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    o->ln1_w =
-        tf_add(a, NAME("layernorm_before.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
-    o->ln1_b =
-        tf_add(a, NAME("layernorm_before.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->ln1_w = tf_add(a, (tensor_desc){.name = NAME("layernorm_before.weight"),
+                                       .ndim = 1,
+                                       .shape = {C},
+                                       .init = SDP_INIT_ONES});
+    o->ln1_b = tf_add(a, (tensor_desc){.name = NAME("layernorm_before.bias"),
+                                       .ndim = 1,
+                                       .shape = {C},
+                                       .init = SDP_INIT_ZEROS});
     static const char *const QKV[] = {"query", "key", "value"};
     char sub[64];
     for (int i = 0; i < 3; i++) {
         snprintf(sub, sizeof sub, "attention.attention.%s.weight", QKV[i]);
-        long w = tf_add(a, NAME(sub), 2, D, C, TF_GROUP_ATTN, 0, 1, true, SDP_INIT_NORMAL, std);
+        long w = tf_add(a, (tensor_desc){.name = NAME(sub),
+                                         .ndim = 2,
+                                         .shape = {D, C},
+                                         .group = TF_GROUP_ATTN,
+                                         .decay = true,
+                                         .std = std});
         if (i == 0) o->w_qkv = w;
     }
     for (int i = 0; i < 3; i++) {
         snprintf(sub, sizeof sub, "attention.attention.%s.bias", QKV[i]);
-        long b = tf_add(a, NAME(sub), 1, D, 0, TF_GROUP_ATTN, 0, 1, false, SDP_INIT_ZEROS, 0);
+        long b = tf_add(a, (tensor_desc){.name = NAME(sub),
+                                         .ndim = 1,
+                                         .shape = {D},
+                                         .group = TF_GROUP_ATTN,
+                                         .init = SDP_INIT_ZEROS});
         if (i == 0) o->b_qkv = b;
     }
-    o->w_o = tf_add(a, NAME("attention.output.dense.weight"), 2, C, D, TF_GROUP_ATTN, 1, 1, true,
-                    SDP_INIT_NORMAL, proj_std);
-    o->b_o =
-        tf_add(a, NAME("attention.output.dense.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
-    o->ln2_w =
-        tf_add(a, NAME("layernorm_after.weight"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
-    o->ln2_b = tf_add(a, NAME("layernorm_after.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
-    o->w_fc = tf_add(a, NAME("intermediate.dense.weight"), 2, F, C, TF_GROUP_MLP, 0, 1, true,
-                     SDP_INIT_NORMAL, std);
-    o->b_fc = tf_add(a, NAME("intermediate.dense.bias"), 1, F, 0, TF_GROUP_MLP, 0, 1, false,
-                     SDP_INIT_ZEROS, 0);
-    o->w_proj = tf_add(a, NAME("output.dense.weight"), 2, C, F, TF_GROUP_MLP, 1, 1, true,
-                       SDP_INIT_NORMAL, proj_std);
-    o->b_proj = tf_add(a, NAME("output.dense.bias"), 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->w_o = tf_add(a, (tensor_desc){.name = NAME("attention.output.dense.weight"),
+                                     .ndim = 2,
+                                     .shape = {C, D},
+                                     .group = TF_GROUP_ATTN,
+                                     .axis = 1,
+                                     .decay = true,
+                                     .std = proj_std});
+    o->b_o = tf_add(a, (tensor_desc){.name = NAME("attention.output.dense.bias"),
+                                     .ndim = 1,
+                                     .shape = {C},
+                                     .init = SDP_INIT_ZEROS});
+    o->ln2_w = tf_add(a, (tensor_desc){.name = NAME("layernorm_after.weight"),
+                                       .ndim = 1,
+                                       .shape = {C},
+                                       .init = SDP_INIT_ONES});
+    o->ln2_b = tf_add(a, (tensor_desc){.name = NAME("layernorm_after.bias"),
+                                       .ndim = 1,
+                                       .shape = {C},
+                                       .init = SDP_INIT_ZEROS});
+    o->w_fc = tf_add(a, (tensor_desc){.name = NAME("intermediate.dense.weight"),
+                                      .ndim = 2,
+                                      .shape = {F, C},
+                                      .group = TF_GROUP_MLP,
+                                      .decay = true,
+                                      .std = std});
+    o->b_fc = tf_add(a, (tensor_desc){.name = NAME("intermediate.dense.bias"),
+                                      .ndim = 1,
+                                      .shape = {F},
+                                      .group = TF_GROUP_MLP,
+                                      .init = SDP_INIT_ZEROS});
+    o->w_proj = tf_add(a, (tensor_desc){.name = NAME("output.dense.weight"),
+                                        .ndim = 2,
+                                        .shape = {C, F},
+                                        .group = TF_GROUP_MLP,
+                                        .axis = 1,
+                                        .decay = true,
+                                        .std = proj_std});
+    o->b_proj = tf_add(
+        a, (tensor_desc){
+               .name = NAME("output.dense.bias"), .ndim = 1, .shape = {C}, .init = SDP_INIT_ZEROS});
 #undef NAME
 }
 
@@ -71,25 +110,42 @@ static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, i
 static void describe_stem(tf_adder *a, const sdp_tf_config *c, sdp_tf_offsets *o,
                           struct sdp_tf_vit *v) {
     const int64_t C = c->d_model, p = c->patch;
-    const int64_t conv[4] = {C, c->in_channels, p, p}, bias[1] = {C}, cls[3] = {1, 1, C};
-    const int64_t pos[3] = {1, c->seq_len, C};
-    o->wte = tf_add_nd(a, "vit.embeddings.patch_embeddings.projection.weight", 4, conv, true,
-                       SDP_INIT_NORMAL, 0.02f);
-    v->patch_b = tf_add_nd(a, "vit.embeddings.patch_embeddings.projection.bias", 1, bias, false,
-                           SDP_INIT_ZEROS, 0);
-    v->cls = tf_add_nd(a, "vit.embeddings.cls_token", 3, cls, false, SDP_INIT_NORMAL, 0.02f);
-    o->wpe =
-        tf_add_nd(a, "vit.embeddings.position_embeddings", 3, pos, false, SDP_INIT_NORMAL, 0.02f);
+    o->wte = tf_add(a, (tensor_desc){.name = "vit.embeddings.patch_embeddings.projection.weight",
+                                     .ndim = 4,
+                                     .shape = {C, c->in_channels, p, p},
+                                     .decay = true,
+                                     .std = 0.02f});
+    v->patch_b = tf_add(a, (tensor_desc){.name = "vit.embeddings.patch_embeddings.projection.bias",
+                                         .ndim = 1,
+                                         .shape = {C},
+                                         .init = SDP_INIT_ZEROS});
+    v->cls = tf_add(
+        a, (tensor_desc){
+               .name = "vit.embeddings.cls_token", .ndim = 3, .shape = {1, 1, C}, .std = 0.02f});
+    o->wpe = tf_add(a, (tensor_desc){.name = "vit.embeddings.position_embeddings",
+                                     .ndim = 3,
+                                     .shape = {1, c->seq_len, C},
+                                     .std = 0.02f});
 }
 
 static void describe_head(tf_adder *a, const sdp_tf_config *c, sdp_tf_offsets *o,
                           struct sdp_tf_vit *v) {
     const int C = c->d_model;
-    o->lnf_w = tf_add(a, "vit.layernorm.weight", 1, C, 0, -1, 0, 1, false, SDP_INIT_ONES, 0);
-    o->lnf_b = tf_add(a, "vit.layernorm.bias", 1, C, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
-    o->lm_head =
-        tf_add(a, "classifier.weight", 2, c->classes, C, -1, 0, 1, true, SDP_INIT_NORMAL, 0.02f);
-    v->head_b = tf_add(a, "classifier.bias", 1, c->classes, 0, -1, 0, 1, false, SDP_INIT_ZEROS, 0);
+    o->lnf_w = tf_add(
+        a, (tensor_desc){
+               .name = "vit.layernorm.weight", .ndim = 1, .shape = {C}, .init = SDP_INIT_ONES});
+    o->lnf_b = tf_add(
+        a, (tensor_desc){
+               .name = "vit.layernorm.bias", .ndim = 1, .shape = {C}, .init = SDP_INIT_ZEROS});
+    o->lm_head = tf_add(a, (tensor_desc){.name = "classifier.weight",
+                                         .ndim = 2,
+                                         .shape = {c->classes, C},
+                                         .decay = true,
+                                         .std = 0.02f});
+    v->head_b = tf_add(a, (tensor_desc){.name = "classifier.bias",
+                                        .ndim = 1,
+                                        .shape = {c->classes},
+                                        .init = SDP_INIT_ZEROS});
 }
 
 static void describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *s,
@@ -284,8 +340,7 @@ void tf_vit_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shap
     tf_begin(m, cfg, shape, B, T, true, be); /* every image is patches + the class token */
     m->family = &VIT;
     m->opts = (sdp_tf_layer_opts){.norm = SDP_TF_LAYERNORM, .mlp = SDP_TF_GELU, .causal = false};
-    m->vit = calloc(1, sizeof *m->vit);
-    SDP_CHECK(m->vit, "out of memory");
+    m->vit = sdp_xcalloc(1, sizeof *m->vit, "a ViT's own part");
     describe(&m->layout, &m->cfg, &m->shape, &m->off, m->vit);
     tf_alloc_params(m, mode);
     struct sdp_tf_vit *v = m->vit;

@@ -25,9 +25,10 @@ static uint64_t ring_bytes(size_t elems, int members) {
 
 void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp_worker_plan *out) {
     const int N = p->cfg.world;
-    size_t *unit_elems = calloc((size_t)p->nunits + 1, sizeof(size_t));
-    size_t *group_elems = calloc((size_t)p->ngroups + 1, sizeof(size_t)); /* trained */
-    SDP_CHECK(unit_elems && group_elems, "out of memory");
+    size_t *unit_elems =
+        sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), "a worker's memory plan");
+    size_t *group_elems =
+        sdp_xcalloc((size_t)p->ngroups + 1, sizeof(size_t), "a worker's memory plan"); /* trained */
     size_t shared;
     sdp_plan_unit_elems(p, full, true, unit_elems, &shared);
     for (int u = 0; u < p->nunits; u++) group_elems[p->units[u].owner_group] += unit_elems[u];
@@ -64,9 +65,10 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
 
 void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_plan *out) {
     const int N = p->cfg.world;
-    size_t *unit_elems = calloc((size_t)p->nunits + 1, sizeof(size_t));
-    size_t *group_elems = calloc((size_t)p->ngroups + 1, sizeof(size_t)); /* trained */
-    SDP_CHECK(unit_elems && group_elems, "out of memory");
+    size_t *unit_elems =
+        sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), "a worker's memory plan");
+    size_t *group_elems =
+        sdp_xcalloc((size_t)p->ngroups + 1, sizeof(size_t), "a worker's memory plan"); /* trained */
     size_t shared;
     sdp_plan_unit_elems(p, full, true, unit_elems, &shared);
     for (int u = 0; u < p->nunits; u++) group_elems[p->units[u].owner_group] += unit_elems[u];

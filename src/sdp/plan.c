@@ -32,8 +32,7 @@
 /* ---- listing units ------------------------------------------------------------------------ */
 
 static sdp_unit *alloc_units(int n) {
-    sdp_unit *u = calloc((size_t)(n > 0 ? n : 1), sizeof *u);
-    SDP_CHECK(u, "out of memory building the SDP plan (%d units)", n);
+    sdp_unit *u = sdp_xcalloc((size_t)(n > 0 ? n : 1), sizeof *u, "the SDP plan's units");
     return u;
 }
 
@@ -217,16 +216,16 @@ static void assign_owners(sdp_plan *p) {
     const int N = p->cfg.world, k = p->cfg.owners, U = p->nunits;
     const bool random = p->cfg.assign == SDP_ASSIGN_RANDOM;
     if (U == 0) return;
-    int *pool = malloc((size_t)U * (size_t)k * sizeof *pool); /* all owner lists, one block */
-    int *worker = malloc((size_t)N * sizeof *worker);
+    const char *what = "assigning the SDP plan's owners";
+    /* all owner lists, one block */
+    int *pool = sdp_xmalloc((size_t)U * (size_t)k * sizeof *pool, what);
+    int *worker = sdp_xmalloc((size_t)N * sizeof *worker, what);
     assigner a = {N,
                   k,
                   worker,
-                  malloc((size_t)N),
-                  malloc((size_t)U * sizeof(int)),
-                  malloc((size_t)U * sizeof(int))};
-    SDP_CHECK(pool && worker && a.mark && a.starts && a.order,
-              "out of memory building the SDP plan (%d units, %d owners each)", U, k);
+                  sdp_xmalloc((size_t)N, what),
+                  sdp_xmalloc((size_t)U * sizeof(int), what),
+                  sdp_xmalloc((size_t)U * sizeof(int), what)};
     for (int i = 0; i < U; i++) p->units[i].owners = pool + (size_t)i * (size_t)k;
     if (random) {
         sdp_rng r = sdp_rng_make(p->cfg.seed, 0x5d9);
@@ -273,16 +272,15 @@ static int compare_owner_keys(const void *pa, const void *pb) {
 static void build_owner_groups(sdp_plan *p) {
     const int U = p->nunits, k = p->cfg.owners;
     if (U == 0) return;
-    owner_key *keys = malloc((size_t)U * sizeof *keys);
-    SDP_CHECK(keys, "out of memory building the SDP plan");
+    owner_key *keys = sdp_xmalloc((size_t)U * sizeof *keys, "the SDP plan's owner sets");
     for (int i = 0; i < U; i++) keys[i] = (owner_key){p->units[i].owners, k, i};
     qsort(keys, (size_t)U, sizeof *keys, compare_owner_keys);
     int ngroups = 0;
     for (int i = 0; i < U; i++)
         ngroups += i == 0 || memcmp(keys[i].owners, keys[i - 1].owners, (size_t)k * sizeof(int));
-    p->groups = calloc((size_t)ngroups, sizeof *p->groups);
-    int *pool = malloc((size_t)ngroups * (size_t)k * sizeof *pool); /* all member lists */
-    SDP_CHECK(p->groups && pool, "out of memory building the SDP plan");
+    p->groups = sdp_xcalloc((size_t)ngroups, sizeof *p->groups, "the SDP plan's owner groups");
+    int *pool = sdp_xmalloc((size_t)ngroups * (size_t)k * sizeof *pool,
+                            "the SDP plan's owner groups"); /* all member lists */
     for (int i = 0; i < U; i++) {
         if (i == 0 || memcmp(keys[i].owners, keys[i - 1].owners, (size_t)k * sizeof(int))) {
             sdp_owner_group *g = &p->groups[p->ngroups++];
@@ -309,8 +307,8 @@ static int by_elems_descending(const void *pa, const void *pb) {
 }
 
 static void count_group_elems(sdp_plan *p, const sdp_layout *full) {
-    size_t *unit_elems = calloc((size_t)p->nunits + 1, sizeof *unit_elems);
-    SDP_CHECK(unit_elems, "out of memory building the SDP plan");
+    size_t *unit_elems =
+        sdp_xcalloc((size_t)p->nunits + 1, sizeof *unit_elems, "sizing the SDP plan's groups");
     sdp_plan_unit_elems(p, full, false, unit_elems, NULL);
     for (int u = 0; u < p->nunits; u++) p->groups[p->units[u].owner_group].elems += unit_elems[u];
     free(unit_elems);
@@ -429,8 +427,8 @@ static bool pull_chain(balancer *b, int idlest, size_t top) {
  * two groups and others none, so the busiest sent as much as under data parallelism. */
 static void greedy_publishers(balancer *b) {
     sdp_plan *p = b->p;
-    sized_group *order = malloc(sizeof *order * (size_t)(p->ngroups + 1));
-    SDP_CHECK(order, "out of memory building the SDP plan");
+    sized_group *order =
+        sdp_xmalloc(sizeof *order * (size_t)(p->ngroups + 1), "choosing the SDP plan's publishers");
     int n = 0;
     for (int g = 0; g < p->ngroups; g++) {
         sdp_owner_group *og = &p->groups[g];
@@ -457,14 +455,13 @@ static void greedy_publishers(balancer *b) {
  * load or lowers the number carrying that, so the loop ends. */
 static void choose_publishers(sdp_plan *p) {
     const int N = p->cfg.world;
+    const char *what = "choosing the SDP plan's publishers";
     balancer b = {p,
-                  calloc((size_t)N, sizeof(size_t)),
-                  malloc((size_t)N * sizeof(int)),
-                  malloc((size_t)N * sizeof(int)),
-                  malloc((size_t)N * sizeof(size_t)),
-                  malloc((size_t)N * sizeof(int))};
-    SDP_CHECK(b.load && b.via && b.toward && b.carried && b.queue,
-              "out of memory building the SDP plan");
+                  sdp_xcalloc((size_t)N, sizeof(size_t), what),
+                  sdp_xmalloc((size_t)N * sizeof(int), what),
+                  sdp_xmalloc((size_t)N * sizeof(int), what),
+                  sdp_xmalloc((size_t)N * sizeof(size_t), what),
+                  sdp_xmalloc((size_t)N * sizeof(int), what)};
     greedy_publishers(&b);
     for (;;) {
         int busiest = 0, idlest = 0;
@@ -594,10 +591,10 @@ int sdp_plan_shared_unit(const sdp_plan *p, const sdp_layout *full, int i) {
 void sdp_plan_unit_elems(const sdp_plan *p, const sdp_layout *full, bool trained_only,
                          size_t *unit_elems, size_t *shared) {
     const size_t nb = (size_t)full->nblocks + 1;
-    size_t *per_atom = calloc(nb * SDP_MAX_GROUPS, sizeof(size_t));
-    size_t *all = calloc(nb, sizeof(size_t)); /* per block: every tensor */
-    size_t *stem = calloc((size_t)p->nunits + 1, sizeof(size_t));
-    SDP_CHECK(per_atom && all && stem, "out of memory sizing the SDP plan's units");
+    const char *what = "sizing the SDP plan's units";
+    size_t *per_atom = sdp_xcalloc(nb * SDP_MAX_GROUPS, sizeof(size_t), what);
+    size_t *all = sdp_xcalloc(nb, sizeof(size_t), what); /* per block: every tensor */
+    size_t *stem = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
     size_t total = 0;
     for (int i = 0; i < full->nparams; i++) {
         const sdp_param *t = &full->params[i];
@@ -634,8 +631,7 @@ double sdp_plan_coverage(const sdp_plan *p) {
 }
 
 int *sdp_plan_units_per_worker(const sdp_plan *p) {
-    int *count = calloc((size_t)p->cfg.world, sizeof *count);
-    SDP_CHECK(count, "out of memory counting the SDP plan's units");
+    int *count = sdp_xcalloc((size_t)p->cfg.world, sizeof *count, "counting the SDP plan's units");
     for (int u = 0; u < p->nunits; u++)
         for (int j = 0; j < p->cfg.owners; j++) count[p->units[u].owners[j]]++;
     return count;

@@ -7,10 +7,9 @@
 
 static void spec_alloc(sdp_subnet_spec *s, int nblocks) {
     s->nblocks = nblocks;
-    s->keep = calloc((size_t)nblocks + 1, sizeof *s->keep);
-    s->kept = calloc((size_t)nblocks + 1, sizeof *s->kept);
-    s->scale = calloc((size_t)nblocks + 1, sizeof *s->scale);
-    SDP_CHECK(s->keep && s->kept && s->scale, "out of memory");
+    s->keep = sdp_xcalloc((size_t)nblocks + 1, sizeof *s->keep, "a subnet's blocks");
+    s->kept = sdp_xcalloc((size_t)nblocks + 1, sizeof *s->kept, "a subnet's blocks");
+    s->scale = sdp_xcalloc((size_t)nblocks + 1, sizeof *s->scale, "a subnet's blocks");
 }
 
 void sdp_subnet_spec_full(sdp_subnet_spec *s, const sdp_layout *full) {
@@ -76,8 +75,7 @@ static void push(run_list *l, size_t local, size_t global, size_t len, int unit,
     if (len == 0) return;
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 256;
-        l->runs = realloc(l->runs, (size_t)l->cap * sizeof *l->runs);
-        SDP_CHECK(l->runs, "out of memory");
+        l->runs = sdp_xrealloc(l->runs, (size_t)l->cap * sizeof *l->runs, "a subnet map's runs");
     }
     l->runs[l->n++] = (sdp_run){local, global, len, unit, param, buffer};
 }
@@ -98,10 +96,10 @@ typedef struct {
 
 static kept_chunks kept_of(const sdp_plan *p, int block, int group, int width, int rank,
                            bool compact) {
-    kept_chunks k = {0, malloc(sizeof(int) * (size_t)(width + 1)),
-                     malloc(sizeof(int) * (size_t)(width + 1)),
-                     malloc(sizeof(int) * (size_t)(width + 1))};
-    SDP_CHECK(k.atom && k.len && k.unit, "out of memory");
+    const size_t bytes = sizeof(int) * (size_t)(width + 1);
+    kept_chunks k = {0, sdp_xmalloc(bytes, "a group's kept chunks"),
+                     sdp_xmalloc(bytes, "a group's kept chunks"),
+                     sdp_xmalloc(bytes, "a group's kept chunks")};
     for (int a = 0; a < width; a++) {
         int u = sdp_plan_unit_of(p, block, group, a);
         if (compact && u >= 0 && !sdp_plan_owns(p, u, rank)) continue;

@@ -39,8 +39,7 @@ static int by_global(const void *a, const void *b) {
 
 /* Sorts run indices by their global offset: the order every owner agrees on. */
 static void sort_by_global(const sdp_subnet_map *map, int *runs, int n) {
-    keyed_run *k = malloc(sizeof *k * (size_t)(n + 1));
-    SDP_CHECK(k, "out of memory");
+    keyed_run *k = sdp_xmalloc(sizeof *k * (size_t)(n + 1), "sorting a bucket's runs");
     for (int i = 0; i < n; i++) k[i] = (keyed_run){map->runs[runs[i]].global, runs[i]};
     qsort(k, (size_t)n, sizeof *k, by_global);
     for (int i = 0; i < n; i++) runs[i] = k[i].run;
@@ -69,8 +68,7 @@ static void add_bucket(sdp_sync *s, int group, MPI_Comm comm, int nmembers, cons
     b->group = group;
     b->comm = comm;
     b->nmembers = nmembers;
-    b->runs = malloc(sizeof(int) * (size_t)(s->map->nruns + 1));
-    SDP_CHECK(b->runs, "out of memory");
+    b->runs = sdp_xmalloc(sizeof(int) * (size_t)(s->map->nruns + 1), "a bucket's runs");
     for (int i = 0; i < s->map->nruns; i++) {
         const sdp_run *r = run_at(s, i);
         if (trained(s, r) && group_of_run(s, r) == group) {
@@ -80,8 +78,7 @@ static void add_bucket(sdp_sync *s, int group, MPI_Comm comm, int nmembers, cons
     }
     sort_by_global(s->map, b->runs, b->nruns);
     b->ready_after = bucket_ready_after(s, b, layer_of);
-    b->reqs = malloc(sizeof(MPI_Request) * (b->count / MAX_PIECE + 2));
-    SDP_CHECK(b->reqs, "out of memory");
+    b->reqs = sdp_xmalloc(sizeof(MPI_Request) * (b->count / MAX_PIECE + 2), "a bucket's requests");
 }
 
 /* Compact gradients and optimizer state are laid out bucket after bucket. */
@@ -120,9 +117,8 @@ static void sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *m
     s->rank = rank;
     s->world = world;
     s->mem = mem;
-    s->grad_index = calloc((size_t)map->nruns + 1, sizeof(size_t));
-    s->buckets = calloc((size_t)plan->ngroups + 1, sizeof *s->buckets);
-    SDP_CHECK(s->grad_index && s->buckets, "out of memory");
+    s->grad_index = sdp_xcalloc((size_t)map->nruns + 1, sizeof(size_t), "the gradients' index");
+    s->buckets = sdp_xcalloc((size_t)plan->ngroups + 1, sizeof *s->buckets, "the sync's buckets");
     MPI_Comm world_comm = MPI_COMM_NULL;
     if (!simulate) MPI_Comm_dup(MPI_COMM_WORLD, &world_comm);
     add_bucket(s, -1, world_comm, world, layer_of_param);
@@ -175,8 +171,7 @@ void sdp_sync_free(sdp_sync *s) {
 
 int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool decay_all,
                       sdp_opt_segment **segs) {
-    *segs = malloc(sizeof **segs * (size_t)(s->map->nruns + 1));
-    SDP_CHECK(*segs, "out of memory");
+    *segs = sdp_xmalloc(sizeof **segs * (size_t)(s->map->nruns + 1), "the optimizer's segments");
     int n = 0;
     for (int i = 0; i < s->map->nruns; i++) {
         const sdp_run *r = run_at(s, i);
@@ -199,11 +194,11 @@ int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool decay_all
 
 static void slices_alloc(sdp_grad_slices *s, int cap, int axis) {
     s->axis = axis;
-    s->start = malloc(sizeof(long) * (size_t)(cap + 1));
-    s->len = malloc(sizeof(long) * (size_t)(cap + 1));
-    s->dst = malloc(sizeof(long) * (size_t)(cap + 1));
-    s->ld = malloc(sizeof(long) * (size_t)(cap + 1));
-    SDP_CHECK(s->start && s->len && s->dst && s->ld, "out of memory");
+    const size_t bytes = sizeof(long) * (size_t)(cap + 1);
+    s->start = sdp_xmalloc(bytes, "a tensor's gradient slices");
+    s->len = sdp_xmalloc(bytes, "a tensor's gradient slices");
+    s->dst = sdp_xmalloc(bytes, "a tensor's gradient slices");
+    s->ld = sdp_xmalloc(bytes, "a tensor's gradient slices");
 }
 
 /* The owned slices of partly owned tensor pi. Along axis 0 each owned run is a block of rows;
@@ -243,12 +238,13 @@ static void slices_of(const sdp_sync *s, const sdp_param *lp, int pi, sdp_grad_s
 void sdp_sync_grad_layout(const sdp_sync *s, const sdp_layout *local, long **grad_offset,
                           sdp_grad_slices **slices) {
     const int np = local->nparams;
-    long *off = malloc(sizeof(long) * (size_t)(np + 1));
-    int *owned = calloc((size_t)np + 1, sizeof(int)), *total = calloc((size_t)np + 1, sizeof(int));
-    bool *scattered = calloc((size_t)np + 1, sizeof(bool));
-    size_t *next = calloc((size_t)np + 1, sizeof(size_t));
-    sdp_grad_slices *sl = calloc((size_t)np + 1, sizeof *sl);
-    SDP_CHECK(off && owned && total && scattered && next && sl, "out of memory");
+    const char *what = "the gradients' layout";
+    long *off = sdp_xmalloc(sizeof(long) * (size_t)(np + 1), what);
+    int *owned = sdp_xcalloc((size_t)np + 1, sizeof(int), what),
+        *total = sdp_xcalloc((size_t)np + 1, sizeof(int), what);
+    bool *scattered = sdp_xcalloc((size_t)np + 1, sizeof(bool), what);
+    size_t *next = sdp_xcalloc((size_t)np + 1, sizeof(size_t), what);
+    sdp_grad_slices *sl = sdp_xcalloc((size_t)np + 1, sizeof *sl, what);
     for (int i = 0; i < np; i++) off[i] = -1;
     for (int i = 0; i < s->map->nruns; i++) {
         const sdp_run *r = run_at(s, i);
@@ -441,8 +437,7 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
         local += sumsq(s, grads + bk->start, bk->count) / bk->nmembers;
     }
     /* Gather and add in rank order so every rank computes the bitwise same norm. */
-    double *all = malloc(sizeof(double) * (size_t)s->world);
-    SDP_CHECK(all, "out of memory");
+    double *all = sdp_xmalloc(sizeof(double) * (size_t)s->world, "every rank's gradient norm");
     MPI_Allgather(&local, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, MPI_COMM_WORLD);
     double total = 0;
     for (int r = 0; r < s->world; r++) total += all[r];
@@ -454,8 +449,7 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
 
 /* Runs of one plan group present in this worker's map, in global order (malloc'd). */
 static int *runs_of_group(const sdp_sync *s, int group, int *n) {
-    int *runs = malloc(sizeof(int) * (size_t)(s->map->nruns + 1));
-    SDP_CHECK(runs, "out of memory");
+    int *runs = sdp_xmalloc(sizeof(int) * (size_t)(s->map->nruns + 1), "a group's runs");
     *n = 0;
     for (int i = 0; i < s->map->nruns; i++) {
         int u = s->map->runs[i].unit;
@@ -725,8 +719,7 @@ static void publish_buffers(sdp_sync *s, float *params) {
         int n;
         int *runs = runs_of_group(s, g, &n);
         const size_t count = pack_buffers(s, runs, n, params, NULL, true);
-        float *pack = malloc(sizeof(float) * (count + 1));
-        SDP_CHECK(pack, "out of memory publishing running statistics");
+        float *pack = sdp_xmalloc(sizeof(float) * (count + 1), "publishing running statistics");
         const bool root = s->rank == og->publisher, member = is_member(og, s->rank);
         if (root) pack_buffers(s, runs, n, params, pack, true);
         for (size_t off = 0; off < count; off += MAX_PIECE) {
@@ -742,8 +735,7 @@ static void publish_buffers(sdp_sync *s, float *params) {
 }
 
 void sdp_sync_average_buffers(sdp_sync *s, float *params) {
-    int *runs = malloc(sizeof(int) * (size_t)(s->map->nruns + 1));
-    SDP_CHECK(runs, "out of memory");
+    int *runs = sdp_xmalloc(sizeof(int) * (size_t)(s->map->nruns + 1), "a bucket's buffers");
     for (int b = 0; b < s->nbuckets; b++) {
         const sdp_bucket *bk = &s->buckets[b];
         int n = 0;
@@ -758,8 +750,7 @@ void sdp_sync_average_buffers(sdp_sync *s, float *params) {
         }
         if (bk->nmembers == 1 || count == 0) continue;
         sort_by_global(s->map, runs, n);
-        float *pack = malloc(sizeof(float) * count);
-        SDP_CHECK(pack, "out of memory averaging running statistics");
+        float *pack = sdp_xmalloc(sizeof(float) * count, "averaging running statistics");
         for (size_t at = 0, j = 0; j < (size_t)n; at += run_at(s, runs[j])->len, j++)
             memcpy(pack + at, params + run_at(s, runs[j])->local,
                    run_at(s, runs[j])->len * sizeof(float));

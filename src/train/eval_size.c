@@ -20,9 +20,10 @@ size_t eval_recal_floats(const sdp_layout *full) {
 /* Keeps block g whole, and the blocks no subnetwork drops (a ResNet's downsampling ones). */
 sdp_subnet_spec eval_block_spec(const sdp_layout *full, int g) {
     const int n = full->nblocks;
-    sdp_subnet_spec spec = {n, calloc((size_t)n, sizeof(bool)),
-                            calloc((size_t)n, sizeof *spec.kept), calloc((size_t)n, sizeof(float))};
-    SDP_CHECK(spec.keep && spec.kept && spec.scale, "out of memory");
+    const char *what = "a one-block subnet";
+    sdp_subnet_spec spec = {n, sdp_xcalloc((size_t)n, sizeof(bool), what),
+                            sdp_xcalloc((size_t)n, sizeof *spec.kept, what),
+                            sdp_xcalloc((size_t)n, sizeof(float), what)};
     for (int b = 0; b < n; b++) {
         spec.keep[b] = b == g || !full->blocks[b].droppable;
         spec.scale[b] = 1.0f;
@@ -42,8 +43,8 @@ void eval_block_spec_free(sdp_subnet_spec *spec) {
  * what evaluation adds to a worker, and the blocks are re-sent once per chunk. */
 static int chunk_batches(const sdp_layout *full, size_t floats) {
     size_t largest = 0;
-    size_t *n = calloc((size_t)full->nblocks + 1, sizeof *n); /* one pass: thousands of layers */
-    SDP_CHECK(n, "out of memory");
+    /* one pass: thousands of layers */
+    size_t *n = sdp_xcalloc((size_t)full->nblocks + 1, sizeof *n, "the blocks' sizes");
     for (int i = 0; i < full->nparams; i++)
         if (full->params[i].block >= 0) n[full->params[i].block] += full->params[i].numel;
     for (int b = 0; b < full->nblocks; b++)
@@ -87,15 +88,14 @@ typedef struct {
 
 static block_index index_blocks(const sdp_layout *full) {
     const int nb = full->nblocks;
-    block_index x = {calloc((size_t)nb + 2, sizeof(int)),
-                     malloc(sizeof(int) * ((size_t)full->nparams + 1)),
-                     malloc(sizeof(int) * ((size_t)nb + 1))};
-    SDP_CHECK(x.start && x.param && x.before, "out of memory");
+    const char *what = "indexing the blocks' tensors";
+    block_index x = {sdp_xcalloc((size_t)nb + 2, sizeof(int), what),
+                     sdp_xmalloc(sizeof(int) * ((size_t)full->nparams + 1), what),
+                     sdp_xmalloc(sizeof(int) * ((size_t)nb + 1), what)};
     for (int i = 0; i < full->nparams; i++)
         if (full->params[i].block >= 0) x.start[full->params[i].block + 1]++;
     for (int g = 0; g < nb; g++) x.start[g + 1] += x.start[g];
-    int *fill = calloc((size_t)nb + 1, sizeof(int));
-    SDP_CHECK(fill, "out of memory");
+    int *fill = sdp_xcalloc((size_t)nb + 1, sizeof(int), what);
     for (int i = 0; i < full->nparams; i++) {
         const int g = full->params[i].block;
         if (g >= 0) x.param[x.start[g] + fill[g]++] = i;
@@ -135,8 +135,8 @@ static bool alike(const sdp_layout *full, const block_index *x, bool by_position
 
 int eval_block_kinds(const sdp_layout *full, bool by_position, int *kinds) {
     block_index x = index_blocks(full);
-    int *reps = malloc(sizeof(int) * ((size_t)full->nblocks + 1)), nkinds = 0;
-    SDP_CHECK(reps, "out of memory");
+    int *reps = sdp_xmalloc(sizeof(int) * ((size_t)full->nblocks + 1), "the kinds of blocks"),
+        nkinds = 0;
     for (int g = 0; g < full->nblocks; g++) {
         kinds[g] = g;
         for (int k = 0; k < nkinds && kinds[g] == g; k++)
@@ -153,8 +153,7 @@ eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *
     eval_pass_size z = {.rows = training ? B : eval_rows(B)};
     /* One model per kind of block: building every block's made planning a model of thousands of
      * layers quadratic in them (tests/test_plan_fast.c checks the sizes against every block's). */
-    int *kinds = malloc(sizeof(int) * ((size_t)full->nblocks + 1));
-    SDP_CHECK(kinds, "out of memory");
+    int *kinds = sdp_xmalloc(sizeof(int) * ((size_t)full->nblocks + 1), "the kinds of blocks");
     eval_block_kinds(full, true, kinds);
     for (int g = 0; g < full->nblocks; g++) {
         if (kinds[g] != g) continue;

@@ -65,8 +65,7 @@ typedef struct {
 static void add_window(windows *ws, size_t lo, size_t hi, bool state_compact, int kind) {
     if (ws->n == ws->cap) {
         ws->cap = ws->cap ? 2 * ws->cap : 64;
-        ws->w = realloc(ws->w, sizeof *ws->w * (size_t)ws->cap);
-        SDP_CHECK(ws->w, "out of memory");
+        ws->w = sdp_xrealloc(ws->w, sizeof *ws->w * (size_t)ws->cap, "the gathers' windows");
     }
     ws->w[ws->n++] = (window){lo, hi, state_compact, kind};
 }
@@ -106,8 +105,8 @@ static windows gathers_of(const io_memplan_run *run) {
     if (run->state_buffers > 0) add_range(&ws, 0, numel, W, true, WIN_STATE);
     if (streams(run)) {
         const size_t nb = (size_t)run->full->nblocks + 1;
-        size_t *lo = malloc(nb * sizeof *lo), *hi = malloc(nb * sizeof *hi);
-        SDP_CHECK(lo && hi, "out of memory");
+        size_t *lo = sdp_xmalloc(nb * sizeof *lo, "the blocks' ranges"),
+               *hi = sdp_xmalloc(nb * sizeof *hi, "the blocks' ranges");
         block_ranges(run->full, lo, hi);
         for (int g = 0; g < run->full->nblocks; g++)
             if (lo[g] < hi[g]) add_range(&ws, lo[g], hi[g], W, false, WIN_BLOCK);
@@ -132,11 +131,11 @@ static int by_global(const void *a, const void *b) {
 
 static sent_runs sent_runs_of(const sdp_plan *p, const sdp_subnet_map *map, int rank,
                               bool state_compact) {
-    sdp_run *sorted = malloc(sizeof *sorted * ((size_t)map->nruns + 1));
-    sent_runs s = {malloc(sizeof(size_t) * ((size_t)map->nruns + 1)),
-                   malloc(sizeof(size_t) * ((size_t)map->nruns + 1)),
-                   malloc(sizeof(size_t) * ((size_t)map->nruns + 2)), 0};
-    SDP_CHECK(sorted && s.start && s.end && s.before, "out of memory");
+    const char *what = "the runs a rank sends";
+    sdp_run *sorted = sdp_xmalloc(sizeof *sorted * ((size_t)map->nruns + 1), what);
+    sent_runs s = {sdp_xmalloc(sizeof(size_t) * ((size_t)map->nruns + 1), what),
+                   sdp_xmalloc(sizeof(size_t) * ((size_t)map->nruns + 1), what),
+                   sdp_xmalloc(sizeof(size_t) * ((size_t)map->nruns + 2), what), 0};
     int n = 0;
     for (int i = 0; i < map->nruns; i++)
         if (map->runs[i].len > 0 && sdp_sync_provides(p, &map->runs[i], rank, state_compact))
@@ -204,12 +203,12 @@ static double pack_bytes(int pieces, size_t values) {
  * model and subnet map, as the trainer builds them: the reference gather_peaks equals. */
 static double *gather_peaks_reference(const io_memplan_run *run, const windows *ws) {
     const int world = run->plan->cfg.world;
-    double *peak = calloc((size_t)world * NKINDS, sizeof(double));
-    int *np0 = calloc((size_t)ws->n + 1, sizeof(int)),
-        *np_all = calloc((size_t)ws->n + 1, sizeof(int));
-    size_t *nv0 = calloc((size_t)ws->n + 1, sizeof(size_t)),
-           *nv_all = calloc((size_t)ws->n + 1, sizeof(size_t));
-    SDP_CHECK(peak && np0 && np_all && nv0 && nv_all, "out of memory");
+    const char *what = "predicting the checkpoint's gathers";
+    double *peak = sdp_xcalloc((size_t)world * NKINDS, sizeof(double), what);
+    int *np0 = sdp_xcalloc((size_t)ws->n + 1, sizeof(int), what),
+        *np_all = sdp_xcalloc((size_t)ws->n + 1, sizeof(int), what);
+    size_t *nv0 = sdp_xcalloc((size_t)ws->n + 1, sizeof(size_t), what),
+           *nv_all = sdp_xcalloc((size_t)ws->n + 1, sizeof(size_t), what);
     for (int r = 0; r < world; r++) {
         sdp_mem dry = {.dry = true};
         sdp_model_config counted = *run->cfg;
@@ -387,9 +386,8 @@ static int by_lo(const void *a, const void *b) {
  * range (no model does any of these; gather_peaks then takes the reference's way). */
 static int *sweep_order(const sdp_layout *full, const block_span *spans, int nspans) {
     const int n = full->nparams;
-    placed *sorted = malloc(sizeof *sorted * ((size_t)n + 1));
-    int *order = malloc(sizeof(int) * ((size_t)n + 1));
-    SDP_CHECK(sorted && order, "out of memory");
+    placed *sorted = sdp_xmalloc(sizeof *sorted * ((size_t)n + 1), "ordering the tensors");
+    int *order = sdp_xmalloc(sizeof(int) * ((size_t)n + 1), "ordering the tensors");
     for (int i = 0; i < n; i++) sorted[i] = (placed){full->params[i].offset, i};
     qsort(sorted, (size_t)n, sizeof *sorted, by_offset);
     for (int j = 0; j < n; j++) order[j] = sorted[j].i;
@@ -418,11 +416,10 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     const sdp_plan *p = run->plan;
     const int world = p->cfg.world;
     run_sweep s = {.world = world, .W = ckpt_window_floats(full->numel)};
-    s.spans = malloc(sizeof *s.spans * ((size_t)full->nblocks + 1));
-    SDP_CHECK(s.spans, "out of memory");
-    size_t *lo = malloc(sizeof *lo * ((size_t)full->nblocks + 1)),
-           *hi = malloc(sizeof *hi * ((size_t)full->nblocks + 1));
-    SDP_CHECK(lo && hi, "out of memory");
+    const char *what = "predicting the checkpoint's gathers";
+    s.spans = sdp_xmalloc(sizeof *s.spans * ((size_t)full->nblocks + 1), what);
+    size_t *lo = sdp_xmalloc(sizeof *lo * ((size_t)full->nblocks + 1), what),
+           *hi = sdp_xmalloc(sizeof *hi * ((size_t)full->nblocks + 1), what);
     block_ranges(full, lo, hi);
     for (int g = 0; g < full->nblocks; g++)
         if (lo[g] < hi[g]) s.spans[s.nspans++] = (block_span){lo[g], hi[g], 0};
@@ -450,13 +447,12 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
         nwin += s.nwin[k];
     }
     SDP_ASSERT(nwin == ws->n); /* the same windows as gathers_of's */
-    s.rw = malloc(sizeof *s.rw * (size_t)world * NKINDS);
-    s.np_all = calloc((size_t)nwin + 1, sizeof(int));
-    s.np0 = calloc((size_t)nwin + 1, sizeof(int));
-    s.nv_all = calloc((size_t)nwin + 1, sizeof(size_t));
-    s.nv0 = calloc((size_t)nwin + 1, sizeof(size_t));
-    double *peak = calloc((size_t)world * NKINDS, sizeof(double));
-    SDP_CHECK(s.rw && s.np_all && s.np0 && s.nv_all && s.nv0 && peak, "out of memory");
+    s.rw = sdp_xmalloc(sizeof *s.rw * (size_t)world * NKINDS, what);
+    s.np_all = sdp_xcalloc((size_t)nwin + 1, sizeof(int), what);
+    s.np0 = sdp_xcalloc((size_t)nwin + 1, sizeof(int), what);
+    s.nv_all = sdp_xcalloc((size_t)nwin + 1, sizeof(size_t), what);
+    s.nv0 = sdp_xcalloc((size_t)nwin + 1, sizeof(size_t), what);
+    double *peak = sdp_xcalloc((size_t)world * NKINDS, sizeof(double), what);
     for (size_t i = 0; i < (size_t)world * NKINDS; i++) s.rw[i] = (rank_window){.cur = -1};
     for (int j = 0; j < full->nparams; j++) sweep_param(&s, p, full, order[j]);
     for (int r = 0; r < world; r++)
@@ -535,12 +531,11 @@ void io_memplan_predict(const io_memplan_run *run, double *out) {
     double *gather = gather_peaks(run, &ws);
     size_t *nlocal = NULL, *owned = NULL;
     if (run->on_device) {
-        worker_count *c = malloc(sizeof *c * (size_t)world);
-        nlocal = malloc(sizeof *nlocal * (size_t)world);
-        owned = malloc(sizeof *owned * (size_t)world);
-        SDP_CHECK(c && nlocal && owned, "out of memory");
-        sdp_worker_plan *w = malloc(sizeof *w * (size_t)world);
-        SDP_CHECK(w, "out of memory");
+        const char *what = "the workers' model sizes";
+        worker_count *c = sdp_xmalloc(sizeof *c * (size_t)world, what);
+        nlocal = sdp_xmalloc(sizeof *nlocal * (size_t)world, what);
+        owned = sdp_xmalloc(sizeof *owned * (size_t)world, what);
+        sdp_worker_plan *w = sdp_xmalloc(sizeof *w * (size_t)world, what);
         worker_count_all(run->cfg, run->plan, run->full, run->B, run->T, worker_count_cpu,
                          &run->gemm, c);
         sdp_memplan_workers(run->plan, run->full, w);
@@ -558,9 +553,8 @@ void io_memplan_predict_reference(const io_memplan_run *run, double *out) {
     const int world = run->plan->cfg.world;
     windows ws = gathers_of(run);
     double *gather = gather_peaks_reference(run, &ws);
-    size_t *nlocal = malloc(sizeof *nlocal * ((size_t)world + 1)),
-           *owned = malloc(sizeof *owned * ((size_t)world + 1));
-    SDP_CHECK(nlocal && owned, "out of memory");
+    size_t *nlocal = sdp_xmalloc(sizeof *nlocal * ((size_t)world + 1), "the workers' model sizes"),
+           *owned = sdp_xmalloc(sizeof *owned * ((size_t)world + 1), "the workers' model sizes");
     for (int r = 0; r < world; r++) local_sizes(run, r, &nlocal[r], &owned[r]);
     assemble(run, &ws, gather, nlocal, owned, out);
     free(nlocal), free(owned);

@@ -158,8 +158,7 @@ void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const 
     opts_set_defaults(specs, opts);
     int n = 0;
     while (specs[n].name) n++;
-    struct option *lo = calloc((size_t)n + 2, sizeof *lo);
-    SDP_CHECK(lo, "out of memory");
+    struct option *lo = sdp_xcalloc((size_t)n + 2, sizeof *lo, "the command line's options");
     for (int i = 0; i < n; i++)
         lo[i] = (struct option){specs[i].name,
                                 specs[i].type == OPT_FLAG ? no_argument : required_argument, NULL,

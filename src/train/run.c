@@ -25,8 +25,7 @@ char *run_read_text(const char *path) {
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
     SDP_CHECK(n >= 0, "cannot read %s", path);
-    char *s = malloc((size_t)n + 1);
-    SDP_CHECK(s, "out of memory");
+    char *s = sdp_xmalloc((size_t)n + 1, "reading a run's file");
     SDP_CHECK(fread(s, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
     s[n] = 0;
     fclose(f);

@@ -82,8 +82,8 @@ static void describe_workers(char *buf, size_t len, const int *w, int n) {
 void run_plan_check_owners(const sdp_plan *p) {
     if (p->cfg.mask == SDP_MASK_NONE) return;
     const int N = p->cfg.world, k = p->cfg.owners;
-    int *units = sdp_plan_units_per_worker(p), *idle = malloc((size_t)N * sizeof *idle);
-    SDP_CHECK(idle, "out of memory checking the SDP plan");
+    int *units = sdp_plan_units_per_worker(p),
+        *idle = sdp_xmalloc((size_t)N * sizeof *idle, "checking the SDP plan");
     int nidle = 0;
     for (int w = 0; w < N; w++)
         if (units[w] == 0) idle[nidle++] = w;

@@ -39,8 +39,8 @@ static void check_same_config(const trainer *t) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *p = json; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
     free(json);
-    uint64_t *all = malloc(sizeof(uint64_t) * (size_t)t->world.size);
-    SDP_CHECK(all, "out of memory");
+    uint64_t *all =
+        sdp_xmalloc(sizeof(uint64_t) * (size_t)t->world.size, "every rank's configuration");
     MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     for (int r = 0; r < t->world.size; r++)
         SDP_CHECK_ALL(all[r] == all[0],
@@ -80,8 +80,8 @@ static void build_worker(trainer *t) {
     float *init = host_copy(t, t->model.params, nlocal);
     sdp_subnet_init_values(&t->map, &t->full, t->model.layout, init, (uint64_t)t->o.seed);
     host_copy_done(t, init, t->model.params, nlocal, true);
-    int *layer_of = malloc(sizeof(int) * (size_t)(t->model.layout->nparams + 1));
-    SDP_CHECK(layer_of, "out of memory");
+    int *layer_of =
+        sdp_xmalloc(sizeof(int) * (size_t)(t->model.layout->nparams + 1), "the tensors' layers");
     for (int i = 0; i < t->model.layout->nparams; i++)
         layer_of[i] = t->model.layout->params[i].block;
     if (simulating(t))

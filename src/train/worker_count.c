@@ -79,11 +79,11 @@ void worker_count_all(const sdp_model_config *cfg, const sdp_plan *p, const sdp_
     const size_t per_block = SDP_MAX_GROUPS + 2;
     /* Open addressing over twice as many slots as workers: each slot indexes `seen`. */
     const size_t nslots = 2 * (size_t)N + 1;
-    int *slot = malloc(nslots * sizeof *slot);
-    seen_shape *seen = malloc((size_t)N * sizeof *seen);
-    int *kinds = malloc(sizeof(int) * ((size_t)full->nblocks + 1));
-    int *key = malloc(sizeof(int) * ((size_t)full->nblocks * per_block + 1));
-    SDP_CHECK(slot && seen && kinds && key, "out of memory counting %d workers' models", N);
+    const char *what = "counting the workers' models";
+    int *slot = sdp_xmalloc(nslots * sizeof *slot, what);
+    seen_shape *seen = sdp_xmalloc((size_t)N * sizeof *seen, what);
+    int *kinds = sdp_xmalloc(sizeof(int) * ((size_t)full->nblocks + 1), what);
+    int *key = sdp_xmalloc(sizeof(int) * ((size_t)full->nblocks * per_block + 1), what);
     eval_block_kinds(full, false, kinds);
     for (size_t i = 0; i < nslots; i++) slot[i] = -1;
     int nseen = 0;
@@ -98,8 +98,7 @@ void worker_count_all(const sdp_model_config *cfg, const sdp_plan *p, const sdp_
             i = (i + 1) % nslots;
         if (slot[i] < 0) {
             seen_shape *sh = &seen[nseen];
-            sh->key = malloc(sizeof(int) * (n + 1));
-            SDP_CHECK(sh->key, "out of memory counting %d workers' models", N);
+            sh->key = sdp_xmalloc(sizeof(int) * (n + 1), what);
             memcpy(sh->key, key, n * sizeof *key);
             sh->n = n, sh->hash = h;
             sh->count = count_spec(cfg, &spec, B, T, make, ctx);

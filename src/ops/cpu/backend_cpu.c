@@ -70,8 +70,7 @@ static void cpu_allreduce_wait(const sdp_backend *be) {
 
 sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem) {
     SDP_ASSERT(mem);
-    cpu_backend *cb = calloc(1, sizeof *cb);
-    SDP_CHECK(cb, "out of memory creating the CPU backend");
+    cpu_backend *cb = sdp_xcalloc(1, sizeof *cb, "the CPU backend");
     cb->gemm = gemm;
     cb->table = (sdp_backend){
         .name = "cpu",

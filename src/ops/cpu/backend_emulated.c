@@ -28,8 +28,7 @@ static void emulated_destroy(sdp_backend *be) {
 
 static void *mpi_comm_open(const sdp_backend *be, MPI_Comm comm) {
     (void)be;
-    MPI_Comm *dc = malloc(sizeof *dc);
-    SDP_CHECK(dc, "out of memory");
+    MPI_Comm *dc = sdp_xmalloc(sizeof *dc, "a communicator");
     MPI_Comm_dup(comm, dc);
     return dc;
 }
@@ -61,8 +60,7 @@ static void nothing_to_wait_for(const sdp_backend *be) {
 }
 
 sdp_backend *sdp_backend_emulated(sdp_gemm_provider gemm, bool shared) {
-    emulated *e = calloc(1, sizeof *e);
-    SDP_CHECK(e, "out of memory creating the emulated device");
+    emulated *e = sdp_xcalloc(1, sizeof *e, "the emulated device");
     e->cpu = sdp_backend_cpu(gemm, &e->mem);
     e->table = *e->cpu; /* its kernels read only be->ctx and be->mem, which the copy keeps */
     e->table.name = "emulated";

@@ -38,8 +38,7 @@ bool sdp_conv_algo_parse(const char *s, sdp_conv_algo *out) {
  * im2col implementation's). */
 static void *conv_plan_create(const sdp_backend *be, const sdp_conv_shape *shape,
                               sdp_conv_algo algo) {
-    cpu_conv_plan *plan = malloc(sizeof *plan);
-    SDP_CHECK(plan, "out of memory creating a convolution plan");
+    cpu_conv_plan *plan = sdp_xmalloc(sizeof *plan, "a convolution plan");
     *plan = (cpu_conv_plan){
         .shape = *shape,
         .OH = (shape->H + 2 * shape->pad_h - shape->KH) / shape->stride_h + 1,

@@ -187,8 +187,7 @@ static pass make_pass(dnnl_primitive_desc_t pd, dnnl_engine_t engine, scratch_la
 }
 
 sdp_conv_dnnl *sdp_conv_dnnl_create(const cpu_conv_plan *plan, size_t *scratch_floats) {
-    sdp_conv_dnnl *d = calloc(1, sizeof *d);
-    SDP_CHECK(d, "conv2d: out of memory creating a oneDNN plan");
+    sdp_conv_dnnl *d = sdp_xcalloc(1, sizeof *d, "a oneDNN convolution plan");
     DNNL_OK(dnnl_engine_create(&d->engine, dnnl_cpu, 0));
     DNNL_OK(dnnl_stream_create(&d->stream, d->engine, dnnl_stream_default_flags));
     dnnl_primitive_desc_t pds[3];

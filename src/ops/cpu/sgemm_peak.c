@@ -13,9 +13,7 @@ static double now_seconds(void) {
 }
 
 static float *alloc_filled(size_t count, float value) {
-    float *p = malloc(count * sizeof(float));
-    SDP_CHECK(p, "out of memory allocating %zu floats for the sgemm benchmark: use a smaller size",
-              count);
+    float *p = sdp_xmalloc(count * sizeof(float), "the sgemm benchmark's matrices");
     for (size_t i = 0; i < count; i++) p[i] = value;
     return p;
 }

@@ -52,8 +52,7 @@ bool sdp_backend_cuda_entries(sdp_backend *t) {
 
 sdp_backend *sdp_backend_cuda(int device, sdp_precision precision) {
     sdp_cuda_ctx *ctx = sdp_cuda_ctx_create(device, precision);
-    sdp_backend *be = malloc(sizeof *be);
-    SDP_CHECK(be, "out of memory creating the CUDA backend");
+    sdp_backend *be = sdp_xmalloc(sizeof *be, "the CUDA backend");
     *be = (sdp_backend){.name = backend_name, .ctx = ctx, .mem = &ctx->mem};
     sdp_backend_cuda_entries(be);
     return be;

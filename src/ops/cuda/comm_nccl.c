@@ -42,8 +42,7 @@ enum { UUID_BYTES = 16 };
 static bool ranks_share_a_device(const sdp_cuda_ctx *ctx, MPI_Comm comm, int size) {
     struct cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx->device));
-    char *all = malloc((size_t)size * UUID_BYTES);
-    SDP_CHECK(all, "out of host memory: close other programs");
+    char *all = sdp_xmalloc((size_t)size * UUID_BYTES, "the ranks' device UUIDs");
     MPI_Allgather(prop.uuid.bytes, UUID_BYTES, MPI_BYTE, all, UUID_BYTES, MPI_BYTE, comm);
     bool shared = false;
     for (int i = 0; i < size && !shared; i++)
@@ -72,8 +71,7 @@ static void *cuda_comm_open(const sdp_backend *be, MPI_Comm comm) {
     MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm);
     CUDA_CHECK(cudaSetDevice(ctx->device));
     make_comm_stream(ctx);
-    device_comm *dc = calloc(1, sizeof *dc);
-    SDP_CHECK(dc, "out of host memory: close other programs");
+    device_comm *dc = sdp_xcalloc(1, sizeof *dc, "a NCCL communicator");
     NCCL_CHECK(ncclCommInitRank(&dc->comm, size, id, rank));
     return dc;
 }

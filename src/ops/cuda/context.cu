@@ -56,8 +56,7 @@ static void *device_alloc(sdp_cuda_ctx *ctx, sdp_memcat cat, size_t bytes) {
                   "batch",
                   bytes, sdp_memcat_name(cat), cudaGetErrorString(err));
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx->stream));
-    sdp_cuda_block *b = (sdp_cuda_block *)malloc(sizeof *b);
-    SDP_CHECK(b, "out of host memory: close other programs");
+    sdp_cuda_block *b = (sdp_cuda_block *)sdp_xmalloc(sizeof *b, "a device block's record");
     b->ptr = p;
     b->bytes = bytes;
     b->cat = cat;
@@ -103,8 +102,7 @@ sdp_cuda_ctx *sdp_cuda_ctx_create(int device, sdp_precision precision) {
         device >= 0 && device < count,
         "CUDA device %d does not exist (%d found): pick a device in [0, %d) or run on the CPU",
         device, count, count);
-    sdp_cuda_ctx *ctx = (sdp_cuda_ctx *)calloc(1, sizeof *ctx);
-    SDP_CHECK(ctx, "out of host memory: close other programs");
+    sdp_cuda_ctx *ctx = (sdp_cuda_ctx *)sdp_xcalloc(1, sizeof *ctx, "the CUDA context");
     ctx->device = device;
     ctx->precision = precision;
     CUDA_CHECK(cudaSetDevice(device));

@@ -130,8 +130,7 @@ static void *cuda_conv_plan_create(const sdp_backend *be, const sdp_conv_shape *
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_shape(shape);
     cudnnHandle_t h = cudnn_of(ctx);
-    sdp_cuda_conv *c = (sdp_cuda_conv *)calloc(1, sizeof *c);
-    SDP_CHECK(c, "out of host memory creating a convolution plan");
+    sdp_cuda_conv *c = (sdp_cuda_conv *)sdp_xcalloc(1, sizeof *c, "a convolution plan");
     c->shape = *shape;
     const sdp_conv_shape *s = &c->shape;
     const int OH = out_size(s->H, s->KH, s->stride_h, s->pad_h);
