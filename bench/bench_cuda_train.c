@@ -285,6 +285,7 @@ int main(int argc, char **argv) {
     }
     sdp_world world;
     sdp_world_init(&world, &argc, &argv, 0);
+    sdp_set_threads(world.threads);
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) strcpy(prop.name, "?");
     printf("device %s\n", prop.name);

@@ -204,6 +204,7 @@ int main(int argc, char **argv) {
     if (threads == 0) threads = omp_get_num_procs();
     sdp_world world;
     sdp_world_init(&world, &argc, &argv, threads);
+    sdp_set_threads(world.threads);
     enum { NMODELS = sizeof MODELS / sizeof *MODELS };
     bench_result results[NMODELS];
     int ran = 0;

@@ -14,6 +14,7 @@
  *   resnet18:  ResNet-18 (width 64) on CIFAR's 3x32x32
  *   vit-small: ViT, 6 layers of width 192 (3 heads), 4x4 patches of Fashion-MNIST (49 + 1 tokens)
  *   vit-tiny:  ViT-Tiny's layers (12 of width 192, 3 heads) on CIFAR in 4x4 patches (64 + 1) */
+#include "sdp/backend.h"
 #include "sdp/bench.h"
 #include "sdp/check.h"
 #include "sdp/model.h"

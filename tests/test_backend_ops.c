@@ -30,6 +30,7 @@
  * (sdp_backend_cuda_entries), before the cuda modes skip. */
 #include "sdp/backend.h"
 #include "sdp/check.h"
+#include "sdp/optim.h"
 #include "sdp/rng.h"
 
 #include <math.h>
@@ -335,11 +336,13 @@ static void optim_case(harness *h, sdp_opt_kind kind) {
             cfg.weight_decay = 0.1f;
             if (kind == SDP_OPT_SGD) cfg.momentum = 0.9f, cfg.nesterov = t == 2;
             buf p = rnd(h, np), g = rnd(h, ng), m = rnd(h, ns), v = uni(h, ns, 0.1f, 1.0f);
+            const sdp_adamw_scalars ka = sdp_adamw_scalars_at(&cfg, t, 0.01f);
+            const sdp_sgd_scalars ks = sdp_sgd_scalars_at(&cfg, t, 0.01f);
             EACH(h, be, s) {
                 if (kind == SDP_OPT_ADAMW)
-                    sdp_adamw_update(be, &cfg, t, m.p[s], v.p[s], p.p[s], g.p[s], segs, 3, 0.01f);
+                    sdp_adamw_update(be, &ka, m.p[s], v.p[s], p.p[s], g.p[s], segs, 3);
                 else
-                    sdp_sgd_update(be, &cfg, t, m.p[s], p.p[s], g.p[s], segs, 3, 0.01f);
+                    sdp_sgd_update(be, &ks, m.p[s], p.p[s], g.p[s], segs, 3);
             }
             check(h, "params", p);
             check(h, kind == SDP_OPT_ADAMW ? "m" : "momentum", m);

@@ -31,7 +31,6 @@
 #include "sdp/mem.h"
 #include "sdp/ops.h"
 #include "sdp/ops_vision.h"
-#include "sdp/optim.h"
 
 typedef struct sdp_backend sdp_backend;
 
@@ -43,18 +42,14 @@ struct sdp_backend {
 
     /* Waits, frees what ctx holds and the backend itself (sdp_backend_destroy calls it). */
     void (*destroy)(sdp_backend *be);
-    /* The AdamW update of sdp_optim_step on backend memory, t being the step's count after the
-     * increment (the CPU's runs sdp_optim_step itself). */
-    void (*adamw_update)(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m, float *v,
-                         float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
-                         float lr);
-    /* Like adamw_update: the SGD update of sdp_optim_step
-     * (src/optim/sgd.c) on backend memory. buf is the momentum buffer (NULL when cfg->momentum
-     * is 0), indexed by the segments' state offsets; t is the step's count after the increment
-     * (t == 1: the buffer starts as the gradient). */
-    void (*sgd_update)(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
-                       float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
-                       float lr);
+    /* The optimizers' updates of sdp/ops.h on backend memory, with the step's scalars as
+     * src/optim computed them (sdp_adamw_scalars_at, sdp_sgd_scalars_at): m and v are AdamW's
+     * moments, buf SGD's momentum buffer (NULL when k->momentum is 0), all indexed by the
+     * segments' state offsets. The CPU's run sdp_cpu_adamw_update and sdp_cpu_sgd_update. */
+    void (*adamw_update)(const sdp_backend *be, const sdp_adamw_scalars *k, float *m, float *v,
+                         float *params, const float *grads, const sdp_opt_segment *segs, int nseg);
+    void (*sgd_update)(const sdp_backend *be, const sdp_sgd_scalars *k, float *buf, float *params,
+                       const float *grads, const sdp_opt_segment *segs, int nseg);
     /* The bytes in use in the backend's memory (for the peak): the device's, or on the CPU its
      * mem's total. */
     size_t (*bytes_in_use)(const sdp_backend *be);

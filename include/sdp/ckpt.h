@@ -11,7 +11,7 @@
 
 #include "io/atomic_file.h"
 #include "sdp/mem.h"
-#include "sdp/model.h"
+#include "sdp/layout.h"
 
 #define SDP_ST_MAX_DIMS 8
 

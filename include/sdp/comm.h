@@ -11,7 +11,8 @@ typedef struct {
 } sdp_world;
 
 /* Initialises MPI and picks the thread count: `threads` if > 0, else the node's cores divided
- * by the workers on the node (at least 1), so workers never oversubscribe the cores. */
+ * by the workers on the node (at least 1), so workers never oversubscribe the cores. The caller
+ * applies it to the kernels (sdp_set_threads of sdp/ops.h): the world knows nothing of them. */
 void sdp_world_init(sdp_world *w, int *argc, char ***argv, int threads);
 void sdp_world_finalize(void);
 

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sdp/model.h"
+#include "sdp/layout.h"
 #include "sdp/plan.h"
 
 typedef struct {

@@ -18,7 +18,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "sdp/optim.h"
 #include "sdp/rng.h"
 
 typedef struct sdp_backend sdp_backend;
@@ -39,14 +38,52 @@ void sdp_set_threads(int n);
 
 /* ---- optimizers and reductions, where the parameters are ------------------------------------ */
 
-/* The AdamW update of sdp_optim_step, t being the step's count after the increment. */
-void sdp_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m, float *v,
-                      float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
-                      float lr);
-/* The SGD update of sdp_optim_step; buf is the momentum buffer (NULL when cfg->momentum is 0). */
-void sdp_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
-                    float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
-                    float lr);
+/* A run of parameters updated together. Gradients and optimizer state may live in compact
+ * buffers (SDP keeps them only for owned units), so each has its own offset. */
+typedef struct {
+    size_t offset, count; /* in the parameter buffer */
+    bool decay;
+    size_t grad_offset;  /* in the gradient buffer */
+    size_t state_offset; /* in the optimizer state buffers (m, v) */
+} sdp_opt_segment;
+
+/* The scalars of one AdamW step (torch.optim.AdamW: decoupled weight decay shrinks the old
+ * parameter, then the bias-corrected Adam step is applied). src/optim derives them once per step
+ * (sdp_adamw_scalars_at of sdp/optim.h, in double where beta^t is involved), so that every
+ * backend's kernel computes with the same values; the element math is float. */
+typedef struct {
+    float beta1, one_minus_beta1;
+    float beta2, one_minus_beta2;
+    float eps;
+    float step_size;        /* lr / (1 - beta1^t) */
+    float inv_sqrt_bc2;     /* 1 / sqrt(1 - beta2^t) */
+    float decay_multiplier; /* 1 - lr * weight_decay, applied only to decaying segments */
+} sdp_adamw_scalars;
+
+/* The scalars of one SGD step (torch.optim.SGD, dampening 0: weight decay is L2 added to the
+ * gradient, Nesterov looks one buffer step ahead), from sdp_sgd_scalars_at of sdp/optim.h. */
+typedef struct {
+    float lr;
+    float weight_decay; /* of decaying segments; the others add none */
+    float momentum;     /* 0: no momentum buffer */
+    bool nesterov;
+    bool first_step; /* the momentum buffer starts as the gradient, whatever it holds */
+} sdp_sgd_scalars;
+
+/* One AdamW update of the segments with the step's scalars k; m and v are the moments, at the
+ * segments' state offsets. */
+void sdp_adamw_update(const sdp_backend *be, const sdp_adamw_scalars *k, float *m, float *v,
+                      float *params, const float *grads, const sdp_opt_segment *segs, int nseg);
+/* One SGD update; buf is the momentum buffer (NULL when k->momentum is 0). */
+void sdp_sgd_update(const sdp_backend *be, const sdp_sgd_scalars *k, float *buf, float *params,
+                    const float *grads, const sdp_opt_segment *segs, int nseg);
+/* The CPU's kernels of those two on host memory, unchecked: the CPU backend's entries run them,
+ * and so does sdp_optim_step (sdp/optim.h), whose state is host memory. */
+void sdp_cpu_adamw_update(const sdp_adamw_scalars *k, float *m, float *v, float *params,
+                          const float *grads, const sdp_opt_segment *segs, int nseg);
+void sdp_cpu_sgd_update(const sdp_sgd_scalars *k, float *buf, float *params, const float *grads,
+                        const sdp_opt_segment *segs, int nseg);
+
 /* x *= s */
 void sdp_scale(const sdp_backend *be, float *x, size_t n, float s);
 /* Waits: the sum of squares of x in double, in a fixed order (the same result run to run). */

@@ -1,7 +1,9 @@
-/* Optimizers over a flat parameter buffer (on host memory; sdp_adamw_update and sdp_sgd_update of
- * sdp/ops.h run them where the parameters are). Weight decay is applied per segment, so the caller
- * decides from tensor metadata which tensors decay (by default: matrices yes; norms, biases and
- * embeddings no). Under SDP a worker only passes the segments it owns. */
+/* Optimizers over a flat parameter buffer: their configuration, state and step count, and the
+ * scalars each step derives from them. The element updates are ops (sdp_adamw_update and
+ * sdp_sgd_update of sdp/ops.h), so that the CPU's and every device's kernels take the scalars
+ * computed here, once. Weight decay is applied per segment (sdp_opt_segment of sdp/ops.h), so the
+ * caller decides from tensor metadata which tensors decay (by default: matrices yes; norms, biases
+ * and embeddings no). Under SDP a worker only passes the segments it owns. */
 #ifndef SDP_OPTIM_H
 #define SDP_OPTIM_H
 
@@ -9,6 +11,7 @@
 #include <stddef.h>
 
 #include "sdp/mem.h"
+#include "sdp/ops.h"
 
 typedef enum { SDP_OPT_ADAMW, SDP_OPT_SGD } sdp_opt_kind;
 
@@ -19,15 +22,6 @@ typedef struct {
     bool nesterov;           /* SGD */
     float weight_decay;      /* decoupled (AdamW) or L2-into-gradient (SGD) */
 } sdp_opt_cfg;
-
-/* A run of parameters updated together. Gradients and optimizer state may live in compact
- * buffers (SDP keeps them only for owned units), so each has its own offset. */
-typedef struct {
-    size_t offset, count; /* in the parameter buffer */
-    bool decay;
-    size_t grad_offset;  /* in the gradient buffer */
-    size_t state_offset; /* in the optimizer state buffers (m, v) */
-} sdp_opt_segment;
 
 typedef struct {
     sdp_opt_cfg cfg;
@@ -43,9 +37,20 @@ void sdp_optim_init(sdp_optim *o, const sdp_opt_cfg *cfg, size_t n, sdp_mem *mem
 void sdp_optim_free(sdp_optim *o, sdp_mem *mem);
 /* Bytes of optimizer state per parameter element (8 for AdamW, 4 for SGD with momentum). */
 size_t sdp_optim_state_bytes_per_param(const sdp_opt_cfg *cfg);
-/* One update of params from grads, over the given segments, at learning rate lr. */
+/* One update of params from grads, over the given segments, at learning rate lr, on host memory
+ * (o's state too): it advances o->t and runs the CPU's kernel. */
 void sdp_optim_step(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
                     int nseg, float lr);
+/* The same step where a backend holds params, grads and o's state (m and v allocated in its
+ * memory): the update runs as be's adamw_update or sgd_update. */
+void sdp_optim_step_on(const sdp_backend *be, sdp_optim *o, float *params, const float *grads,
+                       const sdp_opt_segment *segs, int nseg, float lr);
+
+/* The scalars of AdamW's step t (1-based: o->t once advanced) at learning rate lr: the
+ * bias-correction factors, computed in double since they involve beta^t for large t. */
+sdp_adamw_scalars sdp_adamw_scalars_at(const sdp_opt_cfg *cfg, long t, float lr);
+/* The scalars of SGD's step t (t == 1: the momentum buffer starts as the gradient). */
+sdp_sgd_scalars sdp_sgd_scalars_at(const sdp_opt_cfg *cfg, long t, float lr);
 
 /* Cosine decay from lr_max to lr_min over [warmup, total), after linear warmup from 0. */
 float sdp_lr_at(long step, long warmup, long total, float lr_max, float lr_min);

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "sdp/model.h"
+#include "sdp/layout.h"
 
 typedef enum { SDP_MASK_NONE, SDP_MASK_FORWARD, SDP_MASK_BACKWARD } sdp_mask_mode;
 typedef enum { SDP_UNIT_BLOCK, SDP_UNIT_NEURON } sdp_unit_kind;

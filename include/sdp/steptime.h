@@ -26,7 +26,7 @@
 
 #include <stdbool.h>
 
-#include "sdp/model.h"
+#include "sdp/layout.h"
 #include "sdp/netcost.h"
 #include "sdp/plan.h"
 

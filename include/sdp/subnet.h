@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sdp/model.h"
+#include "sdp/layout.h"
 #include "sdp/plan.h"
 
 /* Forward masking: owned blocks or owned chunks only, scaled by 1/C when the plan asks for it.

@@ -14,7 +14,6 @@
 
 #include "sdp/backend.h"
 #include "sdp/mem.h"
-#include "sdp/optim.h"
 #include "sdp/plan.h"
 #include "sdp/subnet.h"
 

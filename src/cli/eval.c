@@ -5,6 +5,7 @@
 #include "load_run.h"
 
 #include "sdp/check.h"
+#include "sdp/ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -62,6 +63,7 @@ int cmd_eval(int argc, char **argv) {
     SDP_CHECK(e.run[0], "sdp eval needs --run DIR (a directory written by sdp train)");
     sdp_world w;
     sdp_world_init(&w, &argc, &argv, e.threads);
+    sdp_set_threads(w.threads);
     sdp_mem mem = {0};
     train_opts o;
     sdp_model m;

@@ -3,6 +3,7 @@
 #include "load_run.h"
 
 #include "sdp/check.h"
+#include "sdp/ops.h"
 #include "sdp/rng.h"
 #include "sdp/transformer.h"
 
@@ -71,6 +72,7 @@ int cmd_sample(int argc, char **argv) {
     SDP_CHECK(s.run[0], "sdp sample needs --run DIR (a directory written by sdp train)");
     sdp_world w;
     sdp_world_init(&w, &argc, &argv, s.threads);
+    sdp_set_threads(w.threads);
     sdp_mem mem = {0};
     train_opts o;
     sdp_model model;

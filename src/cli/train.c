@@ -8,6 +8,7 @@
 
 #include "sdp/check.h"
 #include "sdp/interrupt.h"
+#include "sdp/ops.h"
 
 #include <errno.h>
 #include <math.h>
@@ -164,6 +165,7 @@ static void setup(trainer *t, int argc, char **argv, char *note, size_t n) {
     if (t->o.resume[0]) schedule_before = apply_resume_config(t, argc, argv, &recorded, &resolved);
     validate_options(&t->o);
     sdp_world_init(&t->world, &argc, &argv, t->o.threads);
+    sdp_set_threads(t->world.threads);
     sdp_interrupt_install(); /* a signal from now on stops the run after a step */
     check_simulation_world(t);
     run_plan_check(&t->o, job_workers(t), argc, argv); /* before any data loads */

@@ -1,7 +1,6 @@
 #include "sdp/comm.h"
 
 #include "sdp/check.h"
-#include "sdp/ops.h"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -24,7 +23,6 @@ void sdp_world_init(sdp_world *w, int *argc, char ***argv, int threads) {
     w->cores = cores > 0 ? (int)cores : 1;
     w->threads = threads > 0 ? threads : w->cores / w->local_size;
     if (w->threads < 1) w->threads = 1;
-    sdp_set_threads(w->threads);
 }
 
 void sdp_world_finalize(void) {

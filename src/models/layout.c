@@ -1,4 +1,4 @@
-#include "sdp/model.h"
+#include "sdp/layout.h"
 
 #include "sdp/check.h"
 

@@ -38,32 +38,26 @@ static void rows_args(const char *op, const float *dst, size_t ld_dst, const flo
 
 /* ---- optimizers and reductions ---- */
 
-static void optim_args(const char *op, const sdp_opt_cfg *cfg, long t, float *state, float *params,
-                       const float *grads, const sdp_opt_segment *segs, int nseg, float lr) {
-    NEED(op, cfg);
-    SDP_CHECK(t >= 1, "%s: step count %ld must be >= 1 (the count after the increment)", op, t);
+static void optim_args(const char *op, const void *k, float *params, const float *grads,
+                       const sdp_opt_segment *segs, int nseg) {
+    SDP_CHECK(k != NULL, "%s: k is NULL: pass the step's scalars", op);
     SDP_CHECK(nseg >= 0 && (nseg == 0 || segs), "%s: %d segments at %p: pass the segments", op,
               nseg, (const void *)segs);
-    SDP_CHECK(isfinite(lr) && lr >= 0.0f, "learning rate %g is invalid: use a finite value >= 0",
-              (double)lr);
-    (void)state; /* which state an optimizer needs depends on it: checked by the caller */
     if (nseg) NEED(op, params), NEED(op, grads);
 }
 
-void sdp_adamw_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *m, float *v,
-                      float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
-                      float lr) {
-    optim_args("sdp_adamw_update", cfg, t, m, params, grads, segs, nseg, lr);
+void sdp_adamw_update(const sdp_backend *be, const sdp_adamw_scalars *k, float *m, float *v,
+                      float *params, const float *grads, const sdp_opt_segment *segs, int nseg) {
+    optim_args("sdp_adamw_update", k, params, grads, segs, nseg);
     if (nseg) NEED("sdp_adamw_update", m), NEED("sdp_adamw_update", v);
-    be->adamw_update(be, cfg, t, m, v, params, grads, segs, nseg, lr);
+    be->adamw_update(be, k, m, v, params, grads, segs, nseg);
 }
 
-void sdp_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
-                    float *params, const float *grads, const sdp_opt_segment *segs, int nseg,
-                    float lr) {
-    optim_args("sdp_sgd_update", cfg, t, buf, params, grads, segs, nseg, lr);
-    if (nseg && cfg->momentum != 0.0f) NEED("sdp_sgd_update", buf);
-    be->sgd_update(be, cfg, t, buf, params, grads, segs, nseg, lr);
+void sdp_sgd_update(const sdp_backend *be, const sdp_sgd_scalars *k, float *buf, float *params,
+                    const float *grads, const sdp_opt_segment *segs, int nseg) {
+    optim_args("sdp_sgd_update", k, params, grads, segs, nseg);
+    if (nseg && k->momentum != 0.0f) NEED("sdp_sgd_update", buf);
+    be->sgd_update(be, k, buf, params, grads, segs, nseg);
 }
 
 void sdp_scale(const sdp_backend *be, float *x, size_t n, float s) {

@@ -1,8 +1,8 @@
-/* Optimizer lifetime and dispatch: defaults, validation of the configuration, state allocation
- * (accounted as SDP_MEM_OPTIM) and the step counter shared by all kinds. */
+/* Optimizer lifetime and steps: defaults, validation of the configuration, state allocation
+ * (accounted as SDP_MEM_OPTIM), and the step counter shared by all kinds, from which each step's
+ * scalars are derived for the kernels of sdp/ops.h. */
 #include "sdp/optim.h"
 
-#include "optim/kernels.h"
 #include "sdp/check.h"
 
 #include <math.h>
@@ -72,16 +72,37 @@ void sdp_optim_free(sdp_optim *o, sdp_mem *mem) {
     memset(o, 0, sizeof *o);
 }
 
-void sdp_optim_step(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
-                    int nseg, float lr) {
+/* Checks the step's arguments and advances the count: t is then the 1-based number of the step
+ * being taken. */
+static void step_begin(sdp_optim *o, const sdp_opt_segment *segs, int nseg, float lr) {
     SDP_ASSERT(nseg >= 0 && (nseg == 0 || segs));
     for (int s = 0; s < nseg; s++)
         SDP_ASSERT(segs[s].state_offset <= o->n && segs[s].count <= o->n - segs[s].state_offset);
     SDP_CHECK(isfinite(lr) && lr >= 0.0f, "learning rate %g is invalid: use a finite value >= 0",
               (double)lr);
     o->t++;
-    if (o->cfg.kind == SDP_OPT_ADAMW)
-        optim_adamw_step(o, params, grads, segs, nseg, lr);
-    else
-        optim_sgd_step(o, params, grads, segs, nseg, lr);
+}
+
+void sdp_optim_step(sdp_optim *o, float *params, const float *grads, const sdp_opt_segment *segs,
+                    int nseg, float lr) {
+    step_begin(o, segs, nseg, lr);
+    if (o->cfg.kind == SDP_OPT_ADAMW) {
+        const sdp_adamw_scalars k = sdp_adamw_scalars_at(&o->cfg, o->t, lr);
+        sdp_cpu_adamw_update(&k, o->m, o->v, params, grads, segs, nseg);
+    } else {
+        const sdp_sgd_scalars k = sdp_sgd_scalars_at(&o->cfg, o->t, lr);
+        sdp_cpu_sgd_update(&k, o->m, params, grads, segs, nseg);
+    }
+}
+
+void sdp_optim_step_on(const sdp_backend *be, sdp_optim *o, float *params, const float *grads,
+                       const sdp_opt_segment *segs, int nseg, float lr) {
+    step_begin(o, segs, nseg, lr);
+    if (o->cfg.kind == SDP_OPT_ADAMW) {
+        const sdp_adamw_scalars k = sdp_adamw_scalars_at(&o->cfg, o->t, lr);
+        sdp_adamw_update(be, &k, o->m, o->v, params, grads, segs, nseg);
+    } else {
+        const sdp_sgd_scalars k = sdp_sgd_scalars_at(&o->cfg, o->t, lr);
+        sdp_sgd_update(be, &k, o->m, params, grads, segs, nseg);
+    }
 }

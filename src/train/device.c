@@ -84,13 +84,7 @@ void device_optim_free(trainer *t) {
 }
 
 void device_optim_step(trainer *t, float lr) {
-    t->opt.t++;
-    if (t->opt.cfg.kind == SDP_OPT_ADAMW)
-        sdp_adamw_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->opt.v, t->model.params,
-                         t->grads, t->segs, t->nsegs, lr);
-    else
-        sdp_sgd_update(t->be, &t->opt.cfg, t->opt.t, t->opt.m, t->model.params, t->grads, t->segs,
-                       t->nsegs, lr);
+    sdp_optim_step_on(t->be, &t->opt, t->model.params, t->grads, t->segs, t->nsegs, lr);
 }
 
 double device_sumsq(trainer *t, const float *x, size_t n) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "sdp/model.h"
+#include "sdp/ops.h"
 #include "sdp/plan.h"
 
 /* Floats per window of a streamed checkpoint or of a block sent for evaluation (train_ckpt.c):

@@ -164,7 +164,8 @@ static void check_training(sdp_tf_style style, float dropout) {
         sdp_tf_backward(&mc, dloss);
         sdp_tf_backward(&mg, dloss);
         sdp_optim_step(&opt, mc.params, mc.grads, segs, nseg, LR);
-        sdp_adamw_update(gpu, &oc, opt.t, gm, gv, mg.params, mg.grads, segs, nseg, LR);
+        const sdp_adamw_scalars k = sdp_adamw_scalars_at(&oc, opt.t, LR); /* the CPU's step's */
+        sdp_adamw_update(gpu, &k, gm, gv, mg.params, mg.grads, segs, nseg);
     }
 
     float *pg = host_copy_of(&mg, mg.params);
@@ -377,8 +378,9 @@ static void test_gpt_bf16_follows_fp32(void **state) {
             be[k]->zero(be[k], m[k].grads, m[k].layout.numel * sizeof(float));
             loss[k] = forward(&m[k], &b, TOKEN_B, TOKEN_T) / m[k].n_targets;
             sdp_tf_backward(&m[k], 1.0f / (float)m[k].n_targets);
-            sdp_adamw_update(be[k], &oc, step + 1, om[k], ov[k], m[k].params, m[k].grads, segs,
-                             m[k].layout.nparams, LR);
+            const sdp_adamw_scalars ks = sdp_adamw_scalars_at(&oc, step + 1, LR);
+            sdp_adamw_update(be[k], &ks, om[k], ov[k], m[k].params, m[k].grads, segs,
+                             m[k].layout.nparams);
         }
         const double err = fabs(loss[1] - loss[0]) / loss[0];
         printf("  gpt   step %d: loss fp32 %.7f bf16 %.7f (rel diff %.2e, tol %.0e)\n", step,
@@ -487,7 +489,8 @@ static void test_resnet_training(void **state) {
         sdp_resnet_backward(mc, dloss, NULL, NULL);
         sdp_resnet_backward(mg, dloss, NULL, NULL);
         sdp_optim_step(&opt, pc, gc, segs, nseg, RN_LR);
-        sdp_sgd_update(gpu, &oc, opt.t, gbuf, pg, gg, segs, nseg, RN_LR);
+        const sdp_sgd_scalars k = sdp_sgd_scalars_at(&oc, opt.t, RN_LR); /* the CPU's step's */
+        sdp_sgd_update(gpu, &k, gbuf, pg, gg, segs, nseg);
     }
     resnet_batch(images, labels, 99);
     check_resnet_step(mc, mg, images, labels, false, "eval");

@@ -56,7 +56,6 @@ extern "C" {
 
 #include "sdp/backend.h"
 #include "sdp/mem.h"
-#include "sdp/optim.h"
 
 typedef struct sdp_cuda_block sdp_cuda_block; /* one live device allocation (context.cu) */
 

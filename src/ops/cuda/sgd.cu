@@ -1,8 +1,9 @@
-/* SGD with the formula of src/optim/sgd.c (torch.optim.SGD, dampening 0): weight decay is L2
- * added to the gradient, the momentum buffer starts as the first gradient (t == 1), and Nesterov
- * looks one buffer step ahead. Each product and sum is rounded on its own (__fmul_rn, __fadd_rn)
- * as the CPU's C computes them, where nvcc would fuse them into FMAs, so the two give the same
- * bits. One launch per segment: segments are few (one per tensor). */
+/* SGD with the formula of the CPU's kernel (src/ops/cpu/optimizer.c, torch.optim.SGD, dampening
+ * 0), from the same step scalars (sdp_sgd_scalars_at): weight decay is L2 added to the gradient,
+ * the momentum buffer starts as the first gradient (k->first_step), and Nesterov looks one buffer
+ * step ahead. Each product and sum is rounded on its own (__fmul_rn, __fadd_rn) as the CPU's C
+ * computes them, where nvcc would fuse them into FMAs, so the two give the same bits. One launch
+ * per segment: segments are few (one per tensor). */
 #include "ops/cuda/common.cuh"
 
 #include <math.h>
@@ -25,29 +26,28 @@ __global__ void sgd_momentum_kernel(float *p, const float *g, float *buf, size_t
     }
 }
 
-/* One SGD step with the formula of src/optim/sgd.c (torch.optim.SGD, dampening 0), arguments as
- * adamw_update's (adamw.cu): buf is the momentum buffer (NULL when cfg->momentum is 0) at the
- * segments' state offsets, and t == 1 makes it start as the gradient. */
-static void cuda_sgd_update(const sdp_backend *be, const sdp_opt_cfg *cfg, long t, float *buf,
+/* One SGD step with the scalars k of sdp_sgd_update: buf is the momentum buffer (NULL when
+ * k->momentum is 0) at the segments' state offsets. Pointers as in adamw_update (adamw.cu). */
+static void cuda_sgd_update(const sdp_backend *be, const sdp_sgd_scalars *k, float *buf,
                             float *params, const float *grads, const sdp_opt_segment *segs,
-                            int nseg, float lr) {
+                            int nseg) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
-    SDP_ASSERT(cfg && cfg->kind == SDP_OPT_SGD && t >= 1 && (nseg == 0 || segs));
-    SDP_ASSERT(!buf == (cfg->momentum == 0.0f)); /* sdp_optim_init's state */
+    SDP_ASSERT(k && (nseg == 0 || segs));
+    SDP_ASSERT(!buf == (k->momentum == 0.0f)); /* sdp_optim_init's state */
     for (int s = 0; s < nseg; s++) {
         const size_t count = segs[s].count;
         if (count == 0) continue;
         /* Adding 0 * p leaves the gradient unchanged (up to the sign of a zero gradient). */
-        const float wd = segs[s].decay ? cfg->weight_decay : 0.0f;
+        const float wd = segs[s].decay ? k->weight_decay : 0.0f;
         float *p = params + segs[s].offset;
         const float *g = grads + segs[s].grad_offset;
         if (buf)
             sgd_momentum_kernel<<<elementwise_blocks(count), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
-                p, g, buf + segs[s].state_offset, count, lr, wd, cfg->momentum, cfg->nesterov,
-                t == 1);
+                p, g, buf + segs[s].state_offset, count, k->lr, wd, k->momentum, k->nesterov,
+                k->first_step);
         else
             sgd_plain_kernel<<<elementwise_blocks(count), ELEMENTWISE_THREADS, 0, ctx->stream>>>(
-                p, g, count, lr, wd);
+                p, g, count, k->lr, wd);
         LAUNCH_CHECK();
     }
 }
