@@ -21,6 +21,7 @@
 #   gpt-overfit the regime where the full model overfits: the recipe on the first 10% of the text
 #               (100 KB to train on, 15 epochs in 2000 steps), DDP with and without dropout 0.2,
 #               the shrunk dense model, and forward masking with and without dropout
+#   gpt-overfit3 the same on the first 3% (30 KB to train on, 51 epochs), where it overfits more
 #   gpt-large   the GPT at 6 layers, 6 heads, width 192 (3.4x the parameters): DDP, the dense model
 #               shrunk to forward masking's memory (equal steps and matched FLOPs), forward masking
 #               with neuron units (equal steps and matched FLOPs), forward masking grown to DDP's
@@ -298,21 +299,21 @@ gpt_c25() {
   [ -z "$LR" ] || matched $w "ddp-w$small-lr$LR" "ddp-lr$ddp_lr" 2000 --width "$small"
 }
 
-# The first 10% of the text: 100 KB to train on (the last 10% of it held out), which the recipe's
-# 2000 steps of 4 x 3 x 64 bytes pass over 15 times.
-small_text() {
-  local f=$OUT/data/tinyshakespeare-head10.txt
+# The first PERCENT% of the text, of which the last 10% is held out: at 10%, 100 KB to train on,
+# which the recipe's 2000 steps of 4 x 3 x 64 bytes pass over 15 times; at 3%, 30 KB, 51 times.
+small_text() { # percent
+  local f=$OUT/data/tinyshakespeare-head$1.txt
   if [ ! -f "$f" ]; then
     mkdir -p "$OUT/data"
-    head -c $(($(stat -c %s "$TEXT") / 10)) "$TEXT" >"$f.tmp" && mv "$f.tmp" "$f"
+    head -c $(($(stat -c %s "$TEXT") * $1 / 100)) "$TEXT" >"$f.tmp" && mv "$f.tmp" "$f"
   fi
   echo "$f"
 }
 
-gpt_overfit() {
+gpt_overfit() { # workload percent
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
-  local w=gpt-overfit data
-  data=$(small_text)
+  local w=$1 data
+  data=$(small_text "$2")
   LRS=(5e-4 1e-3 2e-3)
   BASE=("${GPT_REF[@]}" --data "$(realpath "$data")" --batch 3 --val-batches 200 --val-every 250)
   local plan=(--model gpt --layers 4 --heads 4 --width 128 --seq-len 64 --batch 3 --world 4
@@ -360,7 +361,7 @@ calibrate() {
   run calibrate resnet20-ddp-n4 1 4 "${RESNET_REF[@]}"
 }
 
-[ $# -gt 0 ] || { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 1; }
+[ $# -gt 0 ] || { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 1; }
 for w in "$@"; do
   t0=$SECONDS
   case $w in
@@ -368,9 +369,10 @@ for w in "$@"; do
     gpt) gpt ;;
     gpt-fit) gpt_fit ;;
     gpt-c25) gpt_c25 ;;
-    gpt-overfit) gpt_overfit ;;
+    gpt-overfit) gpt_overfit gpt-overfit 10 ;;
+    gpt-overfit3) gpt_overfit gpt-overfit3 3 ;;
     gpt-large) gpt_large ;;
-    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit or gpt-large" >&2
+    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3 or gpt-large" >&2
        exit 1 ;;
   esac
   echo "== $w: $((SECONDS - t0)) s"
