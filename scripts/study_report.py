@@ -254,6 +254,47 @@ plot {", ".join(plots)}
     return os.path.relpath(svg, os.path.dirname(RESULTS))
 
 
+README = os.path.join(ROOT, "README.md")
+
+
+def which_mode_block():
+    """README's short table: for the GPT of the study's reference recipe, each configuration run
+    on several seeds, its largest worker's memory and its loss against DDP's, at equal steps and
+    at matched FLOPs."""
+    with open(os.path.join(STUDY, "gpt.tsv"), newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    groups = {n: rs for n, rs in by_config(rows).items() if len(rs) > 1}
+    mean = lambda rs, k: statistics.mean(float(r[k]) for r in rs)
+    ddp = next(rs for n, rs in groups.items() if rs[0]["mask"] == "none" and rs[0]["width"] == "128"
+               and not n.endswith("-matched"))
+    d_mem, d_loss = mean(ddp, "total_bytes"), mean(ddp, "val_loss")
+    out = ["| configuration (N = 4) | memory per worker | val loss, equal steps | val loss, "
+           "DDP's FLOPs per worker |", "|---|---|---|---|"]
+    lines = []
+    for name, rs in groups.items():
+        r0 = rs[0]
+        if name.endswith("-matched") or (r0["mask"] != "none" and r0["width"] != "128"):
+            continue
+        if r0["mask"] == "none":
+            what = "DDP" if r0["width"] == "128" else f"DDP, dense model shrunk to width {r0['width']}"
+        else:
+            what = f"SDP, {r0['mask']} masking, {r0['unit']} units, C = {r0['C']}"
+        matched = groups.get(name + "-matched")
+        mem, loss = mean(rs, "total_bytes"), mean(rs, "val_loss")
+        same_flops = abs(float(r0["tflop_per_worker"]) / float(ddp[0]["tflop_per_worker"]) - 1) < 0.01
+        m = (f"{mean(matched, 'val_loss') - d_loss:+.3f}" if matched else
+             f"{loss - d_loss:+.3f}" if same_flops else "-")
+        lines.append((mem, f"| {what} | {mib(mem):.1f} MiB ({100 * (mem / d_mem - 1):+.0f}%) | "
+                           f"{loss - d_loss:+.3f} | {m} |" if r0["mask"] != "none" or
+                     r0["width"] != "128" else
+                     f"| {what} | {mib(mem):.1f} MiB | {loss:.3f} | {loss:.3f} |"))
+    out += [line for _, line in sorted(lines, key=lambda x: -x[0])]
+    return ("Measured on the GPT of nanoGPT's shakespeare-char recipe (docs/results.md, from "
+            "`docs/study/gpt.tsv`: 3 seeds each, at its best learning rate; memory is the largest "
+            "worker's accounted bytes over all ranks). Losses are nats per byte, DDP's absolute "
+            "and the others' against it; lower is better.\n\n" + "\n".join(out))
+
+
 def main():
     check = "--check" in sys.argv[1:]
     with open(RESULTS) as f:
@@ -276,16 +317,24 @@ def main():
             with open(os.path.join(STUDY, name), newline="") as f:
                 rows = list(csv.DictReader(f, delimiter="\t"))
             new = timed.sub(lambda m: m.group(1) + time_block(w, rows) + "\n" + m.group(2), new)
+    with open(README) as f:
+        readme = f.read()
+    new_readme = re.sub(r"(<!-- study:which-mode -->\n)(?:.*?\n)?(<!-- /study:which-mode -->)",
+                        lambda m: m.group(1) + which_mode_block() + "\n" + m.group(2), readme,
+                        flags=re.S)
     if check:
-        if new != text:
-            print("study_report: docs/results.md differs from the committed rows: run "
+        if new != text or new_readme != readme:
+            print("study_report: docs/results.md or README.md differs from the committed rows: run "
                   "python3 scripts/study_report.py", file=sys.stderr)
             sys.exit(1)
         return
     if new != text:
         with open(RESULTS, "w") as f:
             f.write(new)
-    print("study_report: docs/results.md is up to date with docs/study/*.tsv")
+    if new_readme != readme:
+        with open(README, "w") as f:
+            f.write(new_readme)
+    print("study_report: docs/results.md and README.md are up to date with docs/study/*.tsv")
 
 
 if __name__ == "__main__":
