@@ -33,9 +33,10 @@ PREFIX=$HOSTS_PREFIX
 HOSTS_TIMEOUT=120
 across() { hosts_mpirun "$@"; }
 
-# Where the ranks run: two on each host's address.
-where=$(across sh -c 'ip -o -4 addr show | grep -o "$0\.[0-9]*"' "$PREFIX" 2>&1 | sort | uniq -c |
-  awk '{print $1 "x" $2}' | tr '\n' ' ')
+# Where the ranks run: two on each host's address. Only the addresses count: Open MPI may print a
+# warning of its own ("[host:pid] ...") on a loaded machine, which says nothing of placement.
+where=$(across sh -c 'ip -o -4 addr show | grep -o "$0\.[0-9]*"' "$PREFIX" 2>&1 |
+  grep -E "^${PREFIX//./\\.}\.[0-9]+\$" | sort | uniq -c | awk '{print $1 "x" $2}' | tr '\n' ' ')
 [ "$where" = "2x$PREFIX.1 2x$PREFIX.2 " ] && pass "ranks: $where" ||
   fail "the ranks did not land two on each host: '$where'"
 
