@@ -1,7 +1,7 @@
 /* CIFAR-10 and CIFAR-100 binary files: record sizes and labels. */
 #include "harness.h"
 
-#include "sdp/images.h"
+#include "sdp/image_loader.h"
 
 static void read_cifar10(void *dir) {
     sdp_mem mem = {0};

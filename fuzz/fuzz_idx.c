@@ -4,7 +4,7 @@
  * file and the labels file. */
 #include "harness.h"
 
-#include "sdp/images.h"
+#include "sdp/image_loader.h"
 
 static void read_idx(void *dir) {
     sdp_mem mem = {0};

@@ -2,7 +2,7 @@
  * checksum), then every tensor's bytes through sdp_st_pread and the numeric metadata sdp reads. */
 #include "harness.h"
 
-#include "sdp/ckpt.h"
+#include "sdp/safetensors.h"
 
 static void read_whole(void *path) {
     sdp_mem mem = {0};

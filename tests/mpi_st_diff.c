@@ -6,7 +6,7 @@
  * usage: mpi_st_diff A [B ATOL RTOL]
  * Prints the largest difference and where; exit status 0 when every value is within tolerance. */
 #include "sdp/check.h"
-#include "sdp/ckpt.h"
+#include "sdp/safetensors.h"
 
 #include <math.h>
 #include <stdio.h>

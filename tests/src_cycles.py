@@ -15,6 +15,10 @@ tested or replaced apart.
 
 Prints every violation and exits 1 if there is one.
 
+Names: every file name in src/ is unique, and every header of include/sdp/ is named after the
+source that implements it (src/**/X.c or X.cu for X.h) or its folder (src/X/), unless it is
+header-only (HEADER_ONLY).
+
 Usage: python3 tests/src_cycles.py SOURCE_DIR BUILD_DIR
 The call graph comes from `nm` on the object files CMake built for src/ (every library and the
 sdp program), so it sees exactly what the compiler emitted, static functions excluded."""
@@ -44,12 +48,13 @@ HEADER_HOMES = {
     "backend.h": "ops",
     "bench.h": "ops",
     "check.h": "core",
-    "ckpt.h": "io",
+    "atomic_file.h": "io",
+    "checkpoint.h": "io",
     "comm.h": "comm",
     "cuda_check.h": "ops",  # macros over sdp_fatal for src/ops/cuda alone
     "cuda_scratch.h": "ops",  # the CUDA backend's scratch sizes, inline
     "data.h": "data",
-    "images.h": "data",
+    "image_loader.h": "data",
     "interrupt.h": "core",
     "layout.h": "models",
     "mem.h": "core",
@@ -62,11 +67,19 @@ HEADER_HOMES = {
     "plan.h": "sdp",
     "resnet.h": "models",
     "rng.h": "core",
+    "safetensors.h": "io",
     "steptime.h": "sdp",
     "subnet.h": "sdp",
     "sync.h": "sdp",
     "transformer.h": "models",
     "watchdog.h": "core",
+}
+
+# Headers whose name is not that of a source file or a folder of src/: header-only ones, each
+# with where its name leads instead.
+HEADER_ONLY = {
+    "cuda_check.h": "macros for src/ops/cuda",
+    "cuda_scratch.h": "inline sizes for src/ops/cuda",
 }
 
 # Edges that break the layers on purpose: (from file, to file) -> why. Paths as printed.
@@ -238,6 +251,30 @@ def layer_violations(root, includes, calls, symbols, defined):
     return bad
 
 
+def name_violations(root):
+    """Names that do not lead to files: two files of src/ with one name, and a header of
+    include/sdp/ named after no source file (src/**/X.c or X.cu) and no folder (src/X/)."""
+    bad, where = [], collections.defaultdict(list)
+    sources = set()
+    for dirpath, _, files in os.walk(os.path.join(root, "src")):
+        for f in files:
+            rel = os.path.relpath(os.path.join(dirpath, f), root)
+            where[f].append(rel)
+            if f.endswith((".c", ".cu")):
+                sources.add(os.path.splitext(f)[0])
+    for f, paths in sorted(where.items()):
+        if len(paths) > 1:
+            bad.append(f"name: {f} is the name of {len(paths)} files ({', '.join(sorted(paths))}): "
+                       "rename all but one after what each holds")
+    folders = set(os.listdir(os.path.join(root, "src")))
+    for h in sorted(os.listdir(os.path.join(root, "include", "sdp"))):
+        stem = os.path.splitext(h)[0]
+        if stem not in sources and stem not in folders and h not in HEADER_ONLY:
+            bad.append(f"name: include/sdp/{h} is named after no source file and no folder of "
+                       "src/: name it after the source that implements it")
+    return bad
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: src_cycles.py SOURCE_DIR BUILD_DIR")
@@ -246,7 +283,7 @@ def main():
     calls, symbols, defined, nobj = call_graph(root, build)
     if nobj == 0:
         sys.exit(f"src_cycles: no object files of src/ under {build}/CMakeFiles: build first")
-    bad = layer_violations(root, includes, calls, symbols, defined)
+    bad = layer_violations(root, includes, calls, symbols, defined) + name_violations(root)
     for comp in strongly_connected(includes):
         bad.append("include cycle: " + " ".join(comp))
     for comp in strongly_connected(calls):

@@ -3,7 +3,7 @@
  * the one-line errors for missing files, partial records and labels out of range. */
 #include "testutil.h"
 
-#include "sdp/images.h"
+#include "sdp/image_loader.h"
 
 #include <sys/stat.h>
 

@@ -3,7 +3,7 @@
  * errors for missing, foreign, truncated and inconsistent files. */
 #include "testutil.h"
 
-#include "sdp/images.h"
+#include "sdp/image_loader.h"
 
 #include <sys/stat.h>
 #include <time.h>

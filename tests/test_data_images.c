@@ -6,7 +6,7 @@
  * three pixels, so an un-augmented row names the image it came from. */
 #include "testutil.h"
 
-#include "sdp/images.h"
+#include "sdp/image_loader.h"
 
 /* ---- test data and references -------------------------------------------------------------- */
 

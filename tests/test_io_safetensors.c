@@ -2,7 +2,8 @@
  * files written by hand (as another tool would), every kind of damage, and atomic replacement. */
 #include "testutil.h"
 
-#include "sdp/ckpt.h"
+#include "sdp/atomic_file.h"
+#include "sdp/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

@@ -6,7 +6,7 @@
  * Where an op lives:
  *  - declared here, once: its table entry is the signature every backend implements;
  *  - called and checked through sdp_<op>(be, ...) of sdp/ops.h and sdp/ops_vision.h (the same
- *    arguments), defined in src/ops/dispatch.c, which checks shapes and arguments and then runs
+ *    arguments), defined in src/ops/ops.c, which checks shapes and arguments and then runs
  *    the entry: implementations may assume valid arguments;
  *  - implemented by each backend (the CPU's kernel files fill in their own entries);
  *  - tested by tests/test_backend_ops.c, every entry of a backend against the CPU's.

@@ -1,7 +1,7 @@
 /* The ops every model runs, as checked entry points over a backend: sdp_<op>(be, ...) checks the
  * shapes and arguments, failing with a message that names the op, then runs be-><op>, the entry of
  * the same name in the backend table (sdp/backend.h, where each op's signature is declared). All
- * arrays are the backend's memory. The entry points are defined in src/ops/dispatch.c.
+ * arrays are the backend's memory. The entry points are defined in src/ops/ops.c.
  *
  * Conventions
  *  - Activations are [N, C] with N = B*T rows (tokens), row-major.

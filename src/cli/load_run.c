@@ -2,7 +2,7 @@
 #include "train/run_config_check.h"
 
 #include "sdp/check.h"
-#include "sdp/ckpt.h"
+#include "sdp/checkpoint.h"
 #include "sdp/transformer.h"
 
 #include <limits.h>

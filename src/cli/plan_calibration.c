@@ -1,7 +1,7 @@
 /* sdp plan's stored machine speeds (plan_calibration.h). */
 #include "plan_calibration.h"
 
-#include "io/atomic_file.h"
+#include "sdp/atomic_file.h"
 
 #include "sdp/bench.h"
 #include "sdp/check.h"

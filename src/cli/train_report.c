@@ -7,7 +7,8 @@
 #include "train_report.h"
 
 #include "sdp/check.h"
-#include "sdp/ckpt.h"
+#include "sdp/atomic_file.h"
+#include "sdp/safetensors.h"
 
 #include <math.h>
 #include <mpi.h>

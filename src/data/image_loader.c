@@ -1,4 +1,4 @@
-#include "sdp/images.h"
+#include "sdp/image_loader.h"
 
 #include "sdp/check.h"
 #include "sdp/rng.h"

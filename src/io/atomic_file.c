@@ -1,7 +1,6 @@
-#include "io/atomic_file.h"
+#include "sdp/atomic_file.h"
 
 #include "sdp/check.h"
-#include "sdp/ckpt.h"
 #include "sdp/interrupt.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "sdp/ckpt.h"
+#include "sdp/checkpoint.h"
 
 #include "sdp/check.h"
 

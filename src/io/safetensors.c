@@ -6,9 +6,9 @@
  * the JSON: the header opens with {"__metadata__":{"sdp.file_crc32":"XXXXXXXX", and the CRC is of
  * every byte of the file but those eight. Files from before it carry "sdp.crc32", the CRC of the
  * data section alone; they are still read, and the caller learns which kind it got. */
-#include "sdp/ckpt.h"
+#include "sdp/safetensors.h"
 
-#include "io/atomic_file.h"
+#include "sdp/atomic_file.h"
 #include "sdp/check.h"
 
 #include <cjson/cJSON.h>

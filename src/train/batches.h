@@ -7,7 +7,7 @@
 #include <mpi.h>
 
 #include "sdp/data.h"
-#include "sdp/images.h"
+#include "sdp/image_loader.h"
 #include "sdp/model.h"
 #include "sdp/watchdog.h"
 #include "train_opts.h"

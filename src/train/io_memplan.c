@@ -1,5 +1,5 @@
 /* Each rank's evaluation and checkpoint bytes (io_mem), predicted from the plan: the same sizes
- * that eval_stream.c and train_ckpt.c allocate, in the same combinations.
+ * that eval_stream.c and trainer_checkpoint.c allocate, in the same combinations.
  *
  * A rank holds, at the most, one of these at a time (they run one after another), beside the
  * re-estimated running statistics, which stay once made:

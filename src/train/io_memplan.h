@@ -12,7 +12,7 @@
 #include "sdp/ops.h"
 #include "sdp/plan.h"
 
-/* Floats per window of a streamed checkpoint or of a block sent for evaluation (train_ckpt.c):
+/* Floats per window of a streamed checkpoint or of a block sent for evaluation (trainer_checkpoint.c):
  * SDP_CKPT_WINDOW or 1M, and no more than a model of numel elements needs. */
 size_t ckpt_window_floats(size_t numel);
 

@@ -25,7 +25,7 @@ void run_plan_warn_ignored(const train_opts *o, int argc, char **argv);
 /* Refuses (once per job) a masked plan under which some worker would own no unit: too few blocks
  * or chunks for k and N, so that worker would train nothing but the shared part. The trainer
  * itself builds such plans (the invariant tests use them); sdp train and sdp plan refuse them
- * (run_plan_check in run_plan_check.c, and src/cli/plan.c). */
+ * (run_plan_check in run_plan_check.c, and src/cli/plan_command.c). */
 void run_plan_check_owners(const sdp_plan *p);
 
 #endif

@@ -1,6 +1,6 @@
 /* One worker of a training job, as `sdp train` runs it: its state, and the trainer's functions
  * (trainer.c: build, step, validate, free; device.c: the state on the host or a device;
- * checkpoint.c: checkpoints and resume; eval_stream.c: block-streamed evaluation). */
+ * trainer_checkpoint.c: checkpoints and resume; eval_stream.c: block-streamed evaluation). */
 #ifndef SDP_TRAIN_TRAINER_H
 #define SDP_TRAIN_TRAINER_H
 
@@ -101,7 +101,7 @@ static inline int job_rank(const trainer *t) {
     return simulating(t) ? t->o.sim_rank : t->world.rank;
 }
 
-/* train_device.c: the trainable state on the host or on the device of t->be */
+/* device.c: the trainable state on the host or on the device of t->be */
 void device_open(trainer *t);
 void device_close(trainer *t);
 float *device_alloc(trainer *t, sdp_memcat cat, size_t n); /* zero-filled floats */
@@ -125,7 +125,7 @@ void device_check_replicas(trainer *t);
 const sdp_mem *device_mem(const trainer *t);
 void device_sample_peak(trainer *t);
 
-/* train_ckpt.c */
+/* trainer_checkpoint.c */
 void save_checkpoint(trainer *t);
 void load_checkpoint(trainer *t);
 

@@ -1,7 +1,7 @@
 /* The CPU backend's ops, private to src/ops/cpu. Each kernel file keeps its table entries static
  * and fills them in with one cpu_ops_<file> function, so an op's signature is written only in
  * sdp/backend.h and at its definition; sdp_backend_cpu calls them all. The entries trust their
- * arguments: src/ops/dispatch.c has checked them. */
+ * arguments: src/ops/ops.c has checked them. */
 #ifndef SDP_OPS_CPU_OPS_H
 #define SDP_OPS_CPU_OPS_H
 

@@ -1,6 +1,6 @@
 /* Single-precision GEMM through one of two vendor libraries, chosen at run time so that both can
  * be measured on the same machine. Both are called row-major. sdp_gemm checks the arguments
- * (src/ops/dispatch.c), so that a bad stride fails the same clear way whichever library, or
+ * (src/ops/ops.c), so that a bad stride fails the same clear way whichever library, or
  * backend, is in use. */
 #include "ops/cpu/cpu_ops.h"
 #include "sdp/check.h"

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stddef.h>
 
-/* The per-position cos/sin tables are on the stack: src/ops/dispatch.c bounds hs. */
+/* The per-position cos/sin tables are on the stack: src/ops/ops.c bounds hs. */
 
 /* (x1, x2) <- (x1 c - x2 s, x2 c + x1 s) for each pair; sign = -1 rotates the other way. */
 static void rotate_head(float *x, const float *c, const float *s, int half, float sign) {

@@ -4,7 +4,7 @@
  * one cuda_ops_<file> function, so an op's signature is written only in sdp/backend.h and at its
  * definition; sdp_backend_cuda (backend_cuda.c) calls them all. Everything else runs them through
  * that table and the entry points of sdp/ops.h, which check the arguments first
- * (src/ops/dispatch.c), so the entries do not check again. The few checks left in them guard the
+ * (src/ops/ops.c), so the entries do not check again. The few checks left in them guard the
  * CUDA kernels' own limits (int indexing over a whole tensor, cuDNN's) and the GEMM's arguments,
  * which linear and attention pass to it past dispatch.
  *

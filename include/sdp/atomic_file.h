@@ -22,4 +22,7 @@ void sdp_atomic_write_at(sdp_atomic_file *a, const void *data, size_t len, size_
 /* Makes the new contents durable and visible at `path`; releases `a`. */
 void sdp_atomic_commit(sdp_atomic_file *a);
 
+/* Atomically replaces `path` with `len` bytes of `data` (temp file, fsync, rename). */
+void sdp_write_file_atomic(const char *path, const void *data, size_t len);
+
 #endif

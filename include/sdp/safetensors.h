@@ -1,17 +1,17 @@
-/* safetensors files: the checkpoint format, readable by any safetensors reader.
+/* safetensors files (src/io/safetensors.c): the checkpoint format, readable by any safetensors
+ * reader.
  * Writes are atomic (temp file, fsync, rename, fsync of the directory), and carry a CRC32 of the
  * whole file, header included, in __metadata__["sdp.file_crc32"], verified on every read. */
-#ifndef SDP_CKPT_H
-#define SDP_CKPT_H
+#ifndef SDP_SAFETENSORS_H
+#define SDP_SAFETENSORS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "io/atomic_file.h"
+#include "sdp/atomic_file.h"
 #include "sdp/mem.h"
-#include "sdp/layout.h"
 
 #define SDP_ST_MAX_DIMS 8
 
@@ -90,45 +90,5 @@ void sdp_st_meta_numbers(const sdp_st_file *f, const char *key, int count, doubl
 double sdp_st_meta_number(const sdp_st_file *f, const char *key, double lo, double hi,
                           bool integer);
 void sdp_st_close(sdp_st_file *f, sdp_mem *mem);
-
-/* Atomically replaces `path` with `len` bytes of `data` (temp file, fsync, rename). */
-void sdp_write_file_atomic(const char *path, const void *data, size_t len);
-
-/* ---- model checkpoints: every tensor of a layout, from one or more flat buffers -------------- */
-
-/* One flat buffer laid out like the model, saved as "<tensor name><suffix>" per tensor
- * (suffix "" for the parameters, ".exp_avg" for AdamW's first moment, and so on). */
-typedef struct {
-    float *data;
-    const char *suffix;
-    bool nonnegative; /* loading refuses values below zero (AdamW's second moment) */
-} sdp_ckpt_buffer;
-
-/* At most this many buffers go in one checkpoint file (parameters; or AdamW's two moments). */
-#define SDP_CKPT_MAX_BUFFERS 4
-
-/* The data section of a checkpoint file is each buffer's flat layout in turn (the layout's
- * tensors lie at consecutive offsets, which these functions check). */
-void sdp_ckpt_save(const char *path, const sdp_layout *L, const sdp_ckpt_buffer *bufs, int nbufs,
-                   const char *const *meta);
-/* The same file streamed: the header of every tensor of L with each of the nbufs suffixes; then
- * sdp_st_writer_append takes the buffers' L->numel floats each, in order and in pieces of any
- * size, and sdp_st_writer_commit finishes it. */
-void sdp_ckpt_writer_open(sdp_st_writer *w, const char *path, const sdp_layout *L,
-                          const char *const *suffixes, int nbufs, const char *const *meta);
-/* Fills the buffers from the file, checking that it carries the whole-file checksum that sdp
- * writes, and that every tensor is present with the right shape and dtype and holds only finite
- * values. The file stays open in *f so the caller can read its metadata, then close it. */
-void sdp_ckpt_load(sdp_st_file *f, const char *path, const sdp_layout *L,
-                   const sdp_ckpt_buffer *bufs, int nbufs, sdp_mem *mem);
-/* The streaming counterpart: sdp_st_open (header checks, whole-file checksum streamed through a
- * bounded buffer), the checksum that sdp writes required, and every tensor of L with each suffix
- * present as F32 of the right shape; no data is read. */
-void sdp_ckpt_open(sdp_st_file *f, const char *path, const sdp_layout *L,
-                   const char *const *suffixes, int nbufs, sdp_mem *mem);
-/* Elements [first, first + n) of buf's flat buffer (buf->data unused) from a file opened by
- * sdp_ckpt_open, read straight into dst and checked as sdp_ckpt_load checks them. */
-void sdp_ckpt_read_range(const sdp_st_file *f, const sdp_layout *L, const sdp_ckpt_buffer *buf,
-                         size_t first, size_t n, float *dst);
 
 #endif

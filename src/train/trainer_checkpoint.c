@@ -11,7 +11,7 @@
 #include "trainer.h"
 
 #include "sdp/check.h"
-#include "sdp/ckpt.h"
+#include "sdp/checkpoint.h"
 #include "sdp/sync.h"
 
 #include <errno.h>
