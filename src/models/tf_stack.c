@@ -116,7 +116,7 @@ static void alloc_infer_acts(sdp_tf *m) {
  * sized for the widest layer, with the masks of its dropped branches: the forward writes it layer
  * after layer, and the backward recomputes it for each layer before that layer's gradients
  * (tf_stack_backward). So training holds L + 1 residual streams and one layer's activations,
- * about (L + 15) B*T*C floats for GPT instead of about 16 L B*T*C. */
+ * about (L + 16) B*T*C floats for GPT instead of about (16 L + 1) B*T*C. */
 static void alloc_recompute_acts(sdp_tf *m) {
     int H;
     size_t D, F;
