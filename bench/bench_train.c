@@ -3,9 +3,13 @@
  * global-norm clip and AdamW, for a GPT-2 124M shape and a small byte-level model, on random
  * tokens. MFU is measured against the sgemm peak of the provider in use, timed in the same run
  * right before each model's steps, because the machine is shared and its speed drifts. Every
- * figure is a median over the timed steps.
+ * figure is a median over the timed steps. With `layer` as the last argument the trainer
+ * recomputes each layer's activations in the backward (--recompute layer): the backward then
+ * includes the recomputed forwards, and the FLOPs and MFU stay the model's (they count no
+ * recomputation).
  *
- * Usage: bench_train [threads (0 = all cores)] [steps] [dnnl|openblas] [all|gpt2|bytes] */
+ * Usage: bench_train [threads (0 = all cores)] [steps] [dnnl|openblas] [all|gpt2|bytes]
+ *                    [none|layer] */
 #include "train/trainer.h"
 
 #include "sdp/bench.h"
@@ -64,7 +68,7 @@ static void set_int(train_opts *o, const char *name, int value) {
 
 /* A one-worker trainer of the model, simulating rank 0 of 1 (no communication). */
 static void build(trainer *t, feed *f, const bench_model *bm, sdp_gemm_provider gemm,
-                  const sdp_world *world) {
+                  const char *recompute, const sdp_world *world) {
     memset(t, 0, sizeof *t);
     train_opts *o = &t->o;
     opts_set_defaults(TRAIN_OPTS, o);
@@ -75,6 +79,7 @@ static void build(trainer *t, feed *f, const bench_model *bm, sdp_gemm_provider 
     set_int(o, "vocab", bm->vocab);
     set_int(o, "batch", bm->batch);
     set(o, "gemm", sdp_gemm_provider_name(gemm));
+    set(o, "recompute", recompute);
     set_int(o, "sim-world", 1);
     set_int(o, "steps", MAX_STEPS + WARMUP_STEPS);
     set_int(o, "warmup", 0);
@@ -127,17 +132,18 @@ static double run_steps(trainer *t, int steps, double med[NPHASES], double *best
     return loss;
 }
 
-static bench_result bench_one(const bench_model *bm, sdp_gemm_provider gemm, int threads, int steps,
-                              const sdp_world *world) {
+static bench_result bench_one(const bench_model *bm, sdp_gemm_provider gemm, const char *recompute,
+                              int threads, int steps, const sdp_world *world) {
     trainer t;
     feed f;
-    build(&t, &f, bm, gemm, world);
+    build(&t, &f, bm, gemm, recompute, world);
     const sdp_model_config *c = &t.cfg;
     const int N = bm->batch * bm->seq_len;
     const int used = gemm == SDP_GEMM_DNNL ? 0 : 1;
-    printf("\n%s: %s, %d layers, %d heads, width %d, vocab %d, T=%d, B=%d, %.1fM params\n",
+    printf("\n%s: %s, %d layers, %d heads, width %d, vocab %d, T=%d, B=%d, %.1fM params, "
+           "recompute %s\n",
            bm->name, c->arch, c->layers, c->heads, c->width, c->vocab, bm->seq_len, bm->batch,
-           1e-6 * (double)t.model.layout->numel);
+           1e-6 * (double)t.model.layout->numel, recompute);
     sdp_bench_print_memory(&t.mem);
 
     /* The yardstick is timed right before the steps it judges, and again after them: on a
@@ -196,10 +202,12 @@ int main(int argc, char **argv) {
     int steps = argc > 2 ? atoi(argv[2]) : 5;
     sdp_gemm_provider gemm = SDP_GEMM_DNNL;
     const char *only = argc > 4 ? argv[4] : "all";
+    const char *recompute = argc > 5 ? argv[5] : "none";
     SDP_CHECK(threads >= 0 && steps >= 1 && steps <= MAX_STEPS &&
-                  (argc <= 3 || sdp_gemm_provider_parse(argv[3], &gemm)),
+                  (argc <= 3 || sdp_gemm_provider_parse(argv[3], &gemm)) &&
+                  (!strcmp(recompute, "none") || !strcmp(recompute, "layer")),
               "usage: bench_train [threads (0 = all cores)] [steps 1..%d] [dnnl|openblas] "
-              "[all|gpt2|bytes]",
+              "[all|gpt2|bytes] [none|layer]",
               MAX_STEPS);
     if (threads == 0) threads = omp_get_num_procs();
     sdp_world world;
@@ -210,7 +218,7 @@ int main(int argc, char **argv) {
     int ran = 0;
     for (int i = 0; i < NMODELS; i++)
         if (strcmp(only, "all") == 0 || strcmp(only, MODELS[i].name) == 0)
-            results[ran++] = bench_one(&MODELS[i], gemm, threads, steps, &world);
+            results[ran++] = bench_one(&MODELS[i], gemm, recompute, threads, steps, &world);
     SDP_CHECK(ran > 0, "unknown model '%s': use all, gpt2 or bytes", only);
     print_table(results, ran, threads);
     sdp_world_finalize();

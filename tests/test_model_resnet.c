@@ -5,7 +5,9 @@
  *  - forward-masking equivalence: a compact model equals the full model with the unowned blocks
  *    and channels zeroed (docs/architecture.md, I4);
  *  - sliced and absent gradients (backward masking), through the generic model interface;
- *  - dry-run creation counts exactly the bytes a real creation allocates. */
+ *  - dry-run creation counts exactly the bytes a real creation allocates;
+ *  - activation recomputation: one block's activations, bitwise the same gradients and running
+ *    statistics. */
 #include "testutil.h"
 
 #include "sdp/model.h"
@@ -20,7 +22,11 @@
 enum { DEPTH = 20, WIDTH = 4, IN_CH = 2, SIZE = 8, CLASSES = 3, BATCH = 3, BLOCKS_PER_STAGE = 3 };
 
 static sdp_resnet_config tiny(void) {
-    sdp_resnet_config c = {DEPTH, WIDTH, IN_CH, SIZE, CLASSES};
+    sdp_resnet_config c = {.depth = DEPTH,
+                           .width = WIDTH,
+                           .in_channels = IN_CH,
+                           .image_size = SIZE,
+                           .classes = CLASSES};
     sdp_resnet_config_finish(&c);
     return c;
 }
@@ -1027,13 +1033,14 @@ static void test_dry_run(void **state) {
 }
 
 /* Activation bytes of a ResNet of this depth, counted without allocating (a dry mem). */
-static size_t resnet_act_bytes(int depth, sdp_model_mode mode) {
+static size_t resnet_acts(int depth, sdp_model_mode mode, bool recompute) {
     sdp_model_config mc = {.arch = "resnet",
                            .depth = depth,
                            .width = WIDTH,
                            .in_channels = IN_CH,
                            .image_size = SIZE,
-                           .classes = CLASSES};
+                           .classes = CLASSES,
+                           .recompute = recompute};
     sdp_mem dry = {.dry = true};
     mc.backend = sdp_backend_cpu(SDP_GEMM_DNNL, &dry);
     sdp_model m;
@@ -1041,6 +1048,10 @@ static size_t resnet_act_bytes(int depth, sdp_model_mode mode) {
     m.ops->destroy(&m);
     sdp_backend_destroy(mc.backend);
     return dry.peak[SDP_MEM_ACTS];
+}
+
+static size_t resnet_act_bytes(int depth, sdp_model_mode mode) {
+    return resnet_acts(depth, mode, false);
 }
 
 /* Rank 0 evaluates the assembled full model: built for inference, its activations must not grow
@@ -1062,7 +1073,11 @@ static void test_infer_acts_do_not_grow_with_depth(void **state) {
  * with training forwards): the same loss, logits and running statistics, bit for bit, for odd
  * and even numbers of blocks, and with a block that keeps no inner channel. */
 static void check_infer_matches_train(int depth, const sdp_subnet_spec *spec) {
-    sdp_resnet_config c = {depth, WIDTH, IN_CH, SIZE, CLASSES};
+    sdp_resnet_config c = {.depth = depth,
+                           .width = WIDTH,
+                           .in_channels = IN_CH,
+                           .image_size = SIZE,
+                           .classes = CLASSES};
     sdp_mem mem = {0};
     sdp_resnet *inf =
         sdp_resnet_create(&c, spec, BATCH, SDP_MODEL_INFER, SDP_GEMM_DNNL, SDP_CONV_DNNL, &mem);
@@ -1115,6 +1130,110 @@ static void test_infer_matches_train(void **state) {
     sdp_layout_free(&full);
 }
 
+/* ---- recomputation: one block's activations, the same gradients and statistics ------------- */
+
+/* A recomputing model keeps each block's output (the next one's input) and its batch statistics
+ * beside one block's convolution outputs: from 2 to 4 blocks a stage (depth 14 to 26), the 6
+ * identity blocks added bring exactly their outputs and their two batch norms' mean and rstd. An
+ * inference model is unchanged by the option. */
+static void test_recompute_keeps_one_block(void **state) {
+    (void)state;
+    size_t added = 0;
+    for (int s = 0; s < 3; s++) {
+        const size_t C = (size_t)WIDTH << s, side = (size_t)SIZE >> s;
+        added += 2 * (BATCH * C * side * side + 4 * C) * sizeof(float);
+    }
+    const size_t two = resnet_acts(14, SDP_MODEL_TRAIN, true);
+    const size_t four = resnet_acts(26, SDP_MODEL_TRAIN, true);
+    print_message("training activations, 4 blocks a stage: %zu bytes, %zu recomputing (2 blocks a "
+                  "stage: %zu)\n",
+                  resnet_act_bytes(26, SDP_MODEL_TRAIN), four, two);
+    assert_int_equal(four - two, added);
+    assert_true(four < resnet_act_bytes(26, SDP_MODEL_TRAIN));
+    assert_int_equal(resnet_acts(26, SDP_MODEL_INFER, true), resnet_act_bytes(26, SDP_MODEL_INFER));
+}
+
+/* Two models of one (sub)network, the same weights: after two training forwards and backwards the
+ * accumulated gradients, the running statistics and the losses must be bitwise equal with and
+ * without recomputation (the recomputed forward moves no running statistic). floor: the backward
+ * stops below block `floor` (no gradient for the stem or the blocks below, as under backward
+ * masking with block units); 0 for the whole pass. */
+static void check_recompute_exact(const sdp_subnet_spec *spec, int floor) {
+    sdp_mem mem = {0};
+    sdp_resnet_config c = tiny();
+    sdp_resnet *m[2];
+    for (int k = 0; k < 2; k++) {
+        c.recompute = k == 1;
+        m[k] = sdp_resnet_create(&c, spec, BATCH, SDP_MODEL_TRAIN_BARE, SDP_GEMM_DNNL,
+                                 SDP_CONV_DNNL, &mem);
+    }
+    const sdp_layout *L = sdp_resnet_layout(m[0]);
+    perturbed_params(L, sdp_resnet_params(m[0]), 13);
+    memcpy(sdp_resnet_params(m[1]), sdp_resnet_params(m[0]), L->numel * sizeof(float));
+    long *goff = malloc(sizeof(long) * (size_t)L->nparams);
+    float *grads[2];
+    for (int i = 0; i < L->nparams; i++) {
+        const int b = L->params[i].block;
+        const bool kept = b >= floor || (b < 0 && (floor == 0 || !sdp_param_is_stem(L, i)));
+        goff[i] = kept && !L->params[i].buffer ? (long)L->params[i].offset : -1;
+    }
+    for (int k = 0; k < 2; k++) {
+        grads[k] = sdp_alloc(&mem, SDP_MEM_GRADS, L->numel * sizeof(float));
+        sdp_resnet_use_grads(m[k], grads[k], goff, NULL);
+    }
+    float images[BATCH * IN_CH * SIZE * SIZE];
+    int labels[BATCH];
+    for (int pass = 0; pass < 2; pass++) {
+        random_batch(images, labels, 40 + (uint64_t)pass);
+        sdp_metrics a[2];
+        for (int k = 0; k < 2; k++) {
+            sdp_resnet_forward(m[k], images, labels, BATCH, true, &a[k]);
+            sdp_resnet_backward(m[k], 0.5f, NULL, NULL);
+        }
+        assert_true(a[0].loss == a[1].loss && a[0].correct == a[1].correct);
+    }
+    double norm = 0;
+    for (size_t i = 0; i < L->numel; i++) norm += (double)grads[0][i] * grads[0][i];
+    print_message("%s, floor %d: gradient norm %.6g\n", spec ? "subnetwork" : "full", floor,
+                  sqrt(norm));
+    assert_true(norm > 0);
+    assert_memory_equal(grads[0], grads[1], L->numel * sizeof(float));
+    assert_memory_equal(sdp_resnet_params(m[0]), sdp_resnet_params(m[1]),
+                        L->numel * sizeof(float)); /* the running statistics */
+    for (int k = 0; k < 2; k++) {
+        sdp_resnet_destroy(m[k]);
+        sdp_free(&mem, grads[k]);
+    }
+    free(goff);
+    for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(mem.cur[k], 0);
+}
+
+/* The full model, and a subnetwork that drops a block, keeps no inner channel in another and part
+ * of them in a third, scaling their branches; the whole backward, and one that stops at block 4. */
+static void test_recompute_is_exact(void **state) {
+    (void)state;
+    check_recompute_exact(NULL, 0);
+    check_recompute_exact(NULL, 4);
+    sdp_model_config mc = {.arch = "resnet",
+                           .depth = DEPTH,
+                           .width = WIDTH,
+                           .in_channels = IN_CH,
+                           .image_size = SIZE,
+                           .classes = CLASSES};
+    sdp_layout full;
+    sdp_model_family_find("resnet")->describe_full(&full, &mc);
+    sdp_subnet_spec spec;
+    sdp_subnet_spec_full(&spec, &full);
+    spec.keep[2] = false;
+    spec.kept[4][0] = 0;
+    spec.kept[8][0] = 2;
+    spec.scale[1] = spec.scale[8] = 2.0f;
+    check_recompute_exact(&spec, 0);
+    check_recompute_exact(&spec, 3);
+    sdp_subnet_spec_free(&spec);
+    sdp_layout_free(&full);
+}
+
 int main(void) {
     sdp_set_threads(1); /* tiny convolutions: more threads only spin */
     const struct CMUnitTest tests[] = {
@@ -1133,6 +1252,8 @@ int main(void) {
         cmocka_unit_test(test_dry_run),
         cmocka_unit_test(test_infer_acts_do_not_grow_with_depth),
         cmocka_unit_test(test_infer_matches_train),
+        cmocka_unit_test(test_recompute_keeps_one_block),
+        cmocka_unit_test(test_recompute_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* The transformer as a whole: its tensor description, and its gradient against finite
  * differences for both styles on a tiny configuration, without and with dropout (its masks held
  * fixed by one key); that dropout is training's alone (evaluation equals the same weights without
- * dropout, bit for bit) and that its masks are counted with the activations, exactly. */
+ * dropout, bit for bit) and that its masks are counted with the activations, exactly; that
+ * activation recomputation keeps one layer's activations and gives bitwise the same gradients. */
 #include "testutil.h"
 
 #include "sdp/transformer.h"
@@ -440,6 +441,135 @@ static void test_dropout_of_one_fails_clearly(void **state) {
     tu_expect_fatal(call_dropout_of_one, NULL, "--dropout must be in [0, 1) (got 1)");
 }
 
+/* ---- recomputation: one layer's activations, the same gradients ---------------------------- */
+
+static size_t recompute_act_bytes(sdp_tf_style style, int n_layer, float dropout) {
+    sdp_mem dry = {.dry = true};
+    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &dry);
+    sdp_tf_config c = layered(style, n_layer);
+    c.dropout = dropout;
+    c.recompute = true;
+    sdp_tf m;
+    sdp_tf_create(&m, &c, NULL, 2, 5, SDP_MODEL_TRAIN, be);
+    sdp_tf_destroy(&m);
+    sdp_backend_destroy(be);
+    return dry.peak[SDP_MEM_ACTS];
+}
+
+/* A recomputing model keeps one residual stream of B*T*C floats per layer (its input) beside one
+ * layer's activations and masks: each further layer adds that stream exactly, dropout or not. An
+ * inference model is unchanged by the option. */
+static void test_recompute_keeps_one_layer(void **state) {
+    (void)state;
+    const sdp_tf_style styles[] = {SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT};
+    for (int s = 0; s < 3; s++) {
+        const sdp_tf_config c = layered(styles[s], 1);
+        const size_t T = styles[s] == SDP_STYLE_VIT ? (size_t)c.seq_len : 5;
+        const size_t stream = 2 * T * (size_t)c.d_model * sizeof(float);
+        const size_t two = recompute_act_bytes(styles[s], 2, 0.0f);
+        const size_t five = recompute_act_bytes(styles[s], 5, 0.0f);
+        const size_t plain = act_bytes(styles[s], 5, SDP_MODEL_TRAIN);
+        print_message("%s: 5 layers keep %zu activation bytes, %zu recomputing (2 layers: %zu)\n",
+                      sdp_tf_style_name(styles[s]), plain, five, two);
+        assert_int_equal(five - two, 3 * stream);
+        assert_int_equal(recompute_act_bytes(styles[s], 5, 0.2f) -
+                             recompute_act_bytes(styles[s], 2, 0.2f),
+                         3 * stream);
+        assert_true(five < plain);
+    }
+}
+
+/* Four layers of unequal widths, the widest not first, so that the shared buffers serve every
+ * width: one without heads, one without MLP neurons, others kept in part, scaled branches. */
+static void uneven_shape(sdp_tf_shape *s, const sdp_tf_config *c) {
+    sdp_tf_shape_full(s, c);
+    const int heads[4] = {1, 0, 2, 1}, ff[4] = {4, 12, 0, 8};
+    const float scale[4] = {1.0f, 2.0f, 1.0f, 0.5f};
+    for (int i = 0; i < 4; i++)
+        s->n_head[i] = heads[i], s->d_ff[i] = ff[i], s->branch_scale[i] = scale[i];
+}
+
+/* One model of each kind, the same weights: gradients accumulated over two micro-batches (new
+ * dropout masks each) must be bitwise equal with and without recomputation, and so must the
+ * losses. floor: the backward stops below block `floor` (its stem and lower layers get no
+ * gradient, as under backward masking with block units); 0 for the whole pass. */
+static void check_recompute_exact(sdp_tf_style style, float dropout, bool uneven, int floor) {
+    sdp_mem mem = {0};
+    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
+    sdp_tf_config c = layered(style, 4);
+    c.dropout = dropout;
+    sdp_tf_shape s;
+    if (uneven)
+        uneven_shape(&s, &c);
+    else
+        sdp_tf_shape_full(&s, &c);
+    const bool vit = style == SDP_STYLE_VIT;
+    const int B = 2, T = vit ? c.seq_len : 5;
+    sdp_tf m[2];
+    for (int k = 0; k < 2; k++) {
+        c.recompute = k == 1;
+        sdp_tf_create(&m[k], &c, &s, B, T, SDP_MODEL_TRAIN, be);
+    }
+    const sdp_layout *L = &m[0].layout;
+    sdp_layout_init_values(L, m[0].params, 5);
+    sdp_rng r = sdp_rng_make(5, 3);
+    for (size_t i = 0; i < L->numel; i++) m[0].params[i] += 0.3f * sdp_rng_normal(&r);
+    memcpy(m[1].params, m[0].params, L->numel * sizeof(float));
+    long *goff = malloc(sizeof(long) * (size_t)L->nparams);
+    float *grads[2];
+    for (int i = 0; i < L->nparams; i++) {
+        const int b = L->params[i].block;
+        const bool kept = b >= floor || (b < 0 && (floor == 0 || !sdp_param_is_stem(L, i)));
+        goff[i] = kept ? (long)L->params[i].offset : -1;
+    }
+    for (int k = 0; k < 2; k++) {
+        grads[k] = be->alloc(be, SDP_MEM_GRADS, L->numel * sizeof(float));
+        sdp_tf_use_grads(&m[k], grads[k], goff, NULL);
+    }
+    assert_int_equal(m[0].backward_floor, floor ? floor : -1);
+    float images[2 * 2 * 4 * 4];
+    int in[2 * 5], tg[2 * 5];
+    for (int pass = 0; pass < 2; pass++) {
+        tu_fill(images, sizeof images / sizeof *images, &r, 1.0f);
+        make_batch(in, tg, vit ? B : B * T, c.vocab, &r);
+        double loss[2];
+        for (int k = 0; k < 2; k++) {
+            sdp_tf_set_dropout(&m[k], true, 0xd1ce + (uint64_t)pass);
+            loss[k] = vit ? sdp_tf_forward_images(&m[k], images, tg, B)
+                          : sdp_tf_forward(&m[k], in, tg, B, T);
+            sdp_tf_backward(&m[k], 0.5f);
+        }
+        assert_true(loss[0] == loss[1]);
+    }
+    double norm = 0;
+    for (size_t i = 0; i < L->numel; i++) norm += (double)grads[0][i] * grads[0][i];
+    print_message("%s, dropout %g, %s layers, floor %d: gradient norm %.6g\n",
+                  sdp_tf_style_name(style), (double)dropout, uneven ? "uneven" : "full", floor,
+                  sqrt(norm));
+    assert_true(norm > 0);
+    assert_memory_equal(grads[0], grads[1], L->numel * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        sdp_tf_destroy(&m[k]);
+        be->free(be, grads[k]);
+    }
+    free(goff);
+    sdp_tf_shape_free(&s);
+    sdp_backend_destroy(be);
+    for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(mem.cur[k], 0);
+}
+
+static void test_recompute_is_exact(void **state) {
+    (void)state;
+    const sdp_tf_style styles[] = {SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT};
+    for (int s = 0; s < 3; s++)
+        for (int d = 0; d < 2; d++) {
+            const float dropout = d ? 0.3f : 0.0f;
+            check_recompute_exact(styles[s], dropout, false, 0);
+            check_recompute_exact(styles[s], dropout, true, 0);
+            check_recompute_exact(styles[s], dropout, true, 2);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_gpt),
@@ -454,6 +584,8 @@ int main(void) {
         cmocka_unit_test(test_init_is_counter_based),
         cmocka_unit_test(test_infer_acts_do_not_grow_with_depth),
         cmocka_unit_test(test_infer_matches_train),
+        cmocka_unit_test(test_recompute_keeps_one_layer),
+        cmocka_unit_test(test_recompute_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,6 +51,25 @@ sys.exit(0 if d == [9 * 128] * 2 else 1)
 PY
   pass "plan --dropout adds its masks' bytes to the activations, exactly" ||
   fail "plan --dropout: the masks' bytes differ from 9 x 128"
+# Activation recomputation: each layer's input and one layer's activations (and masks).
+check 2 --sdp-mask none --recompute layer --dropout 0.1
+check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3 --recompute layer
+check 4 --sdp-mask forward --sdp-unit block --recompute layer --model llama --dropout 0.1
+# ... and exactly them: each of the 4 layers keeps its input (B*T*C floats) and 3 of them no longer
+# keep the rest, 15 B*T*C floats, 4 statistics per row and attention's B*H*T log-sum-exps.
+"$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world 2 --json >"$WORK/p0.json" 2>&1 &&
+  "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world 2 --json --recompute layer >"$WORK/p1.json" 2>&1 &&
+  python3 - "$WORK/p0.json" "$WORK/p1.json" <<'PY' &&
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+B, T, C, H = 2, 16, 32, 4
+expected = 3 * (15 * B * T * C + 4 * B * T + B * H * T) * 4
+d = [x["activations"] - y["activations"] for x, y in zip(a["workers"], b["workers"])]
+print("activation bytes saved by recomputation per worker: %s (expected %d)" % (d, expected))
+sys.exit(0 if d == [expected] * 2 else 1)
+PY
+  pass "plan --recompute layer keeps one layer's activations beside the inputs, exactly" ||
+  fail "plan --recompute layer: the bytes saved differ from 3 layers' activations"
 # Checkpoints and blocks sent in windows smaller than the model, as for any large model.
 export SDP_CKPT_WINDOW=5000
 check 4 --sdp-mask forward --sdp-unit block
@@ -67,6 +86,9 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   check 4 --sdp-mask forward --sdp-unit neuron
   check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
   check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --depth 14
+  # Recomputation: each block's input and batch statistics, one block's convolution outputs.
+  check 2 --sdp-mask none --recompute layer
+  check 4 --sdp-mask forward --sdp-unit neuron --recompute layer
   # The ViT: patch stem and class token shared, layers split into blocks or heads and neurons.
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
   DATA=()
@@ -77,6 +99,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
   check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --depth 14
   check 4 --sdp-mask forward --sdp-unit neuron --dropout 0.1
+  check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --recompute layer --dropout 0.1
 else
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi

@@ -42,6 +42,10 @@ typedef struct {
     int depth;                                   /* resnet: 20, 18, ... */
     int in_channels, image_size, classes, patch; /* image models */
     float dropout; /* transformers: dropout probability of training forwards (0: none) */
+    /* Training models keep each layer's (transformers) or block's (resnet) input and recompute its
+     * other activations in the backward (sdp_tf_config, sdp_resnet_config): bitwise the same
+     * results, about one layer's activations instead of every layer's. */
+    bool recompute;
     /* The backend to build on, the caller's (it must outlive the model); required: a CPU run
      * passes sdp_backend_cpu over its GEMM provider and memory tally (a dry sdp_mem to count
      * without allocating). Families without kernels for it fail. */

@@ -29,6 +29,12 @@ typedef struct {
     int in_channels; /* 1 for Fashion-MNIST, 3 for CIFAR */
     int image_size;  /* square images */
     int classes;
+    /* Activation recomputation of training models: every block keeps only its input (the block
+     * below's output, or the stem's) and its batch norms' statistics; one set of a block's
+     * convolution outputs, shared by all blocks, serves the forward, and the backward recomputes
+     * each block's from its input before its gradients, updating no running statistic again. The
+     * same kernels on the same values, so every result is bitwise the same. */
+    bool recompute;
 } sdp_resnet_config;
 
 /* One basic block of the full model. */

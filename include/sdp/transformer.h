@@ -46,6 +46,11 @@ typedef struct {
      * output (embeddings, with positions), every attention's probabilities, and each branch's
      * output projection before it joins the residual stream. 0: none, and no mask is allocated. */
     float dropout;
+    /* Activation recomputation of training models: every layer keeps only its input (the layer
+     * below's output, or the embeddings), and one set of a layer's activations, shared by all
+     * layers, serves the forward; the backward recomputes each layer's from its input before its
+     * gradients. The same kernels on the same values, so every result is bitwise the same. */
+    bool recompute;
 } sdp_tf_config;
 
 /* Per-layer shape of a (sub)network: which global layers it has, and how many heads and MLP
@@ -118,9 +123,12 @@ typedef struct {
     sdp_tf_layer_acts *layers;
     /* SDP_MODEL_INFER: every layer's buffers are views of shared_set's, which owns each buffer
      * once (see alloc_infer_acts in tf_stack.c); the outputs alternate between shared_set.out
-     * (even layers) and embed (odd layers) */
-    bool shared_acts;
+     * (even layers) and embed (odd layers). recompute (cfg.recompute in a training mode): every
+     * layer's buffers but its own output are views of shared_set's (alloc_recompute_acts), which
+     * hold the activations of local layer acts_layer (-1: none) */
+    bool shared_acts, recompute;
     sdp_tf_layer_acts shared_set;
+    int acts_layer;
     float *lnf, *lnf_mean, *lnf_rstd;
     float *probs;  /* [N, Vp]: logits, then probabilities, then dlogits */
     float *losses; /* [N] */

@@ -31,20 +31,35 @@ typedef struct {
     char fit[OPT_STR_MAX], fit_by[OPT_STR_MAX]; /* sdp plan --fit (plan_fit.h) */
 } plan_opts;
 
-static const char *SHARED_OPTS[] = {"model",        "layers",
-                                    "heads",        "width",
-                                    "d-ff",         "seq-len",
-                                    "vocab",        "batch",
-                                    "optimizer",    "sdp-mask",
-                                    "sdp-unit",     "sdp-owners",
-                                    "sdp-coverage", "sdp-assign",
-                                    "sdp-chunks",   "sdp-seed",
-                                    "branch-scale", "seed",
-                                    "depth",        "channels",
-                                    "patch",        "dropout",
-                                    "dataset",      "device",
-                                    "val-batches",  "bn-recal-batches",
-                                    "threads",      NULL};
+static const char *SHARED_OPTS[] = {"model",
+                                    "layers",
+                                    "heads",
+                                    "width",
+                                    "d-ff",
+                                    "seq-len",
+                                    "vocab",
+                                    "batch",
+                                    "optimizer",
+                                    "sdp-mask",
+                                    "sdp-unit",
+                                    "sdp-owners",
+                                    "sdp-coverage",
+                                    "sdp-assign",
+                                    "sdp-chunks",
+                                    "sdp-seed",
+                                    "branch-scale",
+                                    "seed",
+                                    "depth",
+                                    "channels",
+                                    "patch",
+                                    "dropout",
+                                    "dataset",
+                                    "device",
+                                    "val-batches",
+                                    "bn-recal-batches",
+                                    "threads",
+                                    "recompute",
+                                    NULL};
 
 static opt_spec *plan_specs(void) {
     static const opt_spec extra[] = {
@@ -272,6 +287,7 @@ static void print_title(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
         printf(" | batch %d images", o->t.batch);
     else
         printf(" | batch %d x %d", o->t.batch, o->t.seq_len);
+    if (cfg->recompute) printf(", recompute layer");
     printf(" | %s, %s, %d thread%s per worker\n", o->t.device, dtype, threads,
            threads == 1 ? "" : "s");
 }

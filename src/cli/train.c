@@ -107,6 +107,7 @@ static void validate_options(train_opts *o) {
               o->warmup, span);
     SDP_CHECK(o->lr_min <= o->lr, "--lr-min %g exceeds --lr %g", o->lr_min, o->lr);
     train_opts_check_precision(o);
+    train_opts_recompute(o); /* an unknown --recompute fails here, once for the job */
     if (o->sim_world == 0) {
         SDP_CHECK(o->sim_rank == 0, "--sim-rank %d needs --sim-world N (the simulated job's size)",
                   o->sim_rank);

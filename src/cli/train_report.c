@@ -88,6 +88,10 @@ void print_start(const trainer *t) {
         printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, vocab %d, seq %d", c->arch,
                c->layers, c->heads, c->width, c->d_ff, c->vocab, c->seq_len);
     if (c->dropout > 0) printf(", dropout %g", (double)c->dropout);
+    if (c->recompute) { /* --recompute layer */
+        const char *unit = strcmp(c->arch, "resnet") ? "layer" : "block";
+        printf(", activations recomputed %s by %s in the backward", unit, unit);
+    }
     printf("\n");
     printf("  full model %.2fM parameters (%s) | workers %d | threads/worker %d (cores %d) | "
            "gemm %s\n",

@@ -330,6 +330,14 @@ struct sdp_resnet {
      * block's buffers are views of these (see share_infer_acts), sized for the largest use */
     float *pool_conv, *pool_mean, *pool_rstd, *pool_a1, *pool_out[2];
     size_t max_conv, max_channels, max_a1, max_out;
+    /* Recomputation (cfg.recompute in a training mode): every block's convolution outputs and a1
+     * are views of these (share_recompute_acts), pool_a1 for a1, sized for the largest block; they
+     * hold the activations of block acts_block (-1: none). Each block keeps its output (the next
+     * block's input) and its batch norms' statistics. */
+    bool recompute;
+    float *rc_c1, *rc_c2, *rc_sc;
+    size_t max_c2, max_sc; /* conv1's outputs are as large as a1 */
+    int acts_block;
     int last_B;
     bool has_loss;      /* probs hold the probabilities of a training forward with labels */
     int backward_floor; /* lowest block the backward reaches; -1: down to the stem */
@@ -369,8 +377,10 @@ static const void *plan_for(sdp_resnet *r, int ic, int size, int oc, int k, int 
     return p->impl;
 }
 
+/* shared: NULL, the convolution's output is the unit's own; else it becomes a view of a buffer of
+ * every block (recomputation), whose size *shared grows to fit it. */
 static conv_bn make_conv_bn(sdp_resnet *r, conv_bn_tensors t, int ic, int in_size, int oc, int k,
-                            int stride) {
+                            int stride, size_t *shared) {
     conv_bn u = {.t = t,
                  .plan = plan_for(r, ic, in_size, oc, k, stride),
                  .C = oc,
@@ -382,7 +392,10 @@ static conv_bn make_conv_bn(sdp_resnet *r, conv_bn_tensors t, int ic, int in_siz
         if ((size_t)oc > r->max_channels) r->max_channels = (size_t)oc;
         return u;
     }
-    u.conv = acts(r, act_size(r, oc, u.size));
+    if (!shared)
+        u.conv = acts(r, act_size(r, oc, u.size));
+    else if (act_size(r, oc, u.size) > *shared)
+        *shared = act_size(r, oc, u.size);
     u.mean = acts(r, (size_t)oc);
     u.rstd = acts(r, (size_t)oc);
     note_act(r, oc, u.size);
@@ -398,10 +411,13 @@ static void free_conv_bn(sdp_resnet *r, conv_bn *u) {
 static void make_block(sdp_resnet *r, block *b, const kept_block *k, const block_tensors *t) {
     const sdp_resnet_block_arch *a = &k->arch;
     b->k = *k;
-    b->c1 = make_conv_bn(r, t->c1, a->cin, a->in_size, k->mid, 3, a->stride);
-    b->c2 = make_conv_bn(r, t->c2, k->mid, a->out_size, a->cout, 3, 1);
+    const bool rc = r->recompute;
+    b->c1 =
+        make_conv_bn(r, t->c1, a->cin, a->in_size, k->mid, 3, a->stride, rc ? &r->max_a1 : NULL);
+    b->c2 = make_conv_bn(r, t->c2, k->mid, a->out_size, a->cout, 3, 1, rc ? &r->max_c2 : NULL);
     if (a->downsample)
-        b->sc = make_conv_bn(r, t->sc, a->cin, a->in_size, a->cout, 1, a->stride);
+        b->sc = make_conv_bn(r, t->sc, a->cin, a->in_size, a->cout, 1, a->stride,
+                             rc ? &r->max_sc : NULL);
     else
         b->sc.t = (conv_bn_tensors){-1, -1};
     note_act(r, a->cin, a->in_size);
@@ -412,7 +428,8 @@ static void make_block(sdp_resnet *r, block *b, const kept_block *k, const block
             r->max_out = act_size(r, a->cout, a->out_size);
         return;
     }
-    b->a1 = k->mid ? acts(r, act_size(r, k->mid, a->out_size)) : NULL;
+    /* recomputation: a1 is a view of pool_a1, as large as conv1's output (share_recompute_acts) */
+    b->a1 = k->mid && !rc ? acts(r, act_size(r, k->mid, a->out_size)) : NULL;
     b->out = acts(r, act_size(r, a->cout, a->out_size));
 }
 
@@ -449,6 +466,25 @@ static void share_infer_acts(sdp_resnet *r) {
     }
 }
 
+/* Under recomputation a block's backward reads its input and its own activations, each block's in
+ * turn: the forward writes every block's convolution outputs and a1 into one set of buffers, and
+ * the backward recomputes them block by block (block_recompute). Only the block outputs (each the
+ * next block's input), the stem's and the batch statistics stay for every block. */
+static void share_recompute_acts(sdp_resnet *r) {
+    r->rc_c1 = r->max_a1 ? acts(r, r->max_a1) : NULL;
+    r->pool_a1 = r->max_a1 ? acts(r, r->max_a1) : NULL;
+    r->rc_c2 = r->max_c2 ? acts(r, r->max_c2) : NULL;
+    r->rc_sc = r->max_sc ? acts(r, r->max_sc) : NULL;
+    for (int i = 0; i < r->nblocks; i++) {
+        block *b = &r->blocks[i];
+        if (b->c1.C) b->c1.conv = r->rc_c1;
+        if (b->c2.C) b->c2.conv = r->rc_c2;
+        if (b->sc.C) b->sc.conv = r->rc_sc;
+        b->a1 = b->k.mid ? r->pool_a1 : NULL;
+    }
+    r->acts_block = -1;
+}
+
 /* The largest tensor that may have a sliced gradient: those of inner groups (neuron units). */
 static size_t largest_group_tensor(const sdp_layout *L) {
     size_t n = 0;
@@ -481,6 +517,7 @@ sdp_resnet *sdp_resnet_create_on(const sdp_resnet_config *cfg, const sdp_subnet_
     r->be = be;
     r->algo = algo;
     r->B = B;
+    r->recompute = c->recompute && mode != SDP_MODEL_INFER;
 
     const int nfull = sdp_resnet_nblocks(c);
     kept_block *kb = sdp_xcalloc((size_t)nfull, sizeof *kb, "the kept blocks");
@@ -497,10 +534,11 @@ sdp_resnet *sdp_resnet_create_on(const sdp_resnet_config *cfg, const sdp_subnet_
     const int S = c->image_size, C = c->width << (sdp_resnet_stages(c) - 1), K = c->classes;
     r->input = acts(r, act_size(r, c->in_channels, S));
     r->labels = be->alloc(be, SDP_MEM_ACTS, (size_t)B * sizeof(int));
-    r->stem = make_conv_bn(r, t.stem, c->in_channels, S, c->width, 3, 1);
+    r->stem = make_conv_bn(r, t.stem, c->in_channels, S, c->width, 3, 1, NULL);
     if (mode != SDP_MODEL_INFER) r->stem_out = acts(r, act_size(r, c->width, S));
     for (int i = 0; i < r->nblocks; i++) make_block(r, &r->blocks[i], &kb[i], &t.blocks[i]);
     if (mode == SDP_MODEL_INFER) share_infer_acts(r);
+    if (r->recompute) share_recompute_acts(r);
     r->fc_w = t.fc_w;
     r->fc_b = t.fc_b;
     r->flops += (double)C * K;
@@ -543,8 +581,12 @@ void sdp_resnet_destroy(sdp_resnet *r) {
                           r->pool_a1,   r->pool_out[0], r->pool_out[1]};
         for (size_t i = 0; i < sizeof pools / sizeof *pools; i++) be->free(be, pools[i]);
     } else {
+        float *shared[] = {r->rc_c1, r->rc_c2, r->rc_sc, r->pool_a1};
+        for (size_t i = 0; i < sizeof shared / sizeof *shared; i++) be->free(be, shared[i]);
         for (int i = 0; i < r->nblocks; i++) {
             block *b = &r->blocks[i];
+            if (r->recompute) /* views of the buffers just freed */
+                b->c1.conv = b->c2.conv = b->sc.conv = b->a1 = NULL;
             free_conv_bn(r, &b->c1);
             free_conv_bn(r, &b->c2);
             free_conv_bn(r, &b->sc);
@@ -606,17 +648,31 @@ void sdp_resnet_use_grads(sdp_resnet *r, float *grads, const long *grad_offset,
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-/* y = bn(conv(x)); the convolution's output stays in u->conv. */
-static void conv_bn_fwd(sdp_resnet *r, conv_bn *u, const float *x, float *y, int B, bool training) {
+/* u->conv = conv(x) */
+static void conv_fwd(sdp_resnet *r, conv_bn *u, const float *x) {
     const sdp_backend *be = r->be;
     if (u->plan)
         sdp_conv2d_fwd(be, u->plan, u->conv, x, P(r, u->t.w), NULL, r->conv_scratch);
     else /* conv2 of a block that keeps no inner channel */
         be->zero(be, u->conv, act_size(r, u->C, u->size) * sizeof(float));
+}
+
+/* y = bn(u->conv) on the batch's statistics, saved in u->mean and u->rstd, and the running
+ * statistics updated when `update` (not when recomputing: they move once per forward). */
+static void bn_fwd_train(sdp_resnet *r, conv_bn *u, float *y, int B, bool update) {
+    const int bn = u->t.bn;
+    sdp_batchnorm_fwd_train(r->be, y, u->mean, u->rstd, update ? P(r, bn + 2) : NULL,
+                            update ? P(r, bn + 3) : NULL, u->conv, P(r, bn), P(r, bn + 1), B, u->C,
+                            u->size, u->size);
+}
+
+/* y = bn(conv(x)); the convolution's output stays in u->conv. */
+static void conv_bn_fwd(sdp_resnet *r, conv_bn *u, const float *x, float *y, int B, bool training) {
+    const sdp_backend *be = r->be;
+    conv_fwd(r, u, x);
     const int bn = u->t.bn;
     if (training)
-        sdp_batchnorm_fwd_train(be, y, u->mean, u->rstd, P(r, bn + 2), P(r, bn + 3), u->conv,
-                                P(r, bn), P(r, bn + 1), B, u->C, u->size, u->size);
+        bn_fwd_train(r, u, y, B, true);
     else
         sdp_batchnorm_fwd_eval(be, y, u->conv, P(r, bn + 2), P(r, bn + 3), P(r, bn), P(r, bn + 1),
                                B, u->C, u->size, u->size);
@@ -638,6 +694,26 @@ static void block_fwd(sdp_resnet *r, block *b, const float *x, int B, bool train
     }
     sdp_residual_fwd(be, b->out, shortcut, r->tmp, b->k.scale, n);
     sdp_relu_fwd(be, b->out, b->out, n);
+    r->acts_block = (int)(b - r->blocks);
+}
+
+/* What block b's backward reads, recomputed from its kept input x (recomputation): conv1, bn1 and
+ * its ReLU into a1, and the outputs of conv2 and of the shortcut's convolution, by the forward's
+ * kernels on the same values, so bitwise what the forward wrote. bn1 runs on the batch's
+ * statistics again, which the same kernel on the same values makes the forward's, without moving
+ * the running statistics a second time; bn2's and the shortcut's statistics are the ones the
+ * forward saved. Their outputs, the residual sum and its ReLU (the block's kept output) are not
+ * read by the backward, and are not recomputed. */
+static void block_recompute(sdp_resnet *r, block *b, const float *x, int B) {
+    const sdp_resnet_block_arch *a = &b->k.arch;
+    if (b->k.mid > 0) {
+        conv_fwd(r, &b->c1, x);
+        bn_fwd_train(r, &b->c1, b->a1, B, false);
+        sdp_relu_fwd(r->be, b->a1, b->a1, (size_t)B * b->k.mid * a->out_size * a->out_size);
+    }
+    conv_fwd(r, &b->c2, b->a1);
+    if (a->downsample) conv_fwd(r, &b->sc, x);
+    r->acts_block = (int)(b - r->blocks);
 }
 
 static int last_channels(const sdp_resnet *r) {
@@ -856,7 +932,11 @@ void sdp_resnet_backward(sdp_resnet *r, float dloss, void (*layer_done)(void *ct
     head_bwd(r, dloss, B);
     const int floor = r->backward_floor > 0 ? r->backward_floor : 0;
     for (int i = r->nblocks - 1; i >= floor; i--) {
-        block_bwd(r, &r->blocks[i], i ? r->blocks[i - 1].out : r->stem_out, B);
+        block *b = &r->blocks[i];
+        const float *x = i ? r->blocks[i - 1].out : r->stem_out;
+        /* after the forward, the shared buffers hold the last block's activations */
+        if (r->recompute && r->acts_block != i) block_recompute(r, b, x, B);
+        block_bwd(r, b, x, B);
         if (layer_done) layer_done(ctx, i);
     }
     if (r->backward_floor >= 0) {

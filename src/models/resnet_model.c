@@ -62,7 +62,12 @@ static const sdp_model_ops OPS = {
     stream_floats, forward_stem, forward_block, forward_head};
 
 static sdp_resnet_config resnet_config(const sdp_model_config *c) {
-    return (sdp_resnet_config){c->depth, c->width, c->in_channels, c->image_size, c->classes};
+    return (sdp_resnet_config){.depth = c->depth,
+                               .width = c->width,
+                               .in_channels = c->in_channels,
+                               .image_size = c->image_size,
+                               .classes = c->classes,
+                               .recompute = c->recompute};
 }
 
 static void finish_config(sdp_model_config *c) {

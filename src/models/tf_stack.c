@@ -20,7 +20,20 @@ static size_t fc_width(const sdp_tf *m, size_t F) {
 
 /* ---- buffers ------------------------------------------------------------------------------- */
 
-/* One layer's forward activations, for H heads of attention width D and F MLP neurons. */
+/* The heads H, attention width D and MLP neurons F of the widest layer: a buffer shared by every
+ * layer is sized for it. */
+static void widest_layer(const sdp_tf *m, int *H, size_t *D, size_t *F) {
+    *H = 0;
+    *F = 0;
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        if (m->shape.n_head[i] > *H) *H = m->shape.n_head[i];
+        if ((size_t)m->shape.d_ff[i] > *F) *F = (size_t)m->shape.d_ff[i];
+    }
+    *D = (size_t)*H * m->head_size;
+}
+
+/* One layer's forward activations but its output, for H heads of attention width D and F MLP
+ * neurons. */
 static void alloc_acts_set(sdp_tf *m, sdp_tf_layer_acts *a, int H, size_t D, size_t F) {
     const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
     a->ln1 = tf_acts(m, N * C);
@@ -35,7 +48,6 @@ static void alloc_acts_set(sdp_tf *m, sdp_tf_layer_acts *a, int H, size_t D, siz
     a->ln2_rstd = tf_acts(m, N);
     a->fc = tf_acts(m, N * fc_width(m, F));
     a->act = tf_acts(m, N * F);
-    a->out = tf_acts(m, N * C);
 }
 
 /* A dropout mask of bits for n elements, counted with the activations. */
@@ -49,6 +61,7 @@ static void alloc_layer_acts(sdp_tf *m, int i) {
     sdp_tf_layer_acts *a = &m->layers[i];
     alloc_acts_set(m, a, m->shape.n_head[i], (size_t)m->shape.n_head[i] * m->head_size,
                    (size_t)m->shape.d_ff[i]);
+    a->out = tf_acts(m, (size_t)m->B * m->T * m->cfg.d_model);
     if (m->cfg.dropout <= 0.0f) return;
     const size_t NC = (size_t)m->B * m->T * m->cfg.d_model;
     if (m->shape.n_head[i] > 0) a->drop_attn = alloc_mask(m, NC);
@@ -67,13 +80,9 @@ static void alloc_layer_acts(sdp_tf *m, int i) {
  * model holds about 7 B*T*C floats of activations for GPT, whatever its depth, where training
  * keeps about 16 B*T*C per layer. */
 static void alloc_infer_acts(sdp_tf *m) {
-    int H = 0;
-    size_t D = 0, F = 0;
-    for (int i = 0; i < m->shape.n_layer; i++) {
-        if (m->shape.n_head[i] > H) H = m->shape.n_head[i];
-        if ((size_t)m->shape.d_ff[i] > F) F = (size_t)m->shape.d_ff[i];
-    }
-    D = (size_t)H * m->head_size;
+    int H;
+    size_t D, F;
+    widest_layer(m, &H, &D, &F);
     const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
     const size_t fc = fc_width(m, F);
     /* The buffers, each once: shared_set owns them (the aliases stay NULL in it) */
@@ -101,15 +110,39 @@ static void alloc_infer_acts(sdp_tf *m) {
     m->shared_acts = true;
 }
 
+/* Activation recomputation (cfg.recompute): a layer's backward reads its input and the
+ * activations of its own forward, so training keeps only each layer's output (the next layer's
+ * input; the embeddings are layer 0's, and the top layer's is the head's) and one set of the rest,
+ * sized for the widest layer, with the masks of its dropped branches: the forward writes it layer
+ * after layer, and the backward recomputes it for each layer before that layer's gradients
+ * (tf_stack_backward). So training holds L + 1 residual streams and one layer's activations,
+ * about (L + 16) B*T*C floats for GPT instead of about (16 L + 1) B*T*C. */
+static void alloc_recompute_acts(sdp_tf *m) {
+    int H;
+    size_t D, F;
+    widest_layer(m, &H, &D, &F);
+    sdp_tf_layer_acts *own = &m->shared_set; /* owns the buffers; its out stays NULL */
+    memset(own, 0, sizeof *own);
+    alloc_acts_set(m, own, H, D, F);
+    const size_t NC = (size_t)m->B * m->T * m->cfg.d_model;
+    if (m->cfg.dropout > 0.0f) {
+        if (H > 0) own->drop_attn = alloc_mask(m, NC);
+        if (F > 0) own->drop_mlp = alloc_mask(m, NC);
+    }
+    for (int i = 0; i < m->shape.n_layer; i++) {
+        m->layers[i] = *own;
+        m->layers[i].out = tf_acts(m, NC);
+    }
+    m->shared_acts = m->recompute = true;
+    m->acts_layer = -1;
+}
+
 /* Backward work buffers are shared by all layers, so they are sized for the widest one. */
 static void alloc_backward_buffers(sdp_tf *m) {
     const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
-    size_t D = 0, F = 0;
-    for (int i = 0; i < m->shape.n_layer; i++) {
-        size_t d = (size_t)m->shape.n_head[i] * m->head_size, f = (size_t)m->shape.d_ff[i];
-        if (d > D) D = d;
-        if (f > F) F = f;
-    }
+    int H;
+    size_t D, F;
+    widest_layer(m, &H, &D, &F);
     m->d_res = tf_acts(m, N * C);
     m->d_branch = tf_acts(m, N * C);
     m->d_norm = tf_acts(m, N * C);
@@ -126,6 +159,8 @@ void tf_stack_alloc(sdp_tf *m, sdp_model_mode mode) {
     m->layers = sdp_xcalloc((size_t)m->shape.n_layer + 1, sizeof *m->layers, "the layers' state");
     if (mode == SDP_MODEL_INFER)
         alloc_infer_acts(m);
+    else if (m->cfg.recompute)
+        alloc_recompute_acts(m);
     else
         for (int i = 0; i < m->shape.n_layer; i++) alloc_layer_acts(m, i);
 }
@@ -133,9 +168,9 @@ void tf_stack_alloc(sdp_tf *m, sdp_model_mode mode) {
 void tf_stack_alloc_backward(sdp_tf *m, sdp_model_mode mode) {
     const sdp_backend *be = m->be;
     if (mode != SDP_MODEL_INFER) alloc_backward_buffers(m);
-    int max_heads = 0;
-    for (int i = 0; i < m->shape.n_layer; i++)
-        if (m->shape.n_head[i] > max_heads) max_heads = m->shape.n_head[i];
+    int max_heads;
+    size_t D, F;
+    widest_layer(m, &max_heads, &D, &F);
     const size_t attn_scratch =
         sdp_attention_scratch_bytes(be, m->B, m->T, max_heads, m->head_size);
     if (attn_scratch) m->attn_scratch = be->alloc(be, SDP_MEM_SCRATCH, attn_scratch);
@@ -143,7 +178,8 @@ void tf_stack_alloc_backward(sdp_tf *m, sdp_model_mode mode) {
 
 void tf_stack_free(sdp_tf *m) {
     const sdp_backend *be = m->be;
-    /* an inference model's layers share one set (alloc_infer_acts), freed once */
+    /* an inference model's layers share one set (alloc_infer_acts), freed once; so do a
+     * recomputing model's, but for their outputs (alloc_recompute_acts) */
     const int nsets = m->shared_acts ? 1 : m->shape.n_layer;
     for (int i = 0; i < nsets; i++) {
         sdp_tf_layer_acts *a = m->shared_acts ? &m->shared_set : &m->layers[i];
@@ -153,6 +189,7 @@ void tf_stack_free(sdp_tf *m) {
         be->free(be, a->drop_attn);
         be->free(be, a->drop_mlp);
     }
+    for (int i = 0; m->recompute && i < m->shape.n_layer; i++) be->free(be, m->layers[i].out);
     float *bufs[] = {m->embed, m->d_res, m->d_branch, m->d_norm,      m->d_att,
                      m->d_qkv, m->d_fc,  m->d_act,    m->attn_scratch};
     for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) be->free(be, bufs[j]);
@@ -187,6 +224,7 @@ void sdp_tf_set_dropout(sdp_tf *m, bool on, uint64_t key) {
 void tf_stack_begin_forward(sdp_tf *m, bool may_drop) {
     m->dropped = may_drop && m->dropping;
     m->dropped_key = m->dropout_key;
+    m->acts_layer = -1;
 }
 
 /* x = dropout(x), with a new mask drawn into `mask` from `d` */
@@ -271,14 +309,22 @@ static layer_dims dims_of(const sdp_tf *m, int i, int B, int T) {
 }
 
 /* Each branch's projection is written into `out` first (and dropped there, in place) and then
- * folded into the residual, so no extra [N, C] buffer is needed per layer. */
-static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
+ * folded into the residual, so no extra [N, C] buffer is needed per layer.
+ * again: the backward's recomputation (cfg.recompute) of what layer i's backward reads, from its
+ * kept input x: the forward's kernels on the same values, so bitwise the forward's activations,
+ * with the same dropout masks drawn again from their streams (attention's from their indices, as
+ * always). It stops before the MLP's output projection, which the backward does not read (its
+ * mask alone is drawn), and projects attention into d_branch, free until that layer's backward
+ * starts, so the layer's output, the layer above's kept input, is not written. */
+static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T, bool again) {
     const sdp_tf_layer_offsets *o = &m->off.layers[i];
     sdp_tf_layer_acts *a = &m->layers[i];
     const sdp_tf_layer_opts *op = &m->opts;
     const bool swiglu = op->mlp == SDP_TF_SWIGLU;
     const sdp_backend *be = m->be;
     const layer_dims d = dims_of(m, i, B, T);
+    float *proj = again ? m->d_branch : a->out;
+    m->acts_layer = i;
 
     if (d.H > 0) {
         tf_norm_fwd(m, op->norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, o->ln1_w, o->ln1_b, d.N);
@@ -286,9 +332,9 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
         if (op->rope) sdp_rope_fwd(be, a->qkv, B, T, d.H, d.hs, op->rope_theta);
         sdp_attention_fwd(be, a->att, a->lse, a->qkv, B, T, d.H, d.hs, op->causal,
                           layer_dropout(m, i, SITE_ATTN_PROBS), m->attn_scratch);
-        sdp_linear_fwd(be, a->out, a->att, P(m, o->w_o), P(m, o->b_o), d.N, d.D, d.C);
-        if (m->dropped) drop(m, a->out, a->drop_attn, layer_dropout(m, i, SITE_ATTN_OUT), d.NC);
-        sdp_residual_fwd(be, a->mid, x, a->out, d.s, d.NC);
+        sdp_linear_fwd(be, proj, a->att, P(m, o->w_o), P(m, o->b_o), d.N, d.D, d.C);
+        if (m->dropped) drop(m, proj, a->drop_attn, layer_dropout(m, i, SITE_ATTN_OUT), d.NC);
+        sdp_residual_fwd(be, a->mid, x, proj, d.s, d.NC);
     } else {
         sdp_copy_rows(be, a->mid, 0, x, 0, 1, d.NC);
     }
@@ -299,17 +345,22 @@ static void layer_forward(sdp_tf *m, int i, const float *x, int B, int T) {
             sdp_swiglu_fwd(be, a->act, a->fc, d.N, d.F);
         else
             sdp_gelu_fwd(be, a->act, a->fc, (size_t)d.N * d.F);
+        if (again) {
+            if (m->dropped)
+                sdp_dropout_mask(be, a->drop_mlp, d.NC, layer_dropout(m, i, SITE_MLP_OUT));
+            return;
+        }
         sdp_linear_fwd(be, a->out, a->act, P(m, o->w_proj), P(m, o->b_proj), d.N, d.F, d.C);
         if (m->dropped) drop(m, a->out, a->drop_mlp, layer_dropout(m, i, SITE_MLP_OUT), d.NC);
         sdp_residual_fwd(be, a->out, a->mid, a->out, d.s, d.NC);
-    } else {
+    } else if (!again) {
         sdp_copy_rows(be, a->out, 0, a->mid, 0, 1, d.NC);
     }
 }
 
 const float *tf_stack_forward(sdp_tf *m, const float *x, int B, int T) {
     for (int i = 0; i < m->shape.n_layer; i++) {
-        layer_forward(m, i, x, B, T);
+        layer_forward(m, i, x, B, T, false);
         x = m->layers[i].out;
     }
     return x;
@@ -318,7 +369,7 @@ const float *tf_stack_forward(sdp_tf *m, const float *x, int B, int T) {
 void sdp_tf_layer_forward(sdp_tf *m, int i, float *x, int B, int T) {
     SDP_ASSERT(i >= 0 && i < m->shape.n_layer && B <= m->B && T <= m->T);
     tf_stack_begin_forward(m, false); /* the stages evaluate */
-    layer_forward(m, i, x, B, T);
+    layer_forward(m, i, x, B, T, false);
     const size_t NC = (size_t)B * T * m->cfg.d_model;
     sdp_copy_rows(m->be, x, 0, m->layers[i].out, 0, 1, NC);
 }
@@ -387,10 +438,14 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
     }
 }
 
+/* Under recomputation the shared activations hold the top layer's after the forward: every other
+ * layer's are recomputed from its kept input just before its backward. */
 void tf_stack_backward(sdp_tf *m, int B, int T) {
     const int floor = m->backward_floor > 0 ? m->backward_floor : 0;
     for (int i = m->shape.n_layer - 1; i >= floor; i--) {
-        layer_backward(m, i, i > 0 ? m->layers[i - 1].out : m->embed, B, T);
+        const float *x = i > 0 ? m->layers[i - 1].out : m->embed;
+        if (m->recompute && m->acts_layer != i) layer_forward(m, i, x, B, T, true);
+        layer_backward(m, i, x, B, T);
         if (m->layer_done) m->layer_done(m->layer_done_ctx, i);
     }
 }

@@ -159,6 +159,7 @@ static sdp_tf_config tf_config(const sdp_model_config *c) {
     t.patch = c->patch;
     t.classes = c->classes;
     t.dropout = c->dropout;
+    t.recompute = c->recompute;
     return t;
 }
 

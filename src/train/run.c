@@ -128,6 +128,7 @@ sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
               c.vocab, data_vocab);
     c.rope_theta = (float)o->rope_theta;
     c.dropout = (float)o->dropout;
+    c.recompute = train_opts_recompute(o);
     run_family(&c)->finish_config(&c);
     return c;
 }

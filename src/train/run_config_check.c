@@ -133,6 +133,9 @@ static void check_choices(const train_opts *o, const char *path) {
         BAD_STR("gemm", o->gemm, "is not dnnl or openblas");
     if (!one_of(o->device, DEVICES))
         BAD_STR("device", o->device, "is not cpu, cuda, emulated or emulated-shared");
+    static const char *const RECOMPUTE[] = {"none", "layer", NULL};
+    if (!one_of(o->recompute, RECOMPUTE))
+        BAD_STR("recompute", o->recompute, "is not none or layer");
     if (!one_of(o->precision, PRECISIONS))
         BAD_STR("precision", o->precision, "is not fp32 or bf16");
     if (!strcmp(o->precision, "bf16") && strcmp(o->device, "cuda"))

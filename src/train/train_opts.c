@@ -22,6 +22,11 @@ const opt_spec TRAIN_OPTS[] = {
      "dropout probability in [0, 1) of gpt, llama and vit while training, where nanoGPT applies "
      "it (embeddings, attention probabilities, attention and MLP outputs); off at evaluation",
      0},
+    {"recompute", OPT_STR, F(recompute), "none",
+     "activations while training: none (keep every layer's for the backward) or layer (keep each "
+     "layer's or resnet block's input, recompute the rest in the backward: about one layer's "
+     "activations, for about a third more forward compute; results bitwise the same)",
+     0},
     {"data", OPT_STR, F(data), "",
      "text file or llm.c shard glob (token models); dataset directory (image models)", 0},
     {"dataset", OPT_STR, F(dataset), "fashion-mnist",
@@ -126,10 +131,17 @@ bool train_opt_may_change_on_resume(const char *name) {
                                "resume",        "check-replicas", "sdp-mask",   "sdp-unit",
                                "sdp-owners",    "sdp-coverage",   "sdp-assign", "sdp-chunks",
                                "sdp-seed",      "branch-scale",   "device",     "precision",
-                               "stall-timeout", "reschedule"};
+                               "stall-timeout", "reschedule",     "recompute"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;
     return false;
+}
+
+bool train_opts_recompute(const train_opts *o) {
+    if (strcmp(o->recompute, "none") == 0) return false;
+    SDP_CHECK(strcmp(o->recompute, "layer") == 0, "unknown --recompute '%s': use none or layer",
+              o->recompute);
+    return true;
 }
 
 sdp_precision train_opts_precision(const train_opts *o) {

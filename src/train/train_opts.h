@@ -13,7 +13,8 @@ typedef struct {
     int depth, channels; /* resnet */
     int patch;           /* vit */
     double rope_theta;
-    double dropout; /* transformers, training only */
+    double dropout;              /* transformers, training only */
+    char recompute[OPT_STR_MAX]; /* none or layer: activation recomputation while training */
     /* data */
     char data[OPT_STR_MAX], val_data[OPT_STR_MAX], dataset[OPT_STR_MAX];
     double val_frac;
@@ -50,6 +51,10 @@ extern const opt_spec TRAIN_OPTS[];
 sdp_precision train_opts_precision(const train_opts *o);
 /* Fails with one line when --precision is unknown, or is bf16 without --device cuda. */
 void train_opts_check_precision(const train_opts *o);
+
+/* --recompute: whether training recomputes each layer's (block's) activations in the backward;
+ * fails with one line on an unknown name. */
+bool train_opts_recompute(const train_opts *o);
 
 /* Options that a resumed run may change; every other one comes from the run's config.json. */
 bool train_opt_may_change_on_resume(const char *name);

@@ -412,7 +412,11 @@ static const float RN_LR = 0.05f;
 static const double RN_PARAM_RTOL = 1e-4, RN_PARAM_ATOL_MOVE = 1e-3; /* of the largest move */
 
 static sdp_resnet_config small_resnet(void) {
-    sdp_resnet_config c = {RN_DEPTH, RN_WIDTH, RN_CH, RN_SIZE, RN_CLASSES};
+    sdp_resnet_config c = {.depth = RN_DEPTH,
+                           .width = RN_WIDTH,
+                           .in_channels = RN_CH,
+                           .image_size = RN_SIZE,
+                           .classes = RN_CLASSES};
     sdp_resnet_config_finish(&c);
     return c;
 }
