@@ -213,7 +213,7 @@ static void print_json_row(const worker_bytes *b, int rank, const sdp_step_times
 /* The model in its family's own terms: a ResNet has a depth and base channels, not layers. */
 static void describe_shape(char *buf, size_t len, const sdp_model_config *c) {
     if (!strcmp(c->arch, "resnet"))
-        snprintf(buf, len, "resnet, depth %d, %d base channels", c->depth, c->width);
+        snprintf(buf, len, "resnet, depth %d, %d base channels", c->depth, c->channels);
     else if (!strcmp(c->arch, "vit"))
         snprintf(buf, len, "vit, %d layers, width %d, %d heads, patch %d", c->layers, c->width,
                  c->heads, c->patch);

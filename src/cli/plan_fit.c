@@ -170,12 +170,13 @@ static bool ladder_of(const plan_fit_request *r, const fit_mode *mode, const sdp
         if (L->by_layers) {
             L->four_stages = base->depth == 18 || base->depth == 34;
             L->max_m = L->four_stages ? 2 : 1365; /* depth 8192 */
-            const int c = chunks_of(r, &base->width, 1);
-            if (neuron && (c == 0 || base->width % c)) {
+            const int c = chunks_of(r, &base->channels, 1);
+            if (neuron && (c == 0 || base->channels % c)) {
                 snprintf(why, len,
                          "neuron units: %s does not split the %d base channels into equal chunks: "
                          "use --sdp-chunks dividing %d",
-                         c ? "--sdp-chunks" : "no chunk count from N up", base->width, base->width);
+                         c ? "--sdp-chunks" : "no chunk count from N up", base->channels,
+                         base->channels);
                 return false;
             }
             return true;
@@ -445,7 +446,7 @@ static void print_title(const plan_fit_request *r, double limit, const sdp_model
     printf("sdp plan --fit %s (%.0f bytes): the largest %s ", lim, limit, r->t->model);
     if (!strcmp(r->t->model, "resnet"))
         printf(layers ? "by depth, %d base channels" : "by base channels, depth %d",
-               layers ? base->width : base->depth);
+               layers ? base->channels : base->depth);
     else if (layers)
         printf("by layers, width %d, %d heads, d_ff %d", base->width, base->heads, base->d_ff);
     else if (r->t->d_ff)

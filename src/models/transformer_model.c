@@ -153,12 +153,12 @@ static sdp_tf_config tf_config(const sdp_model_config *c) {
     t.d_ff = c->d_ff;
     t.seq_len = c->seq_len;
     t.vocab = c->vocab;
-    t.rope_theta = c->rope_theta;
+    t.rope_theta = (float)c->rope_theta;
     t.in_channels = c->in_channels;
     t.image_size = c->image_size;
     t.patch = c->patch;
     t.classes = c->classes;
-    t.dropout = c->dropout;
+    t.dropout = (float)c->dropout;
     return t;
 }
 
@@ -167,6 +167,7 @@ static void finish_config(sdp_model_config *c) {
     sdp_tf_config_finish(&t);
     c->d_ff = t.d_ff;
     c->rope_theta = t.rope_theta;
+    c->dropout = t.dropout;                               /* as the model computes with it */
     if (t.style == SDP_STYLE_VIT) c->seq_len = t.seq_len; /* patches + the class token */
 }
 

@@ -113,11 +113,11 @@ sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
     c.d_ff = o->d_ff;
     c.seq_len = o->seq_len;
     c.depth = o->depth;
+    c.channels = o->channels;
     c.in_channels = data.channels;
     c.image_size = data.image_size;
     c.classes = data.classes;
     c.patch = o->patch;
-    if (!strcmp(o->model, "resnet")) c.width = o->channels; /* vit's width is --width */
     c.vocab = o->vocab ? o->vocab : data_vocab;
     SDP_CHECK(c.vocab >= data_vocab || !o->config_file[0],
               "%s: \"vocab\" is %d, which is smaller than the data's vocabulary (%d tokens): the "
@@ -126,8 +126,8 @@ sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
     SDP_CHECK(c.vocab >= data_vocab,
               "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",
               c.vocab, data_vocab);
-    c.rope_theta = (float)o->rope_theta;
-    c.dropout = (float)o->dropout;
+    c.rope_theta = o->rope_theta;
+    c.dropout = o->dropout;
     run_family(&c)->finish_config(&c);
     return c;
 }

@@ -558,7 +558,7 @@ static void test_resnet_sliced_gradients(void **state) {
     assert_non_null(f);
     sdp_model_config mc = {.arch = "resnet",
                            .depth = RN_DEPTH,
-                           .width = RN_WIDTH,
+                           .channels = RN_WIDTH,
                            .in_channels = RN_CH,
                            .image_size = RN_SIZE,
                            .classes = RN_CLASSES};
