@@ -33,9 +33,11 @@ typedef enum {
     SDP_MODEL_TRAIN_BARE, /* forward and backward; the caller supplies gradients (use_grads) */
 } sdp_model_mode;
 
-/* Everything any model family needs to be built; each family reads its own fields and fills
- * their defaults (finish_config). Real knobs are doubles, as the options are; the models compute
- * with them as floats. */
+/* Everything any model family needs to be built, and the one place an architecture knob lives:
+ * `sdp train` writes its options straight into these fields (train_opts.arch, whose rows in
+ * src/train/train_opts.c name them), the run adds what the data decides (vocab, image shape,
+ * classes), and each family reads its own fields and fills their defaults (finish_config). Real
+ * knobs are doubles, as the options are; the models compute with them as floats. */
 typedef struct {
     char arch[16];                  /* gpt, llama, resnet, vit */
     int layers, heads, width, d_ff; /* transformers (and ViT); d_ff 0: the family's default */
