@@ -137,19 +137,17 @@ static int chunks_of(const plan_fit_request *r, const int *widths, int n) {
 /* Whether sdp describes a transformer of t's shape (sdp_tf_config_finish and the model's batch
  * check, which would otherwise stop the command). */
 static bool tf_describable(const train_opts *t, const sdp_model_config *base, bool llama) {
-    sdp_tf_config c = {.n_layer = t->arch.layers,
-                       .n_head = t->arch.heads,
-                       .d_model = t->arch.width,
-                       .d_ff = t->arch.d_ff,
-                       .seq_len = base->seq_len,
-                       .vocab = strcmp(t->model, "vit") ? base->vocab : base->classes};
-    if (c.d_model > SDP_TF_MAX_WIDTH || c.n_layer > SDP_TF_MAX_LAYERS ||
+    sdp_tf_config c = {.model = *base}; /* the data's vocabulary, vit's sequence and classes */
+    c.model.layers = t->arch.layers;
+    c.model.width = t->arch.width;
+    c.model.d_ff = t->arch.d_ff;
+    if (c.model.width > SDP_TF_MAX_WIDTH || c.model.layers > SDP_TF_MAX_LAYERS ||
         sdp_tf_params_estimate(&c) >= SDP_TF_MAX_PARAMS)
         return false;
-    c.d_ff = tf_d_ff(t, llama, t->arch.width);
-    if (c.d_ff > SDP_TF_MAX_D_FF) return false;
+    c.model.d_ff = tf_d_ff(t, llama, t->arch.width);
+    if (c.model.d_ff > SDP_TF_MAX_D_FF) return false;
     const bool images = !strcmp(t->model, "vit");
-    return sdp_tf_batch_fits(&c, t->batch, images ? c.seq_len : t->arch.seq_len);
+    return sdp_tf_batch_fits(&c, t->batch, images ? c.model.seq_len : t->arch.seq_len);
 }
 
 /* The ladder of `mode`, or false with the reason no size of it can be planned. */

@@ -187,10 +187,9 @@ static void check_resnet(const train_opts *o, const char *path) {
 
 static void check_transformer(const train_opts *o, const run_data_shape *data, bool images,
                               const char *path) {
-    sdp_tf_config t = {
-        .n_layer = o->arch.layers, .n_head = o->arch.heads, .d_model = o->arch.width};
+    sdp_tf_config t = {.model = o->arch};
+    snprintf(t.model.arch, sizeof t.model.arch, "%s", sdp_model_family_find(o->model)->arch);
     SDP_ASSERT(sdp_tf_style_parse(o->model, &t.style));
-    t.d_ff = o->arch.d_ff;
     if (o->arch.layers > SDP_TF_MAX_LAYERS)
         BAD_INT("layers", o->arch.layers, "is more than sdp describes (at most %d)",
                 SDP_TF_MAX_LAYERS);
@@ -210,8 +209,8 @@ static void check_transformer(const train_opts *o, const run_data_shape *data, b
         if (s % o->arch.patch)
             BAD_INT("patch", o->arch.patch, "does not divide the %dx%d images of \"dataset\" %s", s,
                     s, o->dataset);
-        t.seq_len = (s / o->arch.patch) * (s / o->arch.patch) + 1;
-        t.vocab = data->classes;
+        t.model.seq_len = (s / o->arch.patch) * (s / o->arch.patch) + 1;
+        t.model.classes = data->classes;
     } else {
         if (o->arch.seq_len > SDP_TF_MAX_SEQ)
             BAD_INT("seq-len", o->arch.seq_len, "is more than sdp describes (at most 2^20)");
@@ -219,8 +218,7 @@ static void check_transformer(const train_opts *o, const run_data_shape *data, b
             BAD_INT("vocab", o->arch.vocab, "is below 2 (0: the data's vocabulary)");
         if (o->arch.vocab > SDP_TF_MAX_VOCAB)
             BAD_INT("vocab", o->arch.vocab, "is more than sdp describes (at most 2^24)");
-        t.seq_len = o->arch.seq_len;
-        t.vocab = o->arch.vocab ? o->arch.vocab : 2; /* the data's: at least 2 */
+        if (!t.model.vocab) t.model.vocab = 2; /* the data's: at least 2 */
     }
     const double params = sdp_tf_params_estimate(&t);
     if (params >= SDP_TF_MAX_PARAMS)
@@ -228,11 +226,11 @@ static void check_transformer(const train_opts *o, const run_data_shape *data, b
                 "with %d \"layers\" makes a model of %.3g parameters, more than sdp holds (at most "
                 "2^40)",
                 o->arch.layers, params);
-    if (!sdp_tf_batch_fits(&t, o->batch, t.seq_len))
+    if (!sdp_tf_batch_fits(&t, o->batch, t.model.seq_len))
         BAD_INT("batch", o->batch,
                 "with sequences of %d (%s) is too large for the model's activations (at most 2^31 "
                 "values in one tensor)",
-                t.seq_len, images ? "patches and the class token" : "\"seq-len\"");
+                t.model.seq_len, images ? "patches and the class token" : "\"seq-len\"");
 }
 
 void run_config_check(const train_opts *o, const char *path) {
