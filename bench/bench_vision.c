@@ -37,7 +37,7 @@ typedef struct {
 
 #define RESNET(d, w, ch, size)                                                                     \
     {                                                                                              \
-        .arch = "resnet", .depth = d, .width = w, .in_channels = ch, .image_size = size,           \
+        .arch = "resnet", .depth = d, .channels = w, .in_channels = ch, .image_size = size,        \
         .classes = 10                                                                              \
     }
 #define VIT(l, w, h, ch, size)                                                                     \
@@ -155,7 +155,7 @@ static double timed_step(trainer *t, double ms[NPHASES]) {
 static void describe(const bench_model *bm, size_t trainable) {
     const sdp_model_config *c = &bm->cfg;
     if (!strcmp(c->arch, "resnet"))
-        printf("\n%s: ResNet depth %d, width %d", bm->name, c->depth, c->width);
+        printf("\n%s: ResNet depth %d, width %d", bm->name, c->depth, c->channels);
     else
         printf("\n%s: ViT %d layers, width %d, %d heads, %dx%d patches", bm->name, c->layers,
                c->width, c->heads, c->patch, c->patch);

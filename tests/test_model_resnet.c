@@ -615,7 +615,7 @@ static void test_config_errors(void **state) {
     sdp_model_config mc = {
         .arch = "resnet", .depth = 18, .in_channels = 1, .image_size = 28, .classes = 10};
     f->finish_config(&mc);
-    assert_int_equal(mc.width, 64);
+    assert_int_equal(mc.channels, 64);
 }
 
 /* ---- forward-masking equivalence ---------------------------------------------------------- */
@@ -875,7 +875,7 @@ static void test_sliced_gradients(void **state) {
     const sdp_model_family *f = sdp_model_family_find("resnet");
     sdp_model_config mc = {.arch = "resnet",
                            .depth = DEPTH,
-                           .width = WIDTH,
+                           .channels = WIDTH,
                            .in_channels = IN_CH,
                            .image_size = SIZE,
                            .classes = CLASSES};
@@ -1010,7 +1010,7 @@ static void test_dry_run(void **state) {
     (void)state;
     sdp_model_config mc = {.arch = "resnet",
                            .depth = DEPTH,
-                           .width = WIDTH,
+                           .channels = WIDTH,
                            .in_channels = IN_CH,
                            .image_size = SIZE,
                            .classes = CLASSES};
@@ -1036,7 +1036,7 @@ static void test_dry_run(void **state) {
 static size_t resnet_acts(int depth, sdp_model_mode mode, bool recompute) {
     sdp_model_config mc = {.arch = "resnet",
                            .depth = depth,
-                           .width = WIDTH,
+                           .channels = WIDTH,
                            .in_channels = IN_CH,
                            .image_size = SIZE,
                            .classes = CLASSES,
@@ -1114,7 +1114,7 @@ static void test_infer_matches_train(void **state) {
     check_infer_matches_train(14, NULL); /* 6 blocks: in the odd blocks' (the stem's) buffer */
     sdp_model_config mc = {.arch = "resnet",
                            .depth = DEPTH,
-                           .width = WIDTH,
+                           .channels = WIDTH,
                            .in_channels = IN_CH,
                            .image_size = SIZE,
                            .classes = CLASSES};
@@ -1216,7 +1216,7 @@ static void test_recompute_is_exact(void **state) {
     check_recompute_exact(NULL, 4);
     sdp_model_config mc = {.arch = "resnet",
                            .depth = DEPTH,
-                           .width = WIDTH,
+                           .channels = WIDTH,
                            .in_channels = IN_CH,
                            .image_size = SIZE,
                            .classes = CLASSES};

@@ -155,7 +155,7 @@ static void test_resnet(void **st) {
     /* depth 14: two blocks per stage, so identity blocks sit between downsampling ones */
     setup s = {.cfg = {.arch = "resnet",
                        .depth = 14,
-                       .width = 4,
+                       .channels = 4,
                        .in_channels = 2,
                        .image_size = 8,
                        .classes = 5},

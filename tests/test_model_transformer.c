@@ -10,13 +10,9 @@
 #include <omp.h>
 
 static sdp_tf_config tiny(sdp_tf_style style) {
-    sdp_tf_config c = {.style = style,
-                       .n_layer = 2,
-                       .n_head = 2,
-                       .d_model = 8,
-                       .d_ff = 12,
-                       .seq_len = 6,
-                       .vocab = 11};
+    sdp_tf_config c = {
+        .model = {.layers = 2, .heads = 2, .width = 8, .d_ff = 12, .seq_len = 6, .vocab = 11}};
+    snprintf(c.model.arch, sizeof c.model.arch, "%s", sdp_tf_style_name(style));
     sdp_tf_config_finish(&c);
     return c;
 }
@@ -37,7 +33,7 @@ static void make_batch(int *in, int *tg, int n, int V, sdp_rng *r) {
 static void gradient_check(sdp_tf_style style, float dropout) {
     sdp_mem mem = {0};
     sdp_tf_config c = tiny(style);
-    c.dropout = dropout;
+    c.model.dropout = dropout;
     sdp_tf m;
     const int B = 2, T = 5, N = B * T;
     sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
@@ -47,7 +43,7 @@ static void gradient_check(sdp_tf_style style, float dropout) {
     sdp_rng r = sdp_rng_make(3, 0);
     for (size_t i = 0; i < m.layout.numel; i++) m.params[i] += 0.3f * sdp_rng_normal(&r);
     int in[10], tg[10];
-    make_batch(in, tg, N, c.vocab, &r);
+    make_batch(in, tg, N, c.model.vocab, &r);
 
     if (dropout > 0) { /* dropout changes the loss; evaluation (off) does not see it */
         const double plain = sdp_tf_forward(&m, in, tg, B, T);
@@ -110,25 +106,27 @@ static void test_gradcheck_llama_dropout(void **state) {
 
 /* Parameter count from the architecture, computed independently of the layout code. */
 static size_t expected_params(const sdp_tf_config *c) {
-    size_t C = (size_t)c->d_model, F = (size_t)c->d_ff, V = (size_t)c->vocab_padded;
+    size_t C = (size_t)c->model.width, F = (size_t)c->model.d_ff, V = (size_t)c->vocab_padded;
     if (c->style == SDP_STYLE_GPT)
-        return V * C + (size_t)c->seq_len * C +
-               (size_t)c->n_layer * (4 * C + 3 * C * C + 3 * C + C * C + C + 2 * F * C + F + C) +
+        return V * C + (size_t)c->model.seq_len * C +
+               (size_t)c->model.layers *
+                   (4 * C + 3 * C * C + 3 * C + C * C + C + 2 * F * C + F + C) +
                2 * C;
-    return V * C + (size_t)c->n_layer * (2 * C + 4 * C * C + 3 * F * C) + C + V * C;
+    return V * C + (size_t)c->model.layers * (2 * C + 4 * C * C + 3 * F * C) + C + V * C;
 }
 
 static void test_layout(void **state) {
     (void)state;
-    sdp_tf_config g = {.style = SDP_STYLE_GPT,
-                       .n_layer = 12,
-                       .n_head = 12,
-                       .d_model = 768,
-                       .seq_len = 1024,
-                       .vocab = 50257};
+    sdp_tf_config g = {.model = {.arch = "gpt",
+                                 .layers = 12,
+                                 .heads = 12,
+                                 .width = 768,
+                                 .seq_len = 1024,
+                                 .vocab = 50257}};
     sdp_tf_config_finish(&g);
+    assert_int_equal(g.style, SDP_STYLE_GPT);
     assert_int_equal(g.vocab_padded, 50304);
-    assert_int_equal(g.d_ff, 3072);
+    assert_int_equal(g.model.d_ff, 3072);
     sdp_tf_shape s;
     sdp_tf_shape_full(&s, &g);
     sdp_layout L;
@@ -152,12 +150,9 @@ static void test_layout(void **state) {
     sdp_layout_free(&L);
     sdp_tf_shape_free(&s);
 
-    sdp_tf_config l = {.style = SDP_STYLE_LLAMA,
-                       .n_layer = 3,
-                       .n_head = 4,
-                       .d_model = 64,
-                       .seq_len = 32,
-                       .vocab = 256};
+    sdp_tf_config l = {
+        .model = {
+            .arch = "llama", .layers = 3, .heads = 4, .width = 64, .seq_len = 32, .vocab = 256}};
     sdp_tf_config_finish(&l);
     sdp_tf_shape_full(&s, &l);
     sdp_tf_describe(&L, &l, &s);
@@ -222,15 +217,13 @@ static void test_init_is_counter_based(void **state) {
 /* ---- inference models: activations for one layer at a time ------------------------------- */
 
 static sdp_tf_config layered(sdp_tf_style style, int n_layer) {
-    sdp_tf_config c = {.style = style,
-                       .n_layer = n_layer,
-                       .n_head = 2,
-                       .d_model = 8,
-                       .d_ff = 12,
-                       .seq_len = 6,
-                       .vocab = 11};
+    sdp_tf_config c = {
+        .model = {
+            .layers = n_layer, .heads = 2, .width = 8, .d_ff = 12, .seq_len = 6, .vocab = 11}};
+    snprintf(c.model.arch, sizeof c.model.arch, "%s", sdp_tf_style_name(style));
     if (style == SDP_STYLE_VIT)
-        c.in_channels = 2, c.image_size = 4, c.patch = 2, c.classes = 3, c.vocab = 3;
+        c.model.in_channels = 2, c.model.image_size = 4, c.model.patch = 2, c.model.classes = 3,
+        c.model.vocab = 3;
     sdp_tf_config_finish(&c);
     return c;
 }
@@ -241,7 +234,7 @@ static size_t act_bytes_dropout(sdp_tf_style style, int n_layer, sdp_model_mode 
     sdp_mem dry = {.dry = true};
     sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &dry);
     sdp_tf_config c = layered(style, n_layer);
-    c.dropout = dropout;
+    c.model.dropout = dropout;
     sdp_tf m;
     sdp_tf_create(&m, &c, NULL, 2, 5, mode, be);
     sdp_tf_destroy(&m);
@@ -278,7 +271,7 @@ static void check_infer_matches_train(sdp_tf_style style, int n_layer) {
     sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
     sdp_tf_config c = layered(style, n_layer);
     const bool vit = style == SDP_STYLE_VIT;
-    const int B = 2, T = vit ? c.seq_len : 5, N = B * T;
+    const int B = 2, T = vit ? c.model.seq_len : 5, N = B * T;
     sdp_tf inf, train;
     sdp_tf_create(&inf, &c, NULL, B, T, SDP_MODEL_INFER, be);
     sdp_tf_create(&train, &c, NULL, B, T, SDP_MODEL_TRAIN, be);
@@ -289,7 +282,7 @@ static void check_infer_matches_train(sdp_tf_style style, int n_layer) {
     float images[2 * 2 * 4 * 4];
     int in[2 * 5], tg[2 * 5];
     tu_fill(images, sizeof images / sizeof *images, &r, 1.0f);
-    make_batch(in, tg, vit ? B : N, c.vocab, &r);
+    make_batch(in, tg, vit ? B : N, c.model.vocab, &r);
     for (int pass = 0; pass < 2; pass++) { /* twice: the buffers hold the last batch's values */
         double li, lt;
         if (vit) {
@@ -303,7 +296,7 @@ static void check_infer_matches_train(sdp_tf_style style, int n_layer) {
         const int rows = vit ? B : N;
         assert_memory_equal(inf.probs, train.probs, (size_t)rows * c.vocab_padded * sizeof(float));
         images[pass] += 0.5f;
-        in[pass] = (in[pass] + 1) % c.vocab;
+        in[pass] = (in[pass] + 1) % c.model.vocab;
     }
     sdp_tf_destroy(&inf);
     sdp_tf_destroy(&train);
@@ -330,8 +323,8 @@ static void test_dropout_masks_are_counted(void **state) {
     for (int s = 0; s < 3; s++)
         for (int n_layer = 1; n_layer <= 3; n_layer += 2) {
             const sdp_tf_config c = layered(styles[s], n_layer);
-            const size_t T = styles[s] == SDP_STYLE_VIT ? (size_t)c.seq_len : 5;
-            const size_t mask = sdp_dropout_words(2 * T * (size_t)c.d_model) * sizeof(uint32_t);
+            const size_t T = styles[s] == SDP_STYLE_VIT ? (size_t)c.model.seq_len : 5;
+            const size_t mask = sdp_dropout_words(2 * T * (size_t)c.model.width) * sizeof(uint32_t);
             const size_t plain = act_bytes(styles[s], n_layer, SDP_MODEL_TRAIN);
             const size_t dropped = act_bytes_dropout(styles[s], n_layer, SDP_MODEL_TRAIN, 0.2f);
             print_message("%s, %d layers: %zu activation bytes, %zu with dropout (%zu per mask)\n",
@@ -426,13 +419,13 @@ static void test_dropout_is_training_only(void **state) {
 
 static void call_dropout_of_one(void *ctx) {
     (void)ctx;
-    sdp_tf_config c = {.style = SDP_STYLE_GPT,
-                       .n_layer = 1,
-                       .n_head = 1,
-                       .d_model = 4,
-                       .seq_len = 4,
-                       .vocab = 4,
-                       .dropout = 1.0f};
+    sdp_tf_config c = {.model = {.arch = "gpt",
+                                 .layers = 1,
+                                 .heads = 1,
+                                 .width = 4,
+                                 .seq_len = 4,
+                                 .vocab = 4,
+                                 .dropout = 1.0}};
     sdp_tf_config_finish(&c);
 }
 
@@ -447,8 +440,8 @@ static size_t recompute_act_bytes(sdp_tf_style style, int n_layer, float dropout
     sdp_mem dry = {.dry = true};
     sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &dry);
     sdp_tf_config c = layered(style, n_layer);
-    c.dropout = dropout;
-    c.recompute = true;
+    c.model.dropout = dropout;
+    c.model.recompute = true;
     sdp_tf m;
     sdp_tf_create(&m, &c, NULL, 2, 5, SDP_MODEL_TRAIN, be);
     sdp_tf_destroy(&m);
@@ -464,8 +457,8 @@ static void test_recompute_keeps_one_layer(void **state) {
     const sdp_tf_style styles[] = {SDP_STYLE_GPT, SDP_STYLE_LLAMA, SDP_STYLE_VIT};
     for (int s = 0; s < 3; s++) {
         const sdp_tf_config c = layered(styles[s], 1);
-        const size_t T = styles[s] == SDP_STYLE_VIT ? (size_t)c.seq_len : 5;
-        const size_t stream = 2 * T * (size_t)c.d_model * sizeof(float);
+        const size_t T = styles[s] == SDP_STYLE_VIT ? (size_t)c.model.seq_len : 5;
+        const size_t stream = 2 * T * (size_t)c.model.width * sizeof(float);
         const size_t two = recompute_act_bytes(styles[s], 2, 0.0f);
         const size_t five = recompute_act_bytes(styles[s], 5, 0.0f);
         const size_t plain = act_bytes(styles[s], 5, SDP_MODEL_TRAIN);
@@ -497,17 +490,17 @@ static void check_recompute_exact(sdp_tf_style style, float dropout, bool uneven
     sdp_mem mem = {0};
     sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, &mem);
     sdp_tf_config c = layered(style, 4);
-    c.dropout = dropout;
+    c.model.dropout = dropout;
     sdp_tf_shape s;
     if (uneven)
         uneven_shape(&s, &c);
     else
         sdp_tf_shape_full(&s, &c);
     const bool vit = style == SDP_STYLE_VIT;
-    const int B = 2, T = vit ? c.seq_len : 5;
+    const int B = 2, T = vit ? c.model.seq_len : 5;
     sdp_tf m[2];
     for (int k = 0; k < 2; k++) {
-        c.recompute = k == 1;
+        c.model.recompute = k == 1;
         sdp_tf_create(&m[k], &c, &s, B, T, SDP_MODEL_TRAIN, be);
     }
     const sdp_layout *L = &m[0].layout;
@@ -531,7 +524,7 @@ static void check_recompute_exact(sdp_tf_style style, float dropout, bool uneven
     int in[2 * 5], tg[2 * 5];
     for (int pass = 0; pass < 2; pass++) {
         tu_fill(images, sizeof images / sizeof *images, &r, 1.0f);
-        make_batch(in, tg, vit ? B : B * T, c.vocab, &r);
+        make_batch(in, tg, vit ? B : B * T, c.model.vocab, &r);
         double loss[2];
         for (int k = 0; k < 2; k++) {
             sdp_tf_set_dropout(&m[k], true, 0xd1ce + (uint64_t)pass);

@@ -8,25 +8,26 @@
 enum { CH = 2, SIZE = 4, PATCH = 2, CLASSES = 3, B = 3 };
 
 static sdp_tf_config tiny(void) {
-    sdp_tf_config c = {.style = SDP_STYLE_VIT,
-                       .n_layer = 2,
-                       .n_head = 2,
-                       .d_model = 8,
-                       .d_ff = 12,
-                       .in_channels = CH,
-                       .image_size = SIZE,
-                       .patch = PATCH,
-                       .classes = CLASSES};
+    sdp_tf_config c = {.model = {.arch = "vit",
+                                 .layers = 2,
+                                 .heads = 2,
+                                 .width = 8,
+                                 .d_ff = 12,
+                                 .in_channels = CH,
+                                 .image_size = SIZE,
+                                 .patch = PATCH,
+                                 .classes = CLASSES}};
     sdp_tf_config_finish(&c);
     return c;
 }
 
 static size_t expected_params(const sdp_tf_config *c) {
-    const size_t C = (size_t)c->d_model, F = (size_t)c->d_ff, K = (size_t)c->classes;
-    const size_t p = (size_t)c->patch, side = (size_t)(c->image_size / c->patch);
-    const size_t stem = C * (size_t)c->in_channels * p * p + C + C + (side * side + 1) * C;
+    const sdp_model_config *m = &c->model;
+    const size_t C = (size_t)m->width, F = (size_t)m->d_ff, K = (size_t)m->classes;
+    const size_t p = (size_t)m->patch, side = (size_t)(m->image_size / m->patch);
+    const size_t stem = C * (size_t)m->in_channels * p * p + C + C + (side * side + 1) * C;
     const size_t layer = 2 * C + 3 * (C * C + C) + C * C + C + 2 * C + F * C + F + C * F + C;
-    return stem + (size_t)c->n_layer * layer + 2 * C + K * C + K;
+    return stem + (size_t)m->layers * layer + 2 * C + K * C + K;
 }
 
 static void assert_shape(const sdp_layout *L, const char *name, int ndim, const int64_t *shape) {
@@ -40,7 +41,11 @@ static void assert_shape(const sdp_layout *L, const char *name, int ndim, const 
 static void test_layout(void **state) {
     (void)state;
     sdp_tf_config c = tiny();
-    assert_int_equal(c.seq_len, 5); /* 4 patches and the class token */
+    assert_int_equal(c.style, SDP_STYLE_VIT);
+    assert_int_equal(c.model.seq_len, 5); /* 4 patches and the class token */
+    /* The head predicts the classes; the vocabulary stays the caller's (a run records it). */
+    assert_int_equal(c.vocab_padded, CLASSES);
+    assert_int_equal(c.model.vocab, 0);
     sdp_tf_shape s;
     sdp_tf_shape_full(&s, &c);
     sdp_layout L;
@@ -75,7 +80,7 @@ typedef struct {
 static void setup_dropout(fixture *f, uint64_t seed, float dropout) {
     memset(f, 0, sizeof *f);
     sdp_tf_config c = tiny();
-    c.dropout = dropout;
+    c.model.dropout = dropout;
     f->be = sdp_backend_cpu(SDP_GEMM_DNNL, &f->mem);
     sdp_tf_create(&f->m, &c, NULL, B, 1, SDP_MODEL_TRAIN, f->be);
     sdp_layout_init_values(&f->m.layout, f->m.params, seed);
@@ -192,7 +197,7 @@ static void test_accuracy_count(void **state) {
 static void make_bad_patch(void *ctx) {
     (void)ctx;
     sdp_tf_config c = tiny();
-    c.patch = 3; /* does not divide 4 */
+    c.model.patch = 3; /* does not divide 4 */
     sdp_tf_config_finish(&c);
 }
 

@@ -46,13 +46,13 @@ static train_opts opts_of(const model_case *mc) {
     memset(&o, 0, sizeof o);
     opts_set_defaults(TRAIN_OPTS, &o);
     snprintf(o.model, sizeof o.model, "%s", mc->model);
-    if (mc->layers) o.layers = mc->layers, o.heads = mc->heads, o.width = mc->width;
-    o.d_ff = mc->d_ff;
-    if (mc->depth) o.depth = mc->depth, o.channels = mc->channels;
-    if (mc->patch) o.patch = mc->patch;
+    if (mc->layers) o.arch.layers = mc->layers, o.arch.heads = mc->heads, o.arch.width = mc->width;
+    o.arch.d_ff = mc->d_ff;
+    if (mc->depth) o.arch.depth = mc->depth, o.arch.channels = mc->channels;
+    if (mc->patch) o.arch.patch = mc->patch;
     o.batch = mc->batch;
-    if (mc->seq_len) o.seq_len = mc->seq_len;
-    o.vocab = 64;
+    if (mc->seq_len) o.arch.seq_len = mc->seq_len;
+    o.arch.vocab = 64;
     return o;
 }
 
@@ -89,7 +89,7 @@ static void check_one(const model_case *mc, const mode_case *md, int N, int k, i
         pc.chunks = chunks_for(N, 1);
     sdp_plan plan;
     sdp_plan_build(&plan, &pc, &full);
-    const int T = images ? 1 : o.seq_len;
+    const int T = images ? 1 : o.arch.seq_len;
     const io_memplan_run run = {
         .cfg = &cfg,
         .full = &full,
@@ -237,7 +237,7 @@ static void test_eval_pass_equals_every_block(void **state) {
             sdp_model_config cfg = run_model_config(&o, run_dataset_shape(&o));
             sdp_layout full;
             run_full_layout(&full, &cfg);
-            const int T = run_images(&o) ? 1 : o.seq_len;
+            const int T = run_images(&o) ? 1 : o.arch.seq_len;
             for (int training = 0; training < 2; training++)
                 for (uint64_t batches = 1; batches <= 5000; batches *= 70) {
                     const eval_pass_size a = eval_pass_size_of(&cfg, &full, o.batch, T, batches,

@@ -27,17 +27,17 @@ static const double GRAD_RTOL = 1e-3, GRAD_ATOL_REL = 1e-4;
 /* Twelve heads (of size 2) and 48 MLP neurons: one chunk per worker divides both for N <= 4.
  * Three layers, so with N = 4 and k = 1 some worker keeps no block at all. */
 static sdp_tf_config model_config(sdp_tf_style style) {
-    sdp_tf_config c = {.style = style,
-                       .n_layer = 3,
-                       .n_head = 12,
-                       .d_model = 24,
-                       .d_ff = 48,
-                       .seq_len = SEQ,
-                       .vocab = VOCAB,
-                       .in_channels = IMG_CH,
-                       .image_size = IMG_SIZE,
-                       .patch = PATCH,
-                       .classes = CLASSES};
+    sdp_tf_config c = {.model = {.layers = 3,
+                                 .heads = 12,
+                                 .width = 24,
+                                 .d_ff = 48,
+                                 .seq_len = SEQ,
+                                 .vocab = VOCAB,
+                                 .in_channels = IMG_CH,
+                                 .image_size = IMG_SIZE,
+                                 .patch = PATCH,
+                                 .classes = CLASSES}};
+    snprintf(c.model.arch, sizeof c.model.arch, "%s", sdp_tf_style_name(style));
     sdp_tf_config_finish(&c);
     return c;
 }

@@ -18,13 +18,13 @@
 
 static void tf_layout_vocab(sdp_layout *L, sdp_tf_style style, int n_layer, int n_head, int d_model,
                             int d_ff, int vocab) {
-    sdp_tf_config c = {.style = style,
-                       .n_layer = n_layer,
-                       .n_head = n_head,
-                       .d_model = d_model,
-                       .d_ff = d_ff,
-                       .seq_len = 16,
-                       .vocab = vocab};
+    sdp_tf_config c = {.model = {.layers = n_layer,
+                                 .heads = n_head,
+                                 .width = d_model,
+                                 .d_ff = d_ff,
+                                 .seq_len = 16,
+                                 .vocab = vocab}};
+    snprintf(c.model.arch, sizeof c.model.arch, "%s", sdp_tf_style_name(style));
     sdp_tf_config_finish(&c);
     sdp_tf_shape s;
     sdp_tf_shape_full(&s, &c);

@@ -111,13 +111,13 @@ static void test_ring_broadcast(void **state) {
 /* ---- steps ----------------------------------------------------------------------------------- */
 
 static void gpt_layout(sdp_layout *L, int n_layer) {
-    sdp_tf_config c = {.style = SDP_STYLE_GPT,
-                       .n_layer = n_layer,
-                       .n_head = 4,
-                       .d_model = 32,
-                       .d_ff = 128,
-                       .seq_len = 16,
-                       .vocab = 64};
+    sdp_tf_config c = {.model = {.arch = "gpt",
+                                 .layers = n_layer,
+                                 .heads = 4,
+                                 .width = 32,
+                                 .d_ff = 128,
+                                 .seq_len = 16,
+                                 .vocab = 64}};
     sdp_tf_config_finish(&c);
     sdp_tf_shape s;
     sdp_tf_shape_full(&s, &c);

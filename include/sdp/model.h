@@ -33,18 +33,22 @@ typedef enum {
     SDP_MODEL_TRAIN_BARE, /* forward and backward; the caller supplies gradients (use_grads) */
 } sdp_model_mode;
 
-/* Everything any model family needs to be built; each family reads its own fields. */
+/* Everything any model family needs to be built, and the one place an architecture knob lives:
+ * `sdp train` writes its options straight into these fields (train_opts.arch, whose rows in
+ * src/train/train_opts.c name them), the run adds what the data decides (vocab, image shape,
+ * classes), and each family reads its own fields and fills their defaults (finish_config). Real
+ * knobs are doubles, as the options are; the models compute with them as floats. */
 typedef struct {
     char arch[16];                  /* gpt, llama, resnet, vit */
-    int layers, heads, width, d_ff; /* transformers (and ViT) */
-    int seq_len, vocab;             /* token models */
-    float rope_theta;
-    int depth;                                   /* resnet: 20, 18, ... */
+    int layers, heads, width, d_ff; /* transformers (and ViT); d_ff 0: the family's default */
+    int seq_len, vocab;             /* token models (vit: seq_len becomes patches + 1) */
+    double rope_theta;              /* llama: RoPE base; 0: 10000 */
+    int depth, channels;            /* resnet: 20, 18, ...; base channels (0: the default) */
     int in_channels, image_size, classes, patch; /* image models */
-    float dropout; /* transformers: dropout probability of training forwards (0: none) */
+    double dropout; /* transformers: dropout probability of training forwards (0: none) */
     /* Training models keep each layer's (transformers) or block's (resnet) input and recompute its
-     * other activations in the backward (sdp_tf_config, sdp_resnet_config): bitwise the same
-     * results, about one layer's activations instead of every layer's. */
+     * other activations in the backward: bitwise the same results, about one layer's activations
+     * instead of every layer's. */
     bool recompute;
     /* The backend to build on, the caller's (it must outlive the model); required: a CPU run
      * passes sdp_backend_cpu over its GEMM provider and memory tally (a dry sdp_mem to count

@@ -34,23 +34,18 @@ typedef struct {
 } sdp_tf_layer_opts;
 
 typedef struct {
-    sdp_tf_style style;
-    int n_layer, n_head, d_model, d_ff; /* d_ff 0 = the style's default */
-    int seq_len;                        /* maximum T (gpt: rows of the position table) */
-    int vocab, vocab_padded;            /* vocab_padded 0 = vocab rounded up to 64 */
-    float rope_theta;
-    /* vit: images of in_channels x image_size x image_size, square patches of `patch` pixels,
-     * `classes` outputs; seq_len becomes patches + 1 and vocab the classes */
-    int in_channels, image_size, patch, classes;
-    /* Dropout probability in [0, 1) of training forwards, where nanoGPT applies it: the stem's
-     * output (embeddings, with positions), every attention's probabilities, and each branch's
-     * output projection before it joins the residual stream. 0: none, and no mask is allocated. */
-    float dropout;
-    /* Activation recomputation of training models: every layer keeps only its input (the layer
-     * below's output, or the embeddings), and one set of a layer's activations, shared by all
-     * layers, serves the forward; the backward recomputes each layer's from its input before its
-     * gradients. The same kernels on the same values, so every result is bitwise the same. */
-    bool recompute;
+    /* The knobs, as sdp/model.h has them: arch names the style; layers, heads, width, d_ff (0:
+     * the style's default), seq_len (maximum T; gpt: rows of the position table), vocab,
+     * rope_theta (llama), and dropout: the probability in [0, 1) of training forwards, where
+     * nanoGPT applies it (the stem's output, every attention's probabilities, and each branch's
+     * output projection before it joins the residual stream; 0: none, and no mask is allocated).
+     * vit: images of in_channels x image_size x image_size, square patches of `patch` pixels,
+     * `classes` outputs; seq_len becomes patches + 1. backend is not read (sdp_tf_create takes
+     * the backend). */
+    sdp_model_config model;
+    /* Derived by sdp_tf_config_finish: */
+    sdp_tf_style style; /* from model.arch */
+    int vocab_padded;   /* rows of the output head: vocab rounded up to 64 (vit: classes) */
 } sdp_tf_config;
 
 /* Per-layer shape of a (sub)network: which global layers it has, and how many heads and MLP
@@ -147,7 +142,8 @@ typedef struct {
     uint64_t dropout_key, dropped_key;
 } sdp_tf;
 
-/* Checks a configuration and fills defaults; fails with a clear message when it is impossible. */
+/* Checks a configuration, fills the knobs' defaults and derives style and vocab_padded; fails with
+ * a clear message when it is impossible. */
 void sdp_tf_config_finish(sdp_tf_config *cfg);
 /* The sizes sdp_tf_config_finish accepts: larger ones would overflow the int and size_t
  * arithmetic of the layout and kernels. */
@@ -159,11 +155,12 @@ enum {
     SDP_TF_MAX_VOCAB = 1 << 24,
 };
 #define SDP_TF_MAX_PARAMS 0x1p40
-/* About the parameters of a configuration (d_ff 0 counted as 4 x d_model): sdp_tf_config_finish
- * refuses SDP_TF_MAX_PARAMS or more. */
+/* About the parameters of a configuration, finished or not (d_ff 0 counted as 4 x width):
+ * sdp_tf_config_finish refuses SDP_TF_MAX_PARAMS or more. */
 double sdp_tf_params_estimate(const sdp_tf_config *c);
 /* Whether batches of B x T fit the activations' arithmetic (below 2^31 values of the widest
- * tensor), as a model is built for them (vocab_padded 0: the vocabulary rounded up to 64). */
+ * tensor), as a model is built for them (vocab_padded 0, not finished: the vocabulary, or vit's
+ * classes, rounded up to 64). */
 bool sdp_tf_batch_fits(const sdp_tf_config *c, int B, int T);
 const char *sdp_tf_style_name(sdp_tf_style s);
 bool sdp_tf_style_parse(const char *s, sdp_tf_style *out);
@@ -193,7 +190,7 @@ void sdp_tf_destroy(sdp_tf *m);
 void sdp_tf_use_grads(sdp_tf *m, float *grads, const long *grad_offset,
                       const sdp_grad_slices *slices);
 
-/* Dropout in the forwards that follow: on, where the model has any (cfg.dropout > 0 and built
+/* Dropout in the forwards that follow: on, where the model has any (cfg.model.dropout > 0 and built
  * for training: SDP_MODEL_INFER holds no masks and never drops), every mask drawn from the stream
  * `key` (an sdp_rng state; the same key gives the same masks, so a gradient check holds them
  * fixed, and a new key per forward draws fresh ones); off, none (evaluation). Models start off.
@@ -219,7 +216,7 @@ double sdp_tf_forward_images(sdp_tf *m, const float *images, const int *labels, 
 /* The forward in three stages, for a model evaluated one layer at a time (block-streamed
  * evaluation, docs/design.md): each stage runs the kernels of the whole forward (without
  * dropout), so the results are bitwise the same. The residual stream x between stages is [B*T,
- * d_model] of backend memory (vit: T is the model's, patches + 1). stem:  inputs (tokens, or vit
+ * width] of backend memory (vit: T is the model's, patches + 1). stem:  inputs (tokens, or vit
  * images) to the stream entering the first layer, in m->embed; layer: local layer i from x to x;
  *   head:  the summed loss from the stream leaving the last layer (as sdp_tf_forward). */
 void sdp_tf_stem_tokens(sdp_tf *m, const int *inputs, int B, int T);

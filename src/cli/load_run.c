@@ -37,16 +37,16 @@ run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, con
               "shape of a dataset sdp reads (1 28 10, 3 32 10 or 3 32 100): the file is damaged "
               "or was edited; restore it or start a new run",
               path, img[0], img[1], img[2]);
-    SDP_CHECK(!o->vocab || o->vocab >= shape.vocab,
+    SDP_CHECK(!o->arch.vocab || o->arch.vocab >= shape.vocab,
               "%s/config.json: \"vocab\" is %d, which is below the vocabulary of %d tokens that "
               "'%s' was trained with (its 'sdp.vocab'): one of the files is damaged or was edited; "
               "restore it or start a new run",
-              dir, o->vocab, shape.vocab, path);
+              dir, o->arch.vocab, shape.vocab, path);
     shape.channels = (int)img[0], shape.image_size = (int)img[1], shape.classes = (int)img[2];
     sdp_st_close(&f, mem);
     sdp_model_config cfg = run_model_config(o, shape);
     /* An image is one example, whatever --seq-len the run's config.json carries (its default). */
-    const int run_T = run_images(o) ? 1 : o->seq_len;
+    const int run_T = run_images(o) ? 1 : o->arch.seq_len;
     *be = sdp_backend_cpu(run_gemm(o), mem);
     cfg.backend = *be;
     run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : run_T, SDP_MODEL_INFER);

@@ -136,7 +136,7 @@ static void predict_eval_ckpt(const sdp_plan *p, const sdp_layout *full,
         .full = full,
         .plan = p,
         .B = o->t.batch,
-        .T = images ? 1 : o->t.seq_len,
+        .T = images ? 1 : o->t.arch.seq_len,
         .val_batches = images ? UINT64_MAX : (uint64_t)o->t.val_batches,
         .recal_batches = (uint64_t)o->t.bn_recal_batches,
         .state_buffers = (int)(sdp_optim_state_bytes_per_param(&oc) / sizeof(float)),
@@ -154,7 +154,7 @@ static sdp_backend *counting_backend_of(const void *o, sdp_mem *dry) {
 
 /* A worker's bytes, from its model as counted (c) and its share of the plan (w). */
 static worker_bytes bytes_of(const worker_count *c, const sdp_worker_plan *wp, const plan_opts *o) {
-    const int T = run_images(&o->t) ? 1 : o->t.seq_len; /* images have no sequence */
+    const int T = run_images(&o->t) ? 1 : o->t.arch.seq_len; /* images have no sequence */
     const sdp_worker_plan w = *wp;
     const bool bf16 = strcmp(o->dtype, "bf16") == 0;
     const double wbytes = bf16 ? 2 : 4;
@@ -176,7 +176,7 @@ static worker_bytes bytes_of(const worker_count *c, const sdp_worker_plan *wp, c
 
 static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
                             const plan_opts *o, int rank) {
-    const int T = run_images(&o->t) ? 1 : o->t.seq_len;
+    const int T = run_images(&o->t) ? 1 : o->t.arch.seq_len;
     const worker_count c =
         worker_count_one(cfg, p, full, rank, o->t.batch, T, counting_backend_of, o);
     sdp_worker_plan w;
@@ -188,7 +188,7 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
  * distinct subnetwork's model is counted once. */
 static void predict_workers(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
                             const plan_opts *o, const double *io, worker_bytes *rows) {
-    const int T = run_images(&o->t) ? 1 : o->t.seq_len;
+    const int T = run_images(&o->t) ? 1 : o->t.arch.seq_len;
     worker_count *c = sdp_xmalloc(sizeof *c * (size_t)o->world, "the workers' model sizes");
     sdp_worker_plan *w = sdp_xmalloc(sizeof *w * (size_t)o->world, "the workers' model sizes");
     worker_count_all(cfg, p, full, o->t.batch, T, counting_backend_of, o, c);
@@ -228,7 +228,7 @@ static void print_json_row(const worker_bytes *b, int rank, const sdp_step_times
 /* The model in its family's own terms: a ResNet has a depth and base channels, not layers. */
 static void describe_shape(char *buf, size_t len, const sdp_model_config *c) {
     if (!strcmp(c->arch, "resnet"))
-        snprintf(buf, len, "resnet, depth %d, %d base channels", c->depth, c->width);
+        snprintf(buf, len, "resnet, depth %d, %d base channels", c->depth, c->channels);
     else if (!strcmp(c->arch, "vit"))
         snprintf(buf, len, "vit, %d layers, width %d, %d heads, patch %d", c->layers, c->width,
                  c->heads, c->patch);
@@ -286,7 +286,7 @@ static void print_title(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
     if (run_images(&o->t))
         printf(" | batch %d images", o->t.batch);
     else
-        printf(" | batch %d x %d", o->t.batch, o->t.seq_len);
+        printf(" | batch %d x %d", o->t.batch, o->t.arch.seq_len);
     if (cfg->recompute) printf(", recompute layer");
     printf(" | %s, %s, %d thread%s per worker\n", o->t.device, dtype, threads,
            threads == 1 ? "" : "s");

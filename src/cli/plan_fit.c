@@ -92,9 +92,9 @@ static train_opts sized(const plan_fit_request *r, const fit_mode *mode, const l
     train_opts t = *r->t;
     const int v = size_at(L, m);
     if (L->by_layers)
-        *(L->resnet ? &t.depth : &t.layers) = v;
+        *(L->resnet ? &t.arch.depth : &t.arch.layers) = v;
     else
-        *(L->resnet ? &t.channels : &t.width) = v;
+        *(L->resnet ? &t.arch.channels : &t.arch.width) = v;
     snprintf(t.sdp_mask, sizeof t.sdp_mask, "%s", sdp_mask_mode_name(mode->mask));
     if (mode->mask != SDP_MASK_NONE) /* DDP keeps --sdp-unit, as sdp plan's DDP row does */
         snprintf(t.sdp_unit, sizeof t.sdp_unit, "%s", sdp_unit_kind_name(mode->unit));
@@ -115,7 +115,7 @@ static int lcm(int a, int b) {
 
 /* A transformer's MLP width at `width`, as the family fills it in. */
 static int tf_d_ff(const train_opts *t, bool llama, int width) {
-    if (t->d_ff) return t->d_ff;
+    if (t->arch.d_ff) return t->arch.d_ff;
     return llama ? ((8 * width / 3 + 31) / 32) * 32 : 4 * width;
 }
 
@@ -137,19 +137,17 @@ static int chunks_of(const plan_fit_request *r, const int *widths, int n) {
 /* Whether sdp describes a transformer of t's shape (sdp_tf_config_finish and the model's batch
  * check, which would otherwise stop the command). */
 static bool tf_describable(const train_opts *t, const sdp_model_config *base, bool llama) {
-    sdp_tf_config c = {.n_layer = t->layers,
-                       .n_head = t->heads,
-                       .d_model = t->width,
-                       .d_ff = t->d_ff,
-                       .seq_len = base->seq_len,
-                       .vocab = strcmp(t->model, "vit") ? base->vocab : base->classes};
-    if (c.d_model > SDP_TF_MAX_WIDTH || c.n_layer > SDP_TF_MAX_LAYERS ||
+    sdp_tf_config c = {.model = *base}; /* the data's vocabulary, vit's sequence and classes */
+    c.model.layers = t->arch.layers;
+    c.model.width = t->arch.width;
+    c.model.d_ff = t->arch.d_ff;
+    if (c.model.width > SDP_TF_MAX_WIDTH || c.model.layers > SDP_TF_MAX_LAYERS ||
         sdp_tf_params_estimate(&c) >= SDP_TF_MAX_PARAMS)
         return false;
-    c.d_ff = tf_d_ff(t, llama, t->width);
-    if (c.d_ff > SDP_TF_MAX_D_FF) return false;
+    c.model.d_ff = tf_d_ff(t, llama, t->arch.width);
+    if (c.model.d_ff > SDP_TF_MAX_D_FF) return false;
     const bool images = !strcmp(t->model, "vit");
-    return sdp_tf_batch_fits(&c, t->batch, images ? c.seq_len : t->seq_len);
+    return sdp_tf_batch_fits(&c, t->batch, images ? c.model.seq_len : t->arch.seq_len);
 }
 
 /* The ladder of `mode`, or false with the reason no size of it can be planned. */
@@ -170,12 +168,13 @@ static bool ladder_of(const plan_fit_request *r, const fit_mode *mode, const sdp
         if (L->by_layers) {
             L->four_stages = base->depth == 18 || base->depth == 34;
             L->max_m = L->four_stages ? 2 : 1365; /* depth 8192 */
-            const int c = chunks_of(r, &base->width, 1);
-            if (neuron && (c == 0 || base->width % c)) {
+            const int c = chunks_of(r, &base->channels, 1);
+            if (neuron && (c == 0 || base->channels % c)) {
                 snprintf(why, len,
                          "neuron units: %s does not split the %d base channels into equal chunks: "
                          "use --sdp-chunks dividing %d",
-                         c ? "--sdp-chunks" : "no chunk count from N up", base->width, base->width);
+                         c ? "--sdp-chunks" : "no chunk count from N up", base->channels,
+                         base->channels);
                 return false;
             }
             return true;
@@ -195,35 +194,36 @@ static bool ladder_of(const plan_fit_request *r, const fit_mode *mode, const sdp
     if (L->by_layers) {
         L->max_m = SDP_TF_MAX_LAYERS;
         if (neuron) {
-            const int widths[2] = {t->heads, base->d_ff}, c = chunks_of(r, widths, 2);
-            if (c == 0 || t->heads % c || base->d_ff % c) {
+            const int widths[2] = {t->arch.heads, base->d_ff}, c = chunks_of(r, widths, 2);
+            if (c == 0 || t->arch.heads % c || base->d_ff % c) {
                 snprintf(why, len,
                          "neuron units: %s does not split %d heads and %d MLP neurons into equal "
                          "chunks: use --sdp-chunks dividing both",
-                         c ? "--sdp-chunks" : "no chunk count from N up", t->heads, base->d_ff);
+                         c ? "--sdp-chunks" : "no chunk count from N up", t->arch.heads,
+                         base->d_ff);
                 return false;
             }
         }
     } else {
-        L->step = t->heads * (L->llama ? 2 : 1);
+        L->step = t->arch.heads * (L->llama ? 2 : 1);
         if (neuron) {
-            const int c = chunks_of(r, &t->heads, 1);
-            if (c == 0 || t->heads % c || (t->d_ff && t->d_ff % c)) {
+            const int c = chunks_of(r, &t->arch.heads, 1);
+            if (c == 0 || t->arch.heads % c || (t->arch.d_ff && t->arch.d_ff % c)) {
                 if (c == 0)
                     snprintf(why, len,
                              "neuron units: the default of one chunk per worker needs at least "
                              "N = %d heads (--heads %d): use --sdp-chunks dividing %d",
-                             r->world, t->heads, t->heads);
+                             r->world, t->arch.heads, t->arch.heads);
                 else
                     snprintf(why, len,
                              "neuron units: --sdp-chunks %d does not divide the %d heads%s: use a "
                              "divisor of both",
-                             c, t->heads, t->d_ff ? " and --d-ff" : "");
+                             c, t->arch.heads, t->arch.d_ff ? " and --d-ff" : "");
                 return false;
             }
-            if (!t->d_ff && !L->llama) {
+            if (!t->arch.d_ff && !L->llama) {
                 L->step = lcm(L->step, c / gcd(c, 4)); /* d_ff = 4 x width */
-            } else if (!t->d_ff && 32 % c) {
+            } else if (!t->arch.d_ff && 32 % c) {
                 /* llama: with width a multiple of 12, d_ff = 8 x width / 3 exactly */
                 L->step = lcm(L->step, 12);
                 L->step *= c / gcd(c, 8 * L->step / 3);
@@ -445,12 +445,12 @@ static void print_title(const plan_fit_request *r, double limit, const sdp_model
     printf("sdp plan --fit %s (%.0f bytes): the largest %s ", lim, limit, r->t->model);
     if (!strcmp(r->t->model, "resnet"))
         printf(layers ? "by depth, %d base channels" : "by base channels, depth %d",
-               layers ? base->width : base->depth);
+               layers ? base->channels : base->depth);
     else if (layers)
         printf("by layers, width %d, %d heads, d_ff %d", base->width, base->heads, base->d_ff);
-    else if (r->t->d_ff)
+    else if (r->t->arch.d_ff)
         printf("by width, %d layer%s, %d heads, d_ff %d", base->layers,
-               base->layers == 1 ? "" : "s", base->heads, r->t->d_ff);
+               base->layers == 1 ? "" : "s", base->heads, r->t->arch.d_ff);
     else
         printf("by width, %d layer%s, %d heads, d_ff %s", base->layers,
                base->layers == 1 ? "" : "s", base->heads,
@@ -463,7 +463,7 @@ static void print_title(const plan_fit_request *r, double limit, const sdp_model
     if (run_images(r->t))
         printf(" | batch %d images", r->t->batch);
     else
-        printf(" | batch %d x %d", r->t->batch, r->t->seq_len);
+        printf(" | batch %d x %d", r->t->batch, r->t->arch.seq_len);
     printf(" | %s, %s, %d thread%s per worker\n", r->device, r->dtype, r->threads,
            r->threads == 1 ? "" : "s");
 }

@@ -81,11 +81,11 @@ int cmd_sample(int argc, char **argv) {
     SDP_CHECK(!strcmp(o.model, "gpt") || !strcmp(o.model, "llama"),
               "sdp sample generates text; run %s trained a '%s' model", s.run, o.model);
     sdp_tf *tf = model.impl; /* sampling needs the transformer's logits */
-    SDP_CHECK(tf->cfg.vocab <= 256,
+    SDP_CHECK(tf->cfg.model.vocab <= 256,
               "this run has a %d-token vocabulary; sdp sample decodes only "
               "byte-level (text) runs",
-              tf->cfg.vocab);
-    const int T = tf->cfg.seq_len;
+              tf->cfg.model.vocab);
+    const int T = tf->cfg.model.seq_len;
     int *ctx = sdp_xcalloc((size_t)T, sizeof(int), "the context");
     int n = 0;
     for (const char *p = s.prompt; *p && n < T; p++) ctx[n++] = (unsigned char)*p;
@@ -98,7 +98,7 @@ int cmd_sample(int argc, char **argv) {
             n--;
         }
         sdp_tf_forward(tf, ctx, NULL, 1, n);
-        int tok = sample_token(sdp_tf_logits_row(tf, n - 1), tf->cfg.vocab, &s, &rng);
+        int tok = sample_token(sdp_tf_logits_row(tf, n - 1), tf->cfg.model.vocab, &s, &rng);
         ctx[n++] = tok;
         if (w.rank == 0) {
             putchar(tok);

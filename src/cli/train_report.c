@@ -76,14 +76,14 @@ void print_start(const trainer *t) {
     if (!is_rank0(t)) return;
     const sdp_model_config *c = &t->cfg;
     char p[32];
-    if (t->data.images && c->patch > 0)
+    if (t->data.images && strcmp(c->arch, "resnet"))
         printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, patch %d, %dx%dx%d images, "
                "%d classes",
                c->arch, c->layers, c->heads, c->width, c->d_ff, c->patch, c->in_channels,
                c->image_size, c->image_size, c->classes);
     else if (t->data.images)
         printf("sdp train: %s, depth %d, base channels %d, %dx%dx%d images, %d classes", c->arch,
-               c->depth, c->width, c->in_channels, c->image_size, c->image_size, c->classes);
+               c->depth, c->channels, c->in_channels, c->image_size, c->image_size, c->classes);
     else
         printf("sdp train: %s, %d layers, %d heads, width %d, d_ff %d, vocab %d, seq %d", c->arch,
                c->layers, c->heads, c->width, c->d_ff, c->vocab, c->seq_len);

@@ -9,8 +9,8 @@
 
 static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, int F,
                            sdp_tf_layer_offsets *o) {
-    const int C = c->d_model, hs = C / c->n_head, D = H * hs;
-    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+    const int C = c->model.width, hs = C / c->model.heads, D = H * hs;
+    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->model.layers);
     char n[SDP_NAME_MAX];
 #define NAME(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", gl, suffix), n)
     *o = (sdp_tf_layer_offsets){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
@@ -75,14 +75,14 @@ static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, i
 
 void tf_gpt_describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *s,
                      sdp_tf_offsets *o) {
-    const int C = c->d_model, Vp = c->vocab_padded;
+    const int C = c->model.width, Vp = c->vocab_padded;
     tf_adder a = tf_describe_begin(L, s, o);
     o->wte = tf_add(
         &a,
         (tensor_desc){.name = "transformer.wte.weight", .ndim = 2, .shape = {Vp, C}, .std = 0.02f});
     o->wpe = tf_add(&a, (tensor_desc){.name = "transformer.wpe.weight",
                                       .ndim = 2,
-                                      .shape = {c->seq_len, C},
+                                      .shape = {c->model.seq_len, C},
                                       .std = 0.01f});
     for (int i = 0; i < s->n_layer; i++) {
         tf_describe_block(&a, c, s, i, "transformer.h");

@@ -10,8 +10,8 @@
 
 static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, int F,
                            sdp_tf_layer_offsets *o) {
-    const int C = c->d_model, hs = C / c->n_head, D = H * hs;
-    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+    const int C = c->model.width, hs = C / c->model.heads, D = H * hs;
+    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->model.layers);
     char n[SDP_NAME_MAX];
 #define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", gl, suffix), n)
     *o = (sdp_tf_layer_offsets){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
@@ -72,7 +72,7 @@ static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, i
 
 void tf_llama_describe(sdp_layout *L, const sdp_tf_config *c, const sdp_tf_shape *s,
                        sdp_tf_offsets *o) {
-    const int C = c->d_model, Vp = c->vocab_padded;
+    const int C = c->model.width, Vp = c->vocab_padded;
     tf_adder a = tf_describe_begin(L, s, o);
     o->wte = tf_add(
         &a, (tensor_desc){
@@ -100,7 +100,7 @@ void tf_llama_create(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *sh
     m->opts = (sdp_tf_layer_opts){.norm = SDP_TF_RMSNORM,
                                   .mlp = SDP_TF_SWIGLU,
                                   .rope = true,
-                                  .rope_theta = m->cfg.rope_theta,
+                                  .rope_theta = (float)m->cfg.model.rope_theta,
                                   .causal = true};
     tf_llama_describe(&m->layout, &m->cfg, &m->shape, &m->off);
     tf_tokens_build(m, mode);

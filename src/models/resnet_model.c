@@ -63,7 +63,7 @@ static const sdp_model_ops OPS = {
 
 static sdp_resnet_config resnet_config(const sdp_model_config *c) {
     return (sdp_resnet_config){.depth = c->depth,
-                               .width = c->width,
+                               .width = c->channels,
                                .in_channels = c->in_channels,
                                .image_size = c->image_size,
                                .classes = c->classes,
@@ -71,13 +71,14 @@ static sdp_resnet_config resnet_config(const sdp_model_config *c) {
 }
 
 static void finish_config(sdp_model_config *c) {
-    SDP_CHECK(c->dropout == 0.0f,
+    const float dropout = (float)c->dropout; /* as a transformer would take it */
+    SDP_CHECK(dropout == 0.0f,
               "--dropout %g: the resnet has no dropout (it is the transformers', gpt, llama and "
               "vit): drop --dropout",
-              (double)c->dropout);
+              (double)dropout);
     sdp_resnet_config r = resnet_config(c);
     sdp_resnet_config_finish(&r);
-    c->width = r.width;
+    c->channels = r.width;
 }
 
 static void describe_full(sdp_layout *full, const sdp_model_config *c) {

@@ -1,5 +1,6 @@
-/* What every transformer family shares: shapes, the helpers that describe a layout, the buffers
- * built the same way for every family, and the norms. Calls nothing above it. */
+/* What every transformer family shares: the styles' names, shapes, the helpers that describe a
+ * layout, the buffers built the same way for every family, and the norms. Calls nothing above
+ * it. */
 #include "models/transformer_internal.h"
 #include "sdp/check.h"
 
@@ -8,10 +9,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- the configuration ----------------------------------------------------------------------- */
+
+static const char *const STYLE_NAMES[] = {"gpt", "llama", "vit"};
+
+const char *sdp_tf_style_name(sdp_tf_style s) {
+    return STYLE_NAMES[s];
+}
+
+bool sdp_tf_style_parse(const char *s, sdp_tf_style *out) {
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, STYLE_NAMES[i]) == 0) {
+            *out = (sdp_tf_style)i;
+            return true;
+        }
+    return false;
+}
+
+int tf_outputs(const sdp_tf_config *c) {
+    sdp_tf_style s;
+    const bool vit = sdp_tf_style_parse(c->model.arch, &s) && s == SDP_STYLE_VIT;
+    return vit ? c->model.classes : c->model.vocab;
+}
+
 /* ---- shapes -------------------------------------------------------------------------------- */
 
 void sdp_tf_shape_full(sdp_tf_shape *s, const sdp_tf_config *cfg) {
-    int L = cfg->n_layer;
+    int L = cfg->model.layers;
     s->n_layer = L;
     s->layer_id = sdp_xcalloc((size_t)L, sizeof(int), "a transformer's shape");
     s->n_head = sdp_xcalloc((size_t)L, sizeof(int), "a transformer's shape");
@@ -19,8 +43,8 @@ void sdp_tf_shape_full(sdp_tf_shape *s, const sdp_tf_config *cfg) {
     s->branch_scale = sdp_xcalloc((size_t)L, sizeof(float), "a transformer's shape");
     for (int i = 0; i < L; i++) {
         s->layer_id[i] = i;
-        s->n_head[i] = cfg->n_head;
-        s->d_ff[i] = cfg->d_ff;
+        s->n_head[i] = cfg->model.heads;
+        s->d_ff[i] = cfg->model.d_ff;
         s->branch_scale[i] = 1.0f;
     }
 }
@@ -36,7 +60,7 @@ void sdp_tf_shape_free(sdp_tf_shape *s) {
 void sdp_tf_shape_from_keep(sdp_tf_shape *s, const sdp_tf_config *cfg, int nblocks,
                             const bool *keep, const int (*kept)[SDP_MAX_GROUPS],
                             const float *scale) {
-    SDP_ASSERT(nblocks == cfg->n_layer);
+    SDP_ASSERT(nblocks == cfg->model.layers);
     sdp_tf_shape_full(s, cfg);
     int n = 0;
     for (int b = 0; b < nblocks; b++) {
@@ -51,7 +75,7 @@ void sdp_tf_shape_from_keep(sdp_tf_shape *s, const sdp_tf_config *cfg, int nbloc
 }
 
 static void shape_copy(sdp_tf_shape *dst, const sdp_tf_shape *src) {
-    sdp_tf_config tmp = {.n_layer = src->n_layer};
+    sdp_tf_config tmp = {.model.layers = src->n_layer};
     sdp_tf_shape_full(dst, &tmp);
     for (int i = 0; i < src->n_layer; i++) {
         dst->layer_id[i] = src->layer_id[i];
@@ -81,7 +105,8 @@ void tf_describe_block(tf_adder *a, const sdp_tf_config *c, const sdp_tf_shape *
     b->global_index = s->layer_id[i];
     b->droppable = true;
     b->ngroups = 2;
-    b->groups[TF_GROUP_ATTN - 1] = (sdp_group){"attn", s->n_head[i], c->d_model / c->n_head};
+    b->groups[TF_GROUP_ATTN - 1] =
+        (sdp_group){"attn", s->n_head[i], c->model.width / c->model.heads};
     b->groups[TF_GROUP_MLP - 1] = (sdp_group){"mlp", s->d_ff[i], 1};
     a->block = i;
 }
@@ -89,8 +114,8 @@ void tf_describe_block(tf_adder *a, const sdp_tf_config *c, const sdp_tf_shape *
 /* ---- building ------------------------------------------------------------------------------ */
 
 bool sdp_tf_batch_fits(const sdp_tf_config *c, int B, int T) {
-    const double vocab = c->vocab_padded ? c->vocab_padded : 64 * ceil(c->vocab / 64.0);
-    return (double)B * T * (c->d_model > vocab ? c->d_model : vocab) < 0x1p31;
+    const double vocab = c->vocab_padded ? c->vocab_padded : 64 * ceil(tf_outputs(c) / 64.0);
+    return (double)B * T * (c->model.width > vocab ? c->model.width : vocab) < 0x1p31;
 }
 
 void tf_begin(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, int B, int T,
@@ -99,14 +124,14 @@ void tf_begin(sdp_tf *m, const sdp_tf_config *cfg, const sdp_tf_shape *shape, in
     m->cfg = *cfg;
     SDP_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive (got %d, %d)", B,
               T);
-    if (whole_sequence) T = m->cfg.seq_len;
-    SDP_CHECK(T <= m->cfg.seq_len, "sequence length %d exceeds the model's maximum %d", T,
-              m->cfg.seq_len);
+    if (whole_sequence) T = m->cfg.model.seq_len;
+    SDP_CHECK(T <= m->cfg.model.seq_len, "sequence length %d exceeds the model's maximum %d", T,
+              m->cfg.model.seq_len);
     if (shape)
         shape_copy(&m->shape, shape);
     else
         sdp_tf_shape_full(&m->shape, &m->cfg);
-    m->head_size = m->cfg.d_model / m->cfg.n_head;
+    m->head_size = m->cfg.model.width / m->cfg.model.heads;
     m->be = be;
     SDP_CHECK(sdp_tf_batch_fits(&m->cfg, B, T),
               "a batch of %d x %d is too large for this model's activations: lower --batch or "
@@ -139,7 +164,7 @@ int *tf_ints(sdp_tf *m, size_t n) {
 }
 
 void tf_head_alloc(sdp_tf *m, size_t rows) {
-    const size_t C = (size_t)m->cfg.d_model, Vp = (size_t)m->cfg.vocab_padded;
+    const size_t C = (size_t)m->cfg.model.width, Vp = (size_t)m->cfg.vocab_padded;
     m->lnf = tf_acts(m, rows * C);
     m->lnf_mean = tf_acts(m, rows);
     m->lnf_rstd = tf_acts(m, rows);
@@ -174,17 +199,17 @@ void tf_norm_fwd(const sdp_tf *m, sdp_tf_norm kind, float *out, float *mean, flo
                  const float *x, long w, long b, int N) {
     if (kind == SDP_TF_LAYERNORM)
         sdp_layernorm_fwd(m->be, out, mean, rstd, x, tf_param(m, w), tf_param(m, b), N,
-                          m->cfg.d_model);
+                          m->cfg.model.width);
     else
-        sdp_rmsnorm_fwd(m->be, out, rstd, x, tf_param(m, w), N, m->cfg.d_model);
+        sdp_rmsnorm_fwd(m->be, out, rstd, x, tf_param(m, w), N, m->cfg.model.width);
 }
 
 void tf_norm_bwd(const sdp_tf *m, sdp_tf_norm kind, float *dx, const float *dout, const float *x,
                  const float *mean, const float *rstd, long w, long gw, long gb, int N) {
     if (kind == SDP_TF_LAYERNORM)
         sdp_layernorm_bwd(m->be, dx, tf_grad(m, gw), tf_grad(m, gb), dout, x, tf_param(m, w), mean,
-                          rstd, N, m->cfg.d_model);
+                          rstd, N, m->cfg.model.width);
     else
         sdp_rmsnorm_bwd(m->be, dx, tf_grad(m, gw), dout, x, tf_param(m, w), rstd, N,
-                        m->cfg.d_model);
+                        m->cfg.model.width);
 }

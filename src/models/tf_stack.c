@@ -35,7 +35,7 @@ static void widest_layer(const sdp_tf *m, int *H, size_t *D, size_t *F) {
 /* One layer's forward activations but its output, for H heads of attention width D and F MLP
  * neurons. */
 static void alloc_acts_set(sdp_tf *m, sdp_tf_layer_acts *a, int H, size_t D, size_t F) {
-    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.model.width;
     a->ln1 = tf_acts(m, N * C);
     a->ln1_mean = tf_acts(m, N);
     a->ln1_rstd = tf_acts(m, N);
@@ -61,9 +61,9 @@ static void alloc_layer_acts(sdp_tf *m, int i) {
     sdp_tf_layer_acts *a = &m->layers[i];
     alloc_acts_set(m, a, m->shape.n_head[i], (size_t)m->shape.n_head[i] * m->head_size,
                    (size_t)m->shape.d_ff[i]);
-    a->out = tf_acts(m, (size_t)m->B * m->T * m->cfg.d_model);
-    if (m->cfg.dropout <= 0.0f) return;
-    const size_t NC = (size_t)m->B * m->T * m->cfg.d_model;
+    a->out = tf_acts(m, (size_t)m->B * m->T * m->cfg.model.width);
+    if (m->cfg.model.dropout <= 0.0f) return;
+    const size_t NC = (size_t)m->B * m->T * m->cfg.model.width;
     if (m->shape.n_head[i] > 0) a->drop_attn = alloc_mask(m, NC);
     if (m->shape.d_ff[i] > 0) a->drop_mlp = alloc_mask(m, NC);
 }
@@ -83,7 +83,7 @@ static void alloc_infer_acts(sdp_tf *m) {
     int H;
     size_t D, F;
     widest_layer(m, &H, &D, &F);
-    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.model.width;
     const size_t fc = fc_width(m, F);
     /* The buffers, each once: shared_set owns them (the aliases stay NULL in it) */
     sdp_tf_layer_acts *own = &m->shared_set;
@@ -110,7 +110,7 @@ static void alloc_infer_acts(sdp_tf *m) {
     m->shared_acts = true;
 }
 
-/* Activation recomputation (cfg.recompute): a layer's backward reads its input and the
+/* Activation recomputation (cfg.model.recompute): a layer's backward reads its input and the
  * activations of its own forward, so training keeps only each layer's output (the next layer's
  * input; the embeddings are layer 0's, and the top layer's is the head's) and one set of the rest,
  * sized for the widest layer, with the masks of its dropped branches: the forward writes it layer
@@ -124,8 +124,8 @@ static void alloc_recompute_acts(sdp_tf *m) {
     sdp_tf_layer_acts *own = &m->shared_set; /* owns the buffers; its out stays NULL */
     memset(own, 0, sizeof *own);
     alloc_acts_set(m, own, H, D, F);
-    const size_t NC = (size_t)m->B * m->T * m->cfg.d_model;
-    if (m->cfg.dropout > 0.0f) {
+    const size_t NC = (size_t)m->B * m->T * m->cfg.model.width;
+    if (m->cfg.model.dropout > 0.0f) {
         if (H > 0) own->drop_attn = alloc_mask(m, NC);
         if (F > 0) own->drop_mlp = alloc_mask(m, NC);
     }
@@ -139,7 +139,7 @@ static void alloc_recompute_acts(sdp_tf *m) {
 
 /* Backward work buffers are shared by all layers, so they are sized for the widest one. */
 static void alloc_backward_buffers(sdp_tf *m) {
-    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.model.width;
     int H;
     size_t D, F;
     widest_layer(m, &H, &D, &F);
@@ -153,13 +153,13 @@ static void alloc_backward_buffers(sdp_tf *m) {
 }
 
 void tf_stack_alloc(sdp_tf *m, sdp_model_mode mode) {
-    const size_t NC = (size_t)m->B * m->T * m->cfg.d_model;
+    const size_t NC = (size_t)m->B * m->T * m->cfg.model.width;
     m->embed = tf_acts(m, NC);
-    if (mode != SDP_MODEL_INFER && m->cfg.dropout > 0.0f) m->drop_embed = alloc_mask(m, NC);
+    if (mode != SDP_MODEL_INFER && m->cfg.model.dropout > 0.0f) m->drop_embed = alloc_mask(m, NC);
     m->layers = sdp_xcalloc((size_t)m->shape.n_layer + 1, sizeof *m->layers, "the layers' state");
     if (mode == SDP_MODEL_INFER)
         alloc_infer_acts(m);
-    else if (m->cfg.recompute)
+    else if (m->cfg.model.recompute)
         alloc_recompute_acts(m);
     else
         for (int i = 0; i < m->shape.n_layer; i++) alloc_layer_acts(m, i);
@@ -209,7 +209,7 @@ enum { SITE_ATTN_PROBS, SITE_ATTN_OUT, SITE_MLP_OUT, SITES_PER_LAYER };
  * stream, whatever subnetwork the layers are part of. */
 static sdp_dropout site_dropout(const sdp_tf *m, uint64_t site) {
     if (!m->dropped) return SDP_NO_DROPOUT;
-    return (sdp_dropout){m->cfg.dropout, sdp_rng_make(m->dropped_key, site).state};
+    return (sdp_dropout){(float)m->cfg.model.dropout, sdp_rng_make(m->dropped_key, site).state};
 }
 
 static sdp_dropout layer_dropout(const sdp_tf *m, int i, int place) {
@@ -217,7 +217,7 @@ static sdp_dropout layer_dropout(const sdp_tf *m, int i, int place) {
 }
 
 void sdp_tf_set_dropout(sdp_tf *m, bool on, uint64_t key) {
-    m->dropping = on && m->drop_embed; /* masks exist: cfg.dropout > 0, a training mode */
+    m->dropping = on && m->drop_embed; /* masks exist: cfg.model.dropout > 0, a training mode */
     m->dropout_key = key;
 }
 
@@ -235,15 +235,15 @@ static void drop(const sdp_tf *m, float *x, uint32_t *mask, sdp_dropout d, size_
 
 void tf_stack_drop_stem(sdp_tf *m, int B, int T) {
     if (m->dropped)
-        drop(m, m->embed, m->drop_embed, site_dropout(m, 0), (size_t)B * T * m->cfg.d_model);
+        drop(m, m->embed, m->drop_embed, site_dropout(m, 0), (size_t)B * T * m->cfg.model.width);
 }
 
 const float *tf_stack_stem_grad(sdp_tf *m, int B, int T) {
     if (!m->dropped) return m->d_res;
-    const size_t NC = (size_t)B * T * m->cfg.d_model;
+    const size_t NC = (size_t)B * T * m->cfg.model.width;
     m->be->zero(m->be, m->d_branch, NC * sizeof(float));
-    sdp_dropout_bwd(m->be, m->d_branch, m->d_res, m->drop_embed, sdp_dropout_scale(m->cfg.dropout),
-                    NC);
+    sdp_dropout_bwd(m->be, m->d_branch, m->d_res, m->drop_embed,
+                    sdp_dropout_scale((float)m->cfg.model.dropout), NC);
     return m->d_branch;
 }
 
@@ -299,7 +299,8 @@ typedef struct {
 } layer_dims;
 
 static layer_dims dims_of(const sdp_tf *m, int i, int B, int T) {
-    layer_dims d = {.N = B * T, .C = m->cfg.d_model, .H = m->shape.n_head[i], .hs = m->head_size};
+    layer_dims d = {
+        .N = B * T, .C = m->cfg.model.width, .H = m->shape.n_head[i], .hs = m->head_size};
     d.D = d.H * d.hs;
     d.F = m->shape.d_ff[i];
     d.fc = (int)fc_width(m, (size_t)d.F);
@@ -310,7 +311,7 @@ static layer_dims dims_of(const sdp_tf *m, int i, int B, int T) {
 
 /* Each branch's projection is written into `out` first (and dropped there, in place) and then
  * folded into the residual, so no extra [N, C] buffer is needed per layer.
- * again: the backward's recomputation (cfg.recompute) of what layer i's backward reads, from its
+ * again: the backward's recomputation (cfg.model.recompute) of what layer i's backward reads, from its
  * kept input x: the forward's kernels on the same values, so bitwise the forward's activations,
  * with the same dropout masks drawn again from their streams (attention's from their indices, as
  * always). It stops before the MLP's output projection, which the backward does not read (its
@@ -370,7 +371,7 @@ void sdp_tf_layer_forward(sdp_tf *m, int i, float *x, int B, int T) {
     SDP_ASSERT(i >= 0 && i < m->shape.n_layer && B <= m->B && T <= m->T);
     tf_stack_begin_forward(m, false); /* the stages evaluate */
     layer_forward(m, i, x, B, T, false);
-    const size_t NC = (size_t)B * T * m->cfg.d_model;
+    const size_t NC = (size_t)B * T * m->cfg.model.width;
     sdp_copy_rows(m->be, x, 0, m->layers[i].out, 0, 1, NC);
 }
 
@@ -396,7 +397,7 @@ static void layer_backward(sdp_tf *m, int i, const float *x, int B, int T) {
 
     /* With dropout, a branch's gradient is s / (1-p) * M d_res, one op instead of the residual's
      * backward (s d_res) and then dropout's. */
-    const float s_drop = d.s * sdp_dropout_scale(m->cfg.dropout);
+    const float s_drop = d.s * sdp_dropout_scale((float)m->cfg.model.dropout);
     if (d.F > 0) { /* out = mid + s * drop(proj(act(fc(norm2(mid))))) */
         zero(m, m->d_branch, d.NC);
         if (m->dropped)
@@ -451,7 +452,7 @@ void tf_stack_backward(sdp_tf *m, int B, int T) {
 }
 
 void tf_stack_flops(const sdp_tf *m, int T, double *layers, double *attn) {
-    const double C = m->cfg.d_model, hs = m->head_size;
+    const double C = m->cfg.model.width, hs = m->head_size;
     *layers = *attn = 0;
     for (int i = 0; i < m->shape.n_layer; i++) {
         const double D = m->shape.n_head[i] * hs, F = m->shape.d_ff[i];

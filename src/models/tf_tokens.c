@@ -27,7 +27,7 @@ static void free_tokens(sdp_tf *m) {
 /* The embeddings of the inputs into m->embed, dropped where this forward drops. */
 static void embed(sdp_tf *m, const int *inputs, int B, int T) {
     SDP_ASSERT(B <= m->B && T <= m->T && B * T <= m->B * m->T);
-    const int N = B * T, V = m->cfg.vocab, C = m->cfg.d_model;
+    const int N = B * T, V = m->cfg.model.vocab, C = m->cfg.model.width;
     for (int i = 0; i < N; i++)
         SDP_CHECK(inputs[i] >= 0 && inputs[i] < V,
                   "token id %d is outside the model's vocabulary of %d: the data does not match "
@@ -49,11 +49,11 @@ static void stem(sdp_tf *m, const int *inputs, int B, int T) {
 
 static void stem_backward(sdp_tf *m, int B, int T) {
     sdp_embed_bwd(m->be, G(m, m->goff.wte), G(m, m->goff.wpe), tf_stack_stem_grad(m, B, T),
-                  m->inputs, B, T, m->cfg.d_model);
+                  m->inputs, B, T, m->cfg.model.width);
 }
 
 static double lm_head(sdp_tf *m, const float *x, const int *targets, int B, int T) {
-    const int N = B * T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded, C = m->cfg.d_model;
+    const int N = B * T, V = m->cfg.model.vocab, Vp = m->cfg.vocab_padded, C = m->cfg.model.width;
     const sdp_backend *be = m->be;
     m->last_B = B;
     m->last_T = T;
@@ -73,8 +73,8 @@ static double lm_head(sdp_tf *m, const float *x, const int *targets, int B, int 
 }
 
 static void lm_head_backward(sdp_tf *m, float dloss) {
-    const int N = m->last_B * m->last_T, C = m->cfg.d_model;
-    const int V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
+    const int N = m->last_B * m->last_T, C = m->cfg.model.width;
+    const int V = m->cfg.model.vocab, Vp = m->cfg.vocab_padded;
     const size_t NC = (size_t)N * C;
     const sdp_backend *be = m->be;
     sdp_softmax_xent_bwd(be, m->probs, m->probs, m->targets, dloss, N, V, Vp);
@@ -87,7 +87,7 @@ static void lm_head_backward(sdp_tf *m, float dloss) {
 }
 
 static double train_flops(const sdp_tf *m, int T) {
-    const double C = m->cfg.d_model;
+    const double C = m->cfg.model.width;
     double layers, attn;
     tf_stack_flops(m, T, &layers, &attn);
     return 6.0 * (layers + C * m->cfg.vocab_padded) + 6.0 * attn;

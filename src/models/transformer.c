@@ -9,84 +9,73 @@
 
 #include <string.h>
 
-static const char *const STYLE_NAMES[] = {"gpt", "llama", "vit"};
-
-const char *sdp_tf_style_name(sdp_tf_style s) {
-    return STYLE_NAMES[s];
-}
-
-bool sdp_tf_style_parse(const char *s, sdp_tf_style *out) {
-    for (int i = 0; i < 3; i++)
-        if (strcmp(s, STYLE_NAMES[i]) == 0) {
-            *out = (sdp_tf_style)i;
-            return true;
-        }
-    return false;
-}
-
-/* A ViT reads patches plus a class token, and predicts classes instead of tokens. */
+/* A ViT reads patches plus a class token, and predicts classes instead of tokens (tf_outputs). */
 static void finish_vit(sdp_tf_config *c) {
-    SDP_CHECK(c->in_channels >= 1 && c->image_size >= 1 && c->classes >= 2,
-              "vit needs an image dataset (got %d channels, %d pixels, %d classes)", c->in_channels,
-              c->image_size, c->classes);
-    SDP_CHECK(c->patch >= 1 && c->image_size % c->patch == 0,
+    SDP_CHECK(c->model.in_channels >= 1 && c->model.image_size >= 1 && c->model.classes >= 2,
+              "vit needs an image dataset (got %d channels, %d pixels, %d classes)",
+              c->model.in_channels, c->model.image_size, c->model.classes);
+    SDP_CHECK(c->model.patch >= 1 && c->model.image_size % c->model.patch == 0,
               "--patch %d does not divide the image size %d: choose a divisor (e.g. 4 or 7 for "
               "28x28 images)",
-              c->patch, c->image_size);
-    const int side = c->image_size / c->patch;
-    c->seq_len = side * side + 1;
-    c->vocab = c->vocab_padded = c->classes;
+              c->model.patch, c->model.image_size);
+    const int side = c->model.image_size / c->model.patch;
+    c->model.seq_len = side * side + 1;
 }
 
 /* Sizes whose products would overflow the int and size_t arithmetic of the layout and kernels
  * (a damaged config.json, or a typo) are refused before anything is computed from them. */
 static void check_size(const sdp_tf_config *c) {
-    SDP_CHECK(c->d_model <= SDP_TF_MAX_WIDTH && c->n_layer <= SDP_TF_MAX_LAYERS &&
-                  c->d_ff <= SDP_TF_MAX_D_FF && c->seq_len <= SDP_TF_MAX_SEQ &&
-                  c->vocab <= SDP_TF_MAX_VOCAB,
+    SDP_CHECK(c->model.width <= SDP_TF_MAX_WIDTH && c->model.layers <= SDP_TF_MAX_LAYERS &&
+                  c->model.d_ff <= SDP_TF_MAX_D_FF && c->model.seq_len <= SDP_TF_MAX_SEQ &&
+                  tf_outputs(c) <= SDP_TF_MAX_VOCAB,
               "model too large to describe: %d layers (at most 65536), width %d (65536), d_ff %d "
               "(2^20), sequence %d (2^20), vocabulary %d (2^24)",
-              c->n_layer, c->d_model, c->d_ff, c->seq_len, c->vocab);
+              c->model.layers, c->model.width, c->model.d_ff, c->model.seq_len, tf_outputs(c));
     const double params = sdp_tf_params_estimate(c);
     SDP_CHECK(params < SDP_TF_MAX_PARAMS,
               "model of %.3g parameters is too large for sdp (at most 2^40)", params);
 }
 
 double sdp_tf_params_estimate(const sdp_tf_config *c) {
-    const double C = c->d_model, F = c->d_ff ? c->d_ff : 4.0 * C;
-    return c->n_layer * (4 * C * C + 3 * C * F) + ((double)c->vocab + c->seq_len) * C;
+    const double C = c->model.width, F = c->model.d_ff ? c->model.d_ff : 4.0 * C;
+    return c->model.layers * (4 * C * C + 3 * C * F) +
+           ((double)tf_outputs(c) + c->model.seq_len) * C;
 }
 
 void sdp_tf_config_finish(sdp_tf_config *c) {
+    SDP_CHECK(sdp_tf_style_parse(c->model.arch, &c->style), "'%s' is not a transformer style",
+              c->model.arch);
     if (c->style == SDP_STYLE_VIT) finish_vit(c);
-    SDP_CHECK(c->n_layer >= 1, "--layers must be at least 1 (got %d)", c->n_layer);
-    SDP_CHECK(c->n_head >= 1, "--heads must be at least 1 (got %d)", c->n_head);
-    SDP_CHECK(c->d_model >= 1, "--width must be at least 1 (got %d)", c->d_model);
-    SDP_CHECK(c->d_model % c->n_head == 0,
+    SDP_CHECK(c->model.layers >= 1, "--layers must be at least 1 (got %d)", c->model.layers);
+    SDP_CHECK(c->model.heads >= 1, "--heads must be at least 1 (got %d)", c->model.heads);
+    SDP_CHECK(c->model.width >= 1, "--width must be at least 1 (got %d)", c->model.width);
+    SDP_CHECK(c->model.width % c->model.heads == 0,
               "--heads %d does not divide --width %d: choose a width that is a multiple of the "
               "number of heads",
-              c->n_head, c->d_model);
-    int hs = c->d_model / c->n_head;
+              c->model.heads, c->model.width);
+    int hs = c->model.width / c->model.heads;
     SDP_CHECK(c->style != SDP_STYLE_LLAMA || hs % 2 == 0,
-              "llama style needs an even head size for RoPE (width %d / heads %d = %d)", c->d_model,
-              c->n_head, hs);
-    SDP_CHECK(c->seq_len >= 1, "--seq-len must be at least 1 (got %d)", c->seq_len);
-    SDP_CHECK(c->vocab >= 2, "vocabulary size must be at least 2 (got %d)", c->vocab);
-    SDP_CHECK(c->d_ff >= 0, "--d-ff must be positive (got %d)", c->d_ff);
-    SDP_CHECK(c->dropout >= 0.0f && c->dropout < 1.0f,
+              "llama style needs an even head size for RoPE (width %d / heads %d = %d)",
+              c->model.width, c->model.heads, hs);
+    SDP_CHECK(c->model.seq_len >= 1, "--seq-len must be at least 1 (got %d)", c->model.seq_len);
+    SDP_CHECK(tf_outputs(c) >= 2, "vocabulary size must be at least 2 (got %d)", tf_outputs(c));
+    SDP_CHECK(c->model.d_ff >= 0, "--d-ff must be positive (got %d)", c->model.d_ff);
+    /* The model computes in float: its real knobs become the floats it will use. */
+    c->model.dropout = (float)c->model.dropout;
+    c->model.rope_theta = (float)c->model.rope_theta;
+    SDP_CHECK(c->model.dropout >= 0 && c->model.dropout < 1,
               "--dropout must be in [0, 1) (got %g): use 0 for none, e.g. 0.1 or 0.2 to regularise",
-              (double)c->dropout);
+              c->model.dropout);
     check_size(c);
-    if (c->d_ff == 0) {
+    if (c->model.d_ff == 0) {
         if (c->style != SDP_STYLE_LLAMA)
-            c->d_ff = 4 * c->d_model;
-        else
-            c->d_ff = ((8 * c->d_model / 3 + 31) / 32) * 32; /* SwiGLU keeps ~4C x C params */
+            c->model.d_ff = 4 * c->model.width;
+        else /* SwiGLU keeps ~4C x C params */
+            c->model.d_ff = ((8 * c->model.width / 3 + 31) / 32) * 32;
     }
-    if (c->vocab_padded == 0) c->vocab_padded = ((c->vocab + 63) / 64) * 64;
-    SDP_CHECK(c->vocab_padded >= c->vocab, "padded vocabulary %d is smaller than vocabulary %d",
-              c->vocab_padded, c->vocab);
-    if (c->rope_theta == 0) c->rope_theta = 10000.0f;
+    c->vocab_padded =
+        c->style == SDP_STYLE_VIT ? c->model.classes : ((c->model.vocab + 63) / 64) * 64;
+    if (c->model.rope_theta == 0) c->model.rope_theta = 10000;
 }
 
 /* ---- choosing the family ------------------------------------------------------------------- */

@@ -33,6 +33,10 @@ struct sdp_tf_family {
     double (*train_flops)(const sdp_tf *m, int T);
 };
 
+/* The outputs of the head: the vocabulary, or a vit's classes (read from model.arch, so the
+ * configuration need not be finished). */
+int tf_outputs(const sdp_tf_config *c);
+
 /* ---- describing the parameters ------------------------------------------------------------- */
 
 /* A block's groups, as a tensor names them (tensor_desc.group, counted from 1): its attention

@@ -71,7 +71,7 @@ static double train_flops_per_example(const sdp_model *m) {
 
 static size_t stream_floats(const sdp_model *m) {
     const sdp_tf *t = tf(m);
-    return (size_t)t->B * t->T * t->cfg.d_model;
+    return (size_t)t->B * t->T * t->cfg.model.width;
 }
 
 /* The stages copy the stem's output out of the model: the stream is the caller's. A token model's
@@ -83,7 +83,7 @@ static void forward_stem_tokens(sdp_model *m, const sdp_batch *b, bool training,
     sdp_tf *t = tf(m);
     check_tokens(t, b);
     sdp_tf_stem_tokens(t, b->tokens, b->B, b->T);
-    const size_t n = (size_t)b->B * b->T * t->cfg.d_model;
+    const size_t n = (size_t)b->B * b->T * t->cfg.model.width;
     sdp_copy_rows(t->be, x, 0, t->embed, 0, 1, n);
 }
 
@@ -92,7 +92,7 @@ static void forward_stem_images(sdp_model *m, const sdp_batch *b, bool training,
     sdp_tf *t = tf(m);
     check_images(b);
     sdp_tf_stem_images(t, b->images, b->B);
-    const size_t n = (size_t)b->B * t->T * t->cfg.d_model;
+    const size_t n = (size_t)b->B * t->T * t->cfg.model.width;
     sdp_copy_rows(t->be, x, 0, t->embed, 0, 1, n);
 }
 
@@ -144,36 +144,21 @@ static const sdp_model_ops IMAGE_OPS = {destroy,
                                         forward_block_images,
                                         forward_head_images};
 
-static sdp_tf_config tf_config(const sdp_model_config *c) {
-    sdp_tf_config t = {0};
-    SDP_CHECK(sdp_tf_style_parse(c->arch, &t.style), "'%s' is not a transformer style", c->arch);
-    t.n_layer = c->layers;
-    t.n_head = c->heads;
-    t.d_model = c->width;
-    t.d_ff = c->d_ff;
-    t.seq_len = c->seq_len;
-    t.vocab = c->vocab;
-    t.rope_theta = c->rope_theta;
-    t.in_channels = c->in_channels;
-    t.image_size = c->image_size;
-    t.patch = c->patch;
-    t.classes = c->classes;
-    t.dropout = c->dropout;
-    t.recompute = c->recompute;
+/* The transformer's configuration of c: the knobs as they are, with the style's defaults filled
+ * and what they imply derived. */
+static sdp_tf_config finished(const sdp_model_config *c) {
+    sdp_tf_config t = {.model = *c};
+    sdp_tf_config_finish(&t);
     return t;
 }
 
+/* d_ff's and rope_theta's defaults; vit's seq_len, its patches and the class token. */
 static void finish_config(sdp_model_config *c) {
-    sdp_tf_config t = tf_config(c);
-    sdp_tf_config_finish(&t);
-    c->d_ff = t.d_ff;
-    c->rope_theta = t.rope_theta;
-    if (t.style == SDP_STYLE_VIT) c->seq_len = t.seq_len; /* patches + the class token */
+    *c = finished(c).model;
 }
 
 static void describe_full(sdp_layout *full, const sdp_model_config *c) {
-    sdp_tf_config t = tf_config(c);
-    sdp_tf_config_finish(&t);
+    const sdp_tf_config t = finished(c);
     sdp_tf_shape s;
     sdp_tf_shape_full(&s, &t);
     sdp_tf_describe(full, &t, &s);
@@ -186,8 +171,7 @@ static void create(sdp_model *m, const sdp_model_config *c, const sdp_subnet_spe
               "%s: no backend in the model configuration: the caller creates one "
               "(sdp_backend_cpu on the CPU)",
               c->arch);
-    sdp_tf_config t = tf_config(c);
-    sdp_tf_config_finish(&t);
+    const sdp_tf_config t = finished(c);
     sdp_tf_shape shape;
     if (spec)
         sdp_tf_shape_from_keep(&shape, &t, spec->nblocks, spec->keep,

@@ -28,8 +28,8 @@ struct sdp_tf_vit {
  * the same fused [3D, C] matrix and [3D] bias as gpt's c_attn. */
 static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, int F,
                            sdp_tf_layer_offsets *o) {
-    const int C = c->d_model, D = H * (C / c->n_head);
-    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+    const int C = c->model.width, D = H * (C / c->model.heads);
+    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->model.layers);
     char n[SDP_NAME_MAX];
 #define NAME(suffix) (snprintf(n, sizeof n, "vit.encoder.layer.%d.%s", gl, suffix), n)
     *o = (sdp_tf_layer_offsets){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
@@ -109,10 +109,10 @@ static void describe_layer(tf_adder *a, const sdp_tf_config *c, int gl, int H, i
  * position table with the class token's row first. */
 static void describe_stem(tf_adder *a, const sdp_tf_config *c, sdp_tf_offsets *o,
                           struct sdp_tf_vit *v) {
-    const int64_t C = c->d_model, p = c->patch;
+    const int64_t C = c->model.width, p = c->model.patch;
     o->wte = tf_add(a, (tensor_desc){.name = "vit.embeddings.patch_embeddings.projection.weight",
                                      .ndim = 4,
-                                     .shape = {C, c->in_channels, p, p},
+                                     .shape = {C, c->model.in_channels, p, p},
                                      .decay = true,
                                      .std = 0.02f});
     v->patch_b = tf_add(a, (tensor_desc){.name = "vit.embeddings.patch_embeddings.projection.bias",
@@ -124,13 +124,13 @@ static void describe_stem(tf_adder *a, const sdp_tf_config *c, sdp_tf_offsets *o
                .name = "vit.embeddings.cls_token", .ndim = 3, .shape = {1, 1, C}, .std = 0.02f});
     o->wpe = tf_add(a, (tensor_desc){.name = "vit.embeddings.position_embeddings",
                                      .ndim = 3,
-                                     .shape = {1, c->seq_len, C},
+                                     .shape = {1, c->model.seq_len, C},
                                      .std = 0.02f});
 }
 
 static void describe_head(tf_adder *a, const sdp_tf_config *c, sdp_tf_offsets *o,
                           struct sdp_tf_vit *v) {
-    const int C = c->d_model;
+    const int C = c->model.width;
     o->lnf_w = tf_add(
         a, (tensor_desc){
                .name = "vit.layernorm.weight", .ndim = 1, .shape = {C}, .init = SDP_INIT_ONES});
@@ -139,12 +139,12 @@ static void describe_head(tf_adder *a, const sdp_tf_config *c, sdp_tf_offsets *o
                .name = "vit.layernorm.bias", .ndim = 1, .shape = {C}, .init = SDP_INIT_ZEROS});
     o->lm_head = tf_add(a, (tensor_desc){.name = "classifier.weight",
                                          .ndim = 2,
-                                         .shape = {c->classes, C},
+                                         .shape = {c->model.classes, C},
                                          .decay = true,
                                          .std = 0.02f});
     v->head_b = tf_add(a, (tensor_desc){.name = "classifier.bias",
                                         .ndim = 1,
-                                        .shape = {c->classes},
+                                        .shape = {c->model.classes},
                                         .init = SDP_INIT_ZEROS});
 }
 
@@ -176,17 +176,17 @@ static int patches_per_image(const sdp_tf *m) {
 
 /* Columns of a patch row: the projection's input width. */
 static int patch_cols(const sdp_tf *m) {
-    return m->cfg.in_channels * m->cfg.patch * m->cfg.patch;
+    return m->cfg.model.in_channels * m->cfg.model.patch * m->cfg.model.patch;
 }
 
 static size_t image_floats(const sdp_tf *m) {
-    return (size_t)m->cfg.in_channels * m->cfg.image_size * m->cfg.image_size;
+    return (size_t)m->cfg.model.in_channels * m->cfg.model.image_size * m->cfg.model.image_size;
 }
 
 static void alloc_part(sdp_tf *m) {
     const sdp_backend *be = m->be;
     struct sdp_tf_vit *v = m->vit;
-    const size_t B = (size_t)m->B, P = (size_t)patches_per_image(m), C = (size_t)m->cfg.d_model;
+    const size_t B = (size_t)m->B, P = (size_t)patches_per_image(m), C = (size_t)m->cfg.model.width;
     v->images = be->alloc(be, SDP_MEM_ACTS, B * image_floats(m) * sizeof(float));
     v->patches = be->alloc(be, SDP_MEM_ACTS, B * P * C * sizeof(float));
     v->pooled = be->alloc(be, SDP_MEM_ACTS, B * C * sizeof(float));
@@ -213,7 +213,7 @@ static void use_grads(sdp_tf *m, const long *grad_offset) {
 /* Labels are checked on the host; the hits are counted on the logits, before the softmax. */
 static double classify(sdp_tf *m, const int *labels, int B) {
     const sdp_backend *be = m->be;
-    const int K = m->cfg.classes;
+    const int K = m->cfg.model.classes;
     m->n_targets = 0;
     for (int b = 0; b < B; b++) {
         SDP_CHECK(labels[b] < K,
@@ -234,12 +234,12 @@ static void embed(sdp_tf *m, const float *images, int B) {
     const sdp_backend *be = m->be;
     const sdp_tf_config *c = &m->cfg;
     struct sdp_tf_vit *v = m->vit;
-    const int T = m->T, C = c->d_model;
+    const int T = m->T, C = c->model.width;
     be->upload(be, v->images, images, (size_t)B * image_floats(m) * sizeof(float));
     m->last_B = B;
     m->last_T = T;
-    sdp_patch_gather(be, v->patch_rows, v->images, B, c->in_channels, c->image_size, c->image_size,
-                     c->patch);
+    sdp_patch_gather(be, v->patch_rows, v->images, B, c->model.in_channels, c->model.image_size,
+                     c->model.image_size, c->model.patch);
     sdp_linear_fwd(be, v->patches, v->patch_rows, tf_param(m, m->off.wte), tf_param(m, v->patch_b),
                    B * patches_per_image(m), patch_cols(m), C);
     sdp_vit_embed_fwd(be, m->embed, v->patches, tf_param(m, v->cls), tf_param(m, m->off.wpe), B, T,
@@ -257,13 +257,13 @@ static double head(sdp_tf *m, const float *top, const int *labels, int B) {
     const sdp_backend *be = m->be;
     const sdp_tf_config *c = &m->cfg;
     struct sdp_tf_vit *v = m->vit;
-    const int T = m->T, C = c->d_model;
+    const int T = m->T, C = c->model.width;
     m->last_B = B;
     sdp_copy_rows(be, v->pooled, (size_t)C, top, (size_t)T * C, (size_t)B, (size_t)C);
     tf_norm_fwd(m, SDP_TF_LAYERNORM, m->lnf, m->lnf_mean, m->lnf_rstd, v->pooled, m->off.lnf_w,
                 m->off.lnf_b, B);
     sdp_linear_fwd(be, m->probs, m->lnf, tf_param(m, m->off.lm_head), tf_param(m, v->head_b), B, C,
-                   c->classes);
+                   c->model.classes);
     m->has_targets = labels != NULL;
     return labels ? classify(m, labels, B) : 0.0;
 }
@@ -280,7 +280,7 @@ static double forward(sdp_tf *m, const float *images, const int *labels, int B) 
 static void head_backward(sdp_tf *m, float dloss) {
     const sdp_backend *be = m->be;
     const struct sdp_tf_vit *v = m->vit;
-    const int B = m->last_B, T = m->T, C = m->cfg.d_model, K = m->cfg.classes;
+    const int B = m->last_B, T = m->T, C = m->cfg.model.width, K = m->cfg.model.classes;
     const size_t BC = (size_t)B * C;
     sdp_softmax_xent_bwd(be, m->probs, m->probs, m->targets, dloss, B, K, K);
     be->zero(be, m->d_norm, BC * sizeof(float));
@@ -298,7 +298,7 @@ static void head_backward(sdp_tf *m, float dloss) {
 static void stem_backward(sdp_tf *m, int B) {
     const sdp_backend *be = m->be;
     const struct sdp_tf_vit *v = m->vit;
-    const int T = m->T, C = m->cfg.d_model;
+    const int T = m->T, C = m->cfg.model.width;
     /* the patch embeddings are not needed any more: they take their gradients */
     sdp_vit_embed_bwd(be, v->patches, tf_grad(m, v->g_cls), tf_grad(m, m->goff.wpe),
                       tf_stack_stem_grad(m, B, T), B, T, C);
@@ -318,11 +318,11 @@ static void backward(sdp_tf *m, float dloss) {
 
 /* Per image: T tokens through the layers, P patches through the stem, one classifier row. */
 static double train_flops(const sdp_tf *m, int T) {
-    const double C = m->cfg.d_model;
+    const double C = m->cfg.model.width;
     double layers, attn;
     tf_stack_flops(m, T, &layers, &attn);
-    const double p = m->cfg.patch, stem = (T - 1) * m->cfg.in_channels * p * p * C;
-    return 6.0 * (T * layers + stem + C * m->cfg.classes) + 6.0 * T * attn;
+    const double p = m->cfg.model.patch, stem = (T - 1) * m->cfg.model.in_channels * p * p * C;
+    return 6.0 * (T * layers + stem + C * m->cfg.model.classes) + 6.0 * T * attn;
 }
 
 static const struct sdp_tf_family VIT = {

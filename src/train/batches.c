@@ -119,7 +119,7 @@ static void open_source(batch_source *s, const train_opts *o, bool images, int r
     s->evaluating = evaluating;
     s->images = images;
     s->B = o->batch;
-    s->T = images ? 1 : o->seq_len;
+    s->T = images ? 1 : o->arch.seq_len;
     s->rank = rank;
     s->world = world;
     if (images)
@@ -142,7 +142,7 @@ void batches_open_file(batch_source *s, const train_opts *o, int rank, int world
     memset(s, 0, sizeof *s);
     s->evaluating = true;
     s->B = o->batch;
-    s->T = o->seq_len;
+    s->T = o->arch.seq_len;
     s->rank = rank;
     s->world = world;
     /* Without a validation split to fill, all of o->data is read as one (training) split. */
@@ -189,9 +189,9 @@ void batches_fed(batch_source *s, const train_opts *o, bool images) {
     memset(s, 0, sizeof *s);
     s->images = images;
     s->B = o->batch;
-    s->T = images ? 1 : o->seq_len;
+    s->T = images ? 1 : o->arch.seq_len;
     const run_data_shape shape = run_dataset_shape(o);
-    SDP_CHECK(images || o->vocab > 0,
+    SDP_CHECK(images || o->arch.vocab > 0,
               "a trainer fed its batches by the caller has no data to take the vocabulary from: "
               "set --vocab");
     s->fed_vocab = shape.vocab;

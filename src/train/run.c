@@ -101,24 +101,16 @@ bool run_images(const train_opts *o) {
 
 sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
     const int data_vocab = data.vocab;
-    sdp_model_config c = {0};
+    sdp_model_config c = o->arch; /* the options; then the family, and what the data decides */
     char names[128];
     SDP_CHECK(strlen(o->model) < sizeof c.arch && sdp_model_family_find(o->model),
               "unknown --model '%s': use %s", o->model,
               sdp_model_family_names(names, sizeof names));
     strcpy(c.arch, o->model);
-    c.layers = o->layers;
-    c.heads = o->heads;
-    c.width = o->width;
-    c.d_ff = o->d_ff;
-    c.seq_len = o->seq_len;
-    c.depth = o->depth;
     c.in_channels = data.channels;
     c.image_size = data.image_size;
     c.classes = data.classes;
-    c.patch = o->patch;
-    if (!strcmp(o->model, "resnet")) c.width = o->channels; /* vit's width is --width */
-    c.vocab = o->vocab ? o->vocab : data_vocab;
+    if (!c.vocab) c.vocab = data_vocab;
     SDP_CHECK(c.vocab >= data_vocab || !o->config_file[0],
               "%s: \"vocab\" is %d, which is smaller than the data's vocabulary (%d tokens): the "
               "file is damaged or was edited, or the data changed; restore them or start a new run",
@@ -126,8 +118,6 @@ sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
     SDP_CHECK(c.vocab >= data_vocab,
               "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",
               c.vocab, data_vocab);
-    c.rope_theta = (float)o->rope_theta;
-    c.dropout = (float)o->dropout;
     c.recompute = train_opts_recompute(o);
     run_family(&c)->finish_config(&c);
     return c;
@@ -161,7 +151,7 @@ void run_full_layout(sdp_layout *full, const sdp_model_config *cfg) {
 }
 
 run_data_shape run_dataset_shape(const train_opts *o) {
-    run_data_shape s = {.vocab = o->vocab ? o->vocab : 256};
+    run_data_shape s = {.vocab = o->arch.vocab ? o->arch.vocab : 256};
     if (!run_images(o)) return s;
     SDP_CHECK(run_dataset_lookup(o->dataset, &s),
               "unknown --dataset '%s': use fashion-mnist, mnist, cifar10 or cifar100", o->dataset);

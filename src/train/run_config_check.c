@@ -178,59 +178,62 @@ static void check_training(const train_opts *o, const char *path) {
 /* ---- the model: sizes it can describe, batches it can build ------------------------------- */
 
 static void check_resnet(const train_opts *o, const char *path) {
-    if (!sdp_resnet_depth_ok(o->depth))
-        BAD_INT("depth", o->depth,
+    if (!sdp_resnet_depth_ok(o->arch.depth))
+        BAD_INT("depth", o->arch.depth,
                 "is not a CIFAR ResNet depth (18 or 34, or 6n+2 such as 20, 32, 44, 56 or 110)");
-    const int most = sdp_resnet_max_width(o->depth);
-    if (o->channels > most)
-        BAD_INT("channels", o->channels,
+    const int most = sdp_resnet_max_width(o->arch.depth);
+    if (o->arch.channels > most)
+        BAD_INT("channels", o->arch.channels,
                 "makes the last stage wider than 65536 channels (at most %d at depth %d)", most,
-                o->depth);
+                o->arch.depth);
 }
 
 static void check_transformer(const train_opts *o, const run_data_shape *data, bool images,
                               const char *path) {
-    sdp_tf_config t = {.n_layer = o->layers, .n_head = o->heads, .d_model = o->width};
+    sdp_tf_config t = {.model = o->arch};
+    snprintf(t.model.arch, sizeof t.model.arch, "%s", sdp_model_family_find(o->model)->arch);
     SDP_ASSERT(sdp_tf_style_parse(o->model, &t.style));
-    t.d_ff = o->d_ff;
-    if (o->layers > SDP_TF_MAX_LAYERS)
-        BAD_INT("layers", o->layers, "is more than sdp describes (at most %d)", SDP_TF_MAX_LAYERS);
-    if (o->width > SDP_TF_MAX_WIDTH)
-        BAD_INT("width", o->width, "is more than sdp describes (at most %d)", SDP_TF_MAX_WIDTH);
-    if (o->d_ff > SDP_TF_MAX_D_FF)
-        BAD_INT("d-ff", o->d_ff, "is more than sdp describes (at most 2^20)");
-    if (o->width % o->heads) BAD_INT("heads", o->heads, "does not divide \"width\" (%d)", o->width);
-    if (t.style == SDP_STYLE_LLAMA && (o->width / o->heads) % 2)
-        BAD_INT("heads", o->heads,
+    if (o->arch.layers > SDP_TF_MAX_LAYERS)
+        BAD_INT("layers", o->arch.layers, "is more than sdp describes (at most %d)",
+                SDP_TF_MAX_LAYERS);
+    if (o->arch.width > SDP_TF_MAX_WIDTH)
+        BAD_INT("width", o->arch.width, "is more than sdp describes (at most %d)",
+                SDP_TF_MAX_WIDTH);
+    if (o->arch.d_ff > SDP_TF_MAX_D_FF)
+        BAD_INT("d-ff", o->arch.d_ff, "is more than sdp describes (at most 2^20)");
+    if (o->arch.width % o->arch.heads)
+        BAD_INT("heads", o->arch.heads, "does not divide \"width\" (%d)", o->arch.width);
+    if (t.style == SDP_STYLE_LLAMA && (o->arch.width / o->arch.heads) % 2)
+        BAD_INT("heads", o->arch.heads,
                 "with \"width\" %d gives heads of %d, and llama's RoPE needs an even head size",
-                o->width, o->width / o->heads);
+                o->arch.width, o->arch.width / o->arch.heads);
     if (images) { /* vit: a sequence of patches and the class token; a class per token */
         const int s = data->image_size;
-        if (s % o->patch)
-            BAD_INT("patch", o->patch, "does not divide the %dx%d images of \"dataset\" %s", s, s,
-                    o->dataset);
-        t.seq_len = (s / o->patch) * (s / o->patch) + 1;
-        t.vocab = data->classes;
+        if (s % o->arch.patch)
+            BAD_INT("patch", o->arch.patch, "does not divide the %dx%d images of \"dataset\" %s", s,
+                    s, o->dataset);
+        t.model.seq_len = (s / o->arch.patch) * (s / o->arch.patch) + 1;
+        t.model.classes = data->classes;
     } else {
-        if (o->seq_len > SDP_TF_MAX_SEQ)
-            BAD_INT("seq-len", o->seq_len, "is more than sdp describes (at most 2^20)");
-        if (o->vocab == 1) BAD_INT("vocab", o->vocab, "is below 2 (0: the data's vocabulary)");
-        if (o->vocab > SDP_TF_MAX_VOCAB)
-            BAD_INT("vocab", o->vocab, "is more than sdp describes (at most 2^24)");
-        t.seq_len = o->seq_len;
-        t.vocab = o->vocab ? o->vocab : 2; /* the data's: at least 2 */
+        if (o->arch.seq_len > SDP_TF_MAX_SEQ)
+            BAD_INT("seq-len", o->arch.seq_len, "is more than sdp describes (at most 2^20)");
+        if (o->arch.vocab == 1)
+            BAD_INT("vocab", o->arch.vocab, "is below 2 (0: the data's vocabulary)");
+        if (o->arch.vocab > SDP_TF_MAX_VOCAB)
+            BAD_INT("vocab", o->arch.vocab, "is more than sdp describes (at most 2^24)");
+        if (!t.model.vocab) t.model.vocab = 2; /* the data's: at least 2 */
     }
     const double params = sdp_tf_params_estimate(&t);
     if (params >= SDP_TF_MAX_PARAMS)
-        BAD_INT("width", o->width,
+        BAD_INT("width", o->arch.width,
                 "with %d \"layers\" makes a model of %.3g parameters, more than sdp holds (at most "
                 "2^40)",
-                o->layers, params);
-    if (!sdp_tf_batch_fits(&t, o->batch, t.seq_len))
+                o->arch.layers, params);
+    if (!sdp_tf_batch_fits(&t, o->batch, t.model.seq_len))
         BAD_INT("batch", o->batch,
                 "with sequences of %d (%s) is too large for the model's activations (at most 2^31 "
                 "values in one tensor)",
-                t.seq_len, images ? "patches and the class token" : "\"seq-len\"");
+                t.model.seq_len, images ? "patches and the class token" : "\"seq-len\"");
 }
 
 void run_config_check(const train_opts *o, const char *path) {

@@ -5,15 +5,15 @@
 #include "options.h"
 
 #include "sdp/backend.h"
+#include "sdp/model.h"
 
 typedef struct {
     /* model */
-    char model[OPT_STR_MAX];
-    int layers, heads, width, d_ff, seq_len, vocab;
-    int depth, channels; /* resnet */
-    int patch;           /* vit */
-    double rope_theta;
-    double dropout;              /* transformers, training only */
+    char model[OPT_STR_MAX]; /* the family: run_model_config makes it arch.arch */
+    /* Every architecture option, written by its row of TRAIN_OPTS straight into its field of the
+     * model configuration; run_model_config adds the family and what the data decides. A new
+     * knob is a field of sdp_model_config, a row, and its use in the family. */
+    sdp_model_config arch;
     char recompute[OPT_STR_MAX]; /* none or layer: activation recomputation while training */
     /* data */
     char data[OPT_STR_MAX], val_data[OPT_STR_MAX], dataset[OPT_STR_MAX];

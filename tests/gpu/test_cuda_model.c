@@ -57,16 +57,16 @@ static const double PARAM_RTOL = 1e-5, PARAM_ATOL_STEPS = 1e-2; /* of STEPS * LR
  */
 
 static sdp_tf_config small_config(sdp_tf_style style) {
-    sdp_tf_config c = {.style = style,
-                       .n_layer = 2,
-                       .n_head = 4,
-                       .d_model = 64,
-                       .seq_len = TOKEN_T,
-                       .vocab = VOCAB,
-                       .in_channels = IMG_CH,
-                       .image_size = IMG_SIZE,
-                       .patch = PATCH,
-                       .classes = CLASSES};
+    sdp_tf_config c = {.model = {.layers = 2,
+                                 .heads = 4,
+                                 .width = 64,
+                                 .seq_len = TOKEN_T,
+                                 .vocab = VOCAB,
+                                 .in_channels = IMG_CH,
+                                 .image_size = IMG_SIZE,
+                                 .patch = PATCH,
+                                 .classes = CLASSES}};
+    snprintf(c.model.arch, sizeof c.model.arch, "%s", sdp_tf_style_name(style));
     sdp_tf_config_finish(&c);
     return c;
 }
@@ -78,7 +78,11 @@ typedef struct {
     int labels[IMG_B];
 } batch;
 
-static void random_batch(batch *b, uint64_t seed, int vocab, int classes) {
+/* Tokens below the model's vocabulary (vit's: its classes), images, and labels below its classes.
+ */
+static void random_batch(batch *b, uint64_t seed, const sdp_tf_config *c) {
+    const int classes = c->model.classes;
+    const int vocab = c->style == SDP_STYLE_VIT ? classes : c->model.vocab;
     sdp_rng r = sdp_rng_make(seed, 5);
     for (int i = 0; i < TOKEN_B * TOKEN_T; i++) {
         b->tokens[i] = (int)sdp_rng_below(&r, (uint64_t)vocab);
@@ -118,7 +122,7 @@ static sdp_opt_segment *tensor_segments(const sdp_layout *L) {
 
 static void check_training(sdp_tf_style style, float dropout) {
     sdp_tf_config cfg = small_config(style);
-    cfg.dropout = dropout;
+    cfg.model.dropout = dropout;
     const bool vit = style == SDP_STYLE_VIT;
     const int B = vit ? IMG_B : TOKEN_B, T = vit ? 1 : TOKEN_T;
     sdp_mem host_mem = {0};
@@ -146,7 +150,7 @@ static void check_training(sdp_tf_style style, float dropout) {
     double worst_loss = 0;
     for (int step = 0; step < STEPS; step++) {
         batch b;
-        random_batch(&b, (uint64_t)step, cfg.vocab, cfg.classes);
+        random_batch(&b, (uint64_t)step, &cfg);
         memset(mc.grads, 0, bytes);
         gpu->zero(gpu, mg.grads, bytes);
         sdp_tf_set_dropout(&mc, dropout > 0, 0xd0 + (uint64_t)step);
@@ -229,17 +233,17 @@ static const double EQ_LOSS_RTOL = 1e-5, EQ_GRAD_RTOL = 1e-3, EQ_GRAD_ATOL_REL =
 
 /* Twelve heads of size 2 and 48 MLP neurons, three layers, as on the CPU. */
 static sdp_tf_config equiv_config(sdp_tf_style style) {
-    sdp_tf_config c = {.style = style,
-                       .n_layer = 3,
-                       .n_head = 12,
-                       .d_model = 24,
-                       .d_ff = 48,
-                       .seq_len = EQ_T,
-                       .vocab = 40,
-                       .in_channels = 2,
-                       .image_size = 8,
-                       .patch = 2,
-                       .classes = 5};
+    sdp_tf_config c = {.model = {.layers = 3,
+                                 .heads = 12,
+                                 .width = 24,
+                                 .d_ff = 48,
+                                 .seq_len = EQ_T,
+                                 .vocab = 40,
+                                 .in_channels = 2,
+                                 .image_size = 8,
+                                 .patch = 2,
+                                 .classes = 5}};
+    snprintf(c.model.arch, sizeof c.model.arch, "%s", sdp_tf_style_name(style));
     sdp_tf_config_finish(&c);
     return c;
 }
@@ -290,7 +294,7 @@ static void check_equiv(sdp_backend *gpu, const equiv_case *c, uint64_t seed) {
     gpu->upload(gpu, whole.params, pf_host, nf * sizeof(float));
 
     batch b;
-    random_batch(&b, seed, cfg.vocab, cfg.classes);
+    random_batch(&b, seed, &cfg);
     const int B = EQ_B;
     const double lc = forward(&compact, &b, B, EQ_T), lf = forward(&whole, &b, B, EQ_T);
     gpu->zero(gpu, compact.grads, nc * sizeof(float));
@@ -371,7 +375,7 @@ static void test_gpt_bf16_follows_fp32(void **state) {
     }
     sdp_opt_segment *segs = tensor_segments(&m[0].layout);
     batch b;
-    random_batch(&b, 0, cfg.vocab, cfg.classes);
+    random_batch(&b, 0, &cfg);
     double first = 0, loss[2] = {0, 0}, worst = 0;
     for (int step = 0; step < BF16_STEPS; step++) {
         for (int k = 0; k < 2; k++) {
@@ -562,7 +566,7 @@ static void test_resnet_sliced_gradients(void **state) {
     assert_non_null(f);
     sdp_model_config mc = {.arch = "resnet",
                            .depth = RN_DEPTH,
-                           .width = RN_WIDTH,
+                           .channels = RN_WIDTH,
                            .in_channels = RN_CH,
                            .image_size = RN_SIZE,
                            .classes = RN_CLASSES};
