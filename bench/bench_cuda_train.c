@@ -192,7 +192,8 @@ static void set(train_opts *t, const char *name, const char *value) {
     char err[256];
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++)
         if (!strcmp(s->name, name)) {
-            SDP_CHECK(opts_set(s, t, value, err, sizeof err), "--%s %s: %s", name, value, err);
+            SDP_CHECK(train_opts_set(s, t, value, err, sizeof err), "--%s %s: %s", name, value,
+                      err);
             return;
         }
     sdp_fatal("no option --%s", name);
@@ -209,7 +210,7 @@ static void set_int(train_opts *t, const char *name, int value) {
 static void build(trainer *t, feed *f, const options *o, const sdp_world *world) {
     memset(t, 0, sizeof *t);
     train_opts *to = &t->o;
-    opts_set_defaults(TRAIN_OPTS, to);
+    train_opts_set_defaults(TRAIN_OPTS, to);
     set_int(to, "layers", 12);
     set_int(to, "heads", 12);
     set_int(to, "width", 768);

@@ -54,7 +54,8 @@ static void set(train_opts *o, const char *name, const char *value) {
     char err[256];
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++)
         if (!strcmp(s->name, name)) {
-            SDP_CHECK(opts_set(s, o, value, err, sizeof err), "--%s %s: %s", name, value, err);
+            SDP_CHECK(train_opts_set(s, o, value, err, sizeof err), "--%s %s: %s", name, value,
+                      err);
             return;
         }
     sdp_fatal("no option --%s", name);
@@ -71,7 +72,7 @@ static void build(trainer *t, feed *f, const bench_model *bm, sdp_gemm_provider 
                   const char *recompute, const sdp_world *world) {
     memset(t, 0, sizeof *t);
     train_opts *o = &t->o;
-    opts_set_defaults(TRAIN_OPTS, o);
+    train_opts_set_defaults(TRAIN_OPTS, o);
     set_int(o, "layers", bm->layers);
     set_int(o, "heads", bm->heads);
     set_int(o, "width", bm->width);

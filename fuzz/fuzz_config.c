@@ -18,11 +18,11 @@ static void read_config(void *ctx) {
     const config_input *in = ctx;
     train_opts o;
     memset(&o, 0, sizeof o);
-    opts_set_defaults(TRAIN_OPTS, &o);
-    opts_from_json(TRAIN_OPTS, &o, in->json, "RUN/config.json");
-    run_config_check(&o, "RUN/config.json");
+    train_opts_set_defaults(TRAIN_OPTS, &o);
+    train_opts_from_json(TRAIN_OPTS, &o, in->json, "RUN/config.json");
+    train_run_config_check(&o, "RUN/config.json");
     run_resolved r;
-    run_resolved_from_json(&r, in->json, "RUN/config.json");
+    train_run_resolved_from_json(&r, in->json, "RUN/config.json");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -129,7 +129,8 @@ static void set(train_opts *o, const char *name, const char *value) {
     char err[256];
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++)
         if (!strcmp(s->name, name)) {
-            SDP_CHECK(opts_set(s, o, value, err, sizeof err), "--%s %s: %s", name, value, err);
+            SDP_CHECK(train_opts_set(s, o, value, err, sizeof err), "--%s %s: %s", name, value,
+                      err);
             return;
         }
     sdp_fatal("no option --%s", name);
@@ -144,7 +145,7 @@ static void set_int(train_opts *o, const char *name, int value) {
 static void worker_build(worker *w, const mode *md, memory_kind memory, const sdp_world *world) {
     memset(w, 0, sizeof *w);
     train_opts *o = &w->t.o;
-    opts_set_defaults(TRAIN_OPTS, o);
+    train_opts_set_defaults(TRAIN_OPTS, o);
     const bool vit = !strcmp(md->model, "vit");
     set(o, "model", md->model);
     set_int(o, "layers", 4);
@@ -372,8 +373,8 @@ static void masked_gradient(double *g, const worker *wk, int rank) {
     sdp_model_config cfg = w->cfg;
     cfg.backend = sdp_backend_cpu(w->gemm, &mem);
     sdp_model ref;
-    run_create_worker_model(&ref, &cfg, &w->plan, &w->full, rank, w->data.B, w->data.T,
-                            SDP_MODEL_TRAIN_BARE);
+    train_run_create_worker_model(&ref, &cfg, &w->plan, &w->full, rank, w->data.B, w->data.T,
+                                  SDP_MODEL_TRAIN_BARE);
     const sdp_layout *L = ref.layout;
     SDP_ASSERT(L->numel == w->model.layout->numel);
     memcpy(ref.params, w->model.params, L->numel * sizeof(float));

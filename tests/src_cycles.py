@@ -17,7 +17,9 @@ Prints every violation and exits 1 if there is one.
 
 Names: every file name in src/ is unique, and every header of include/sdp/ is named after the
 source that implements it (src/**/X.c or X.cu for X.h) or its folder (src/X/), unless it is
-header-only (HEADER_ONLY).
+header-only (HEADER_ONLY). The global symbols of src/train/ start with train_, trainer_ or
+TRAIN_ (SYMBOL_PREFIXES), so that a program linking libsdptrain can tell its names from its
+own, and a reader can tell where a name lives.
 
 Usage: python3 tests/src_cycles.py SOURCE_DIR BUILD_DIR
 The call graph comes from `nm` on the object files CMake built for src/ (every library and the
@@ -251,6 +253,22 @@ def layer_violations(root, includes, calls, symbols, defined):
     return bad
 
 
+# The prefixes of the global symbols each library folder defines: a name says where it lives.
+SYMBOL_PREFIXES = {"train": ("train_", "trainer_", "TRAIN_")}
+
+
+def symbol_violations(defined):
+    """Global symbols of a folder in SYMBOL_PREFIXES that carry none of its prefixes."""
+    bad = []
+    for sym, objs in sorted(defined.items()):
+        for obj in sorted(objs):
+            prefixes = SYMBOL_PREFIXES.get(folder(obj))
+            if prefixes and not sym.startswith(prefixes):
+                bad.append(f"name: {obj} defines {sym}, without its folder's prefix "
+                           f"({' or '.join(prefixes)}): rename it, or make it static")
+    return bad
+
+
 def name_violations(root):
     """Names that do not lead to files: two files of src/ with one name, and a header of
     include/sdp/ named after no source file (src/**/X.c or X.cu) and no folder (src/X/)."""
@@ -283,7 +301,8 @@ def main():
     calls, symbols, defined, nobj = call_graph(root, build)
     if nobj == 0:
         sys.exit(f"src_cycles: no object files of src/ under {build}/CMakeFiles: build first")
-    bad = layer_violations(root, includes, calls, symbols, defined) + name_violations(root)
+    bad = (layer_violations(root, includes, calls, symbols, defined) + name_violations(root) +
+           symbol_violations(defined))
     for comp in strongly_connected(includes):
         bad.append("include cycle: " + " ".join(comp))
     for comp in strongly_connected(calls):

@@ -1,7 +1,7 @@
 /* sdp plan's fast paths against the rank-by-rank reference they replace, on small models of every
  * family under every mode: the evaluation and checkpoint bytes counted from the plan alone
- * (io_memplan_predict) equal those from every worker's own model and subnet map
- * (io_memplan_predict_reference), windows far smaller than a tensor and host copies included;
+ * (train_io_memplan_predict) equal those from every worker's own model and subnet map
+ * (train_io_memplan_predict_reference), windows far smaller than a tensor and host copies included;
  * the workers' models counted once per distinct subnetwork, and their shares of the plan counted
  * all at once, equal each worker's own; the
  * subnetwork spec counted chunk by chunk equals an atom-by-atom count; and block-streamed
@@ -44,7 +44,7 @@ static const mode_case MODES[] = {
 static train_opts opts_of(const model_case *mc) {
     train_opts o;
     memset(&o, 0, sizeof o);
-    opts_set_defaults(TRAIN_OPTS, &o);
+    train_opts_set_defaults(TRAIN_OPTS, &o);
     snprintf(o.model, sizeof o.model, "%s", mc->model);
     if (mc->layers) o.arch.layers = mc->layers, o.arch.heads = mc->heads, o.arch.width = mc->width;
     o.arch.d_ff = mc->d_ff;
@@ -73,10 +73,10 @@ typedef struct {
 static void check_one(const model_case *mc, const mode_case *md, int N, int k, int variant,
                       bool on_device, int state_buffers, tally *t) {
     train_opts o = opts_of(mc);
-    sdp_model_config cfg = run_model_config(&o, run_dataset_shape(&o));
+    sdp_model_config cfg = train_run_model_config(&o, train_run_dataset_shape(&o));
     sdp_layout full;
-    run_full_layout(&full, &cfg);
-    const bool images = run_images(&o);
+    train_run_full_layout(&full, &cfg);
+    const bool images = train_run_images(&o);
     sdp_plan_cfg pc = {.mask = md->mask,
                        .unit = md->unit,
                        .assign = variant == 2 ? SDP_ASSIGN_RANDOM : SDP_ASSIGN_CYCLIC,
@@ -106,10 +106,10 @@ static void check_one(const model_case *mc, const mode_case *md, int N, int k, i
     double *fast = calloc((size_t)N, sizeof(double)), *ref = calloc((size_t)N, sizeof(double));
     worker_count *all = calloc((size_t)N, sizeof *all);
     assert_non_null(fast), assert_non_null(ref), assert_non_null(all);
-    io_memplan_predict(&run, fast);
-    io_memplan_predict_reference(&run, ref);
+    train_io_memplan_predict(&run, fast);
+    train_io_memplan_predict_reference(&run, ref);
     const sdp_gemm_provider gemm = SDP_GEMM_DNNL;
-    worker_count_all(&cfg, &plan, &full, o.batch, T, worker_count_cpu, &gemm, all);
+    train_worker_count_all(&cfg, &plan, &full, o.batch, T, train_worker_count_cpu, &gemm, all);
     sdp_worker_plan *shares = calloc((size_t)N, sizeof *shares);
     assert_non_null(shares);
     sdp_memplan_workers(&plan, &full, shares);
@@ -119,8 +119,8 @@ static void check_one(const model_case *mc, const mode_case *md, int N, int k, i
                      "rank %d's eval+ckpt bytes %.0f, reference %.0f",
                      mc->name, sdp_mask_mode_name(md->mask), sdp_unit_kind_name(md->unit), N, k,
                      variant, on_device, state_buffers, r, fast[r], ref[r]);
-        const worker_count one =
-            worker_count_one(&cfg, &plan, &full, r, o.batch, T, worker_count_cpu, &gemm);
+        const worker_count one = train_worker_count_one(&cfg, &plan, &full, r, o.batch, T,
+                                                        train_worker_count_cpu, &gemm);
         if (!same_counts(&all[r], &one))
             fail_msg("%s, mask %s, unit %s, N = %d: rank %d's model counted once per spec "
                      "differs from its own (%zu and %zu elements)",
@@ -176,9 +176,9 @@ static void test_spec_equals_atom_count(void **state) {
     int checked = 0;
     for (size_t m = 0; m < sizeof MODELS / sizeof *MODELS; m++) {
         train_opts o = opts_of(&MODELS[m]);
-        sdp_model_config cfg = run_model_config(&o, run_dataset_shape(&o));
+        sdp_model_config cfg = train_run_model_config(&o, train_run_dataset_shape(&o));
         sdp_layout full;
-        run_full_layout(&full, &cfg);
+        train_run_full_layout(&full, &cfg);
         for (size_t w = 0; w < sizeof WORLDS / sizeof *WORLDS; w++)
             for (int k = 1; k <= WORLDS[w]; k++)
                 for (int chunks = 1; chunks <= 4; chunks *= 2)
@@ -234,17 +234,18 @@ static void test_eval_pass_equals_every_block(void **state) {
             train_opts o = opts_of(&cases[m]);
             if (!strcmp(o.model, "resnet") && cases[m].depth == 18)
                 snprintf(o.dataset, sizeof o.dataset, "cifar10");
-            sdp_model_config cfg = run_model_config(&o, run_dataset_shape(&o));
+            sdp_model_config cfg = train_run_model_config(&o, train_run_dataset_shape(&o));
             sdp_layout full;
-            run_full_layout(&full, &cfg);
-            const int T = run_images(&o) ? 1 : o.arch.seq_len;
+            train_run_full_layout(&full, &cfg);
+            const int T = train_run_images(&o) ? 1 : o.arch.seq_len;
             for (int training = 0; training < 2; training++)
                 for (uint64_t batches = 1; batches <= 5000; batches *= 70) {
-                    const eval_pass_size a = eval_pass_size_of(&cfg, &full, o.batch, T, batches,
-                                                               training, SDP_GEMM_DNNL),
-                                         b = eval_pass_size_each_block(&cfg, &full, o.batch, T,
-                                                                       batches, training,
-                                                                       SDP_GEMM_DNNL);
+                    const eval_pass_size a = train_eval_pass_size_of(&cfg, &full, o.batch, T,
+                                                                     batches, training,
+                                                                     SDP_GEMM_DNNL),
+                                         b = train_eval_pass_size_each_block(&cfg, &full, o.batch,
+                                                                             T, batches, training,
+                                                                             SDP_GEMM_DNNL);
                     if (a.rows != b.rows || a.chunk != b.chunk || a.row_floats != b.row_floats ||
                         a.arena_bytes != b.arena_bytes || a.stream_bytes != b.stream_bytes)
                         fail_msg("%s, training %d, %llu batches: arena %zu, every block's %zu",

@@ -36,7 +36,7 @@ static const opt_spec EVAL_OPTS[] = {
 static void check_image_shape(const batch_source *data, run_data_shape trained, const char *run) {
     if (!data->images) return;
     int c, s, k;
-    batches_image_shape(data, &c, &s, &k);
+    train_batches_image_shape(data, &c, &s, &k);
     SDP_CHECK(c == trained.channels && s == trained.image_size && k == trained.classes,
               "%s/model.safetensors was trained on %dx%dx%d images of %d classes, but its dataset "
               "gives %dx%dx%d images of %d classes: evaluate it on the data it was trained on",
@@ -49,17 +49,18 @@ static void check_image_shape(const batch_source *data, run_data_shape trained, 
  * test split is the true total. */
 static void start_progress(eval_progress *p, const eval_opts *e, const batch_source *data, int rank,
                            int world) {
-    const uint64_t n = batches_val_count(data, e->batches);
+    const uint64_t n = train_batches_val_count(data, e->batches);
     const double per_batch = (double)data->B * data->T * world;
     double total = per_batch * (double)n;
-    if (data->images && (double)batches_val_examples(data) < total)
-        total = (double)batches_val_examples(data);
-    eval_progress_init(p, rank == 0 ? e->progress_every : -1, n, per_batch, total, data->images);
+    if (data->images && (double)train_batches_val_examples(data) < total)
+        total = (double)train_batches_val_examples(data);
+    train_eval_progress_init(p, rank == 0 ? e->progress_every : -1, n, per_batch, total,
+                             data->images);
 }
 
 int cmd_eval(int argc, char **argv) {
     eval_opts e;
-    opts_parse(EVAL_OPTS, &e, argc, argv, "usage: sdp eval --run DIR [--data FILE]");
+    train_opts_parse(EVAL_OPTS, &e, argc, argv, "usage: sdp eval --run DIR [--data FILE]");
     SDP_CHECK(e.run[0], "sdp eval needs --run DIR (a directory written by sdp train)");
     sdp_world w;
     sdp_world_init(&w, &argc, &argv, e.threads);
@@ -71,17 +72,18 @@ int cmd_eval(int argc, char **argv) {
     const run_data_shape trained = load_run_model(&m, &be, &o, e.run, 0, 0, &mem);
     if (e.data[0]) strcpy(o.data, e.data);
     batch_source data;
-    if (e.data[0] && !run_images(&o)) { /* another file: all of it is evaluated */
+    if (e.data[0] && !train_run_images(&o)) { /* another file: all of it is evaluated */
         o.val_data[0] = 0;
-        batches_open_file(&data, &o, w.rank, w.size, &mem);
+        train_batches_open_file(&data, &o, w.rank, w.size, &mem);
     } else {
-        batches_open_eval(&data, &o, run_images(&o), w.rank, w.size, &mem);
+        train_batches_open_eval(&data, &o, train_run_images(&o), w.rank, w.size, &mem);
     }
     SDP_CHECK(data.has_val, "the run has no validation split: pass --data FILE");
     check_image_shape(&data, trained, e.run);
     eval_progress progress;
     start_progress(&progress, &e, &data, w.rank, w.size);
-    sdp_metrics v = batches_evaluate_progress(&data, &m, e.batches, MPI_COMM_WORLD, &progress);
+    sdp_metrics v =
+        train_batches_evaluate_progress(&data, &m, e.batches, MPI_COMM_WORLD, &progress);
     const double loss = v.loss / v.count;
     if (w.rank == 0) {
         if (data.images)

@@ -22,17 +22,17 @@ run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, con
                               int T, sdp_mem *mem) {
     /* The run's "resolved" record is checked but not needed: model.safetensors is the full
      * assembled model, which is evaluated whole, with no plan and no branch scale. */
-    run_load_config(o, NULL, dir);
+    train_run_load_config(o, NULL, dir);
     char path[1024];
-    run_path(path, sizeof path, dir, "model.safetensors");
+    train_run_path(path, sizeof path, dir, "model.safetensors");
     /* The vocabulary of a run whose --vocab was 0 came from its data: read it off the
      * checkpoint's metadata rather than reloading the data. */
     sdp_st_file f;
     sdp_st_read(&f, path, mem);
-    run_data_shape shape = {.vocab = load_run_vocab(&f, run_images(o))};
+    run_data_shape shape = {.vocab = load_run_vocab(&f, train_run_images(o))};
     double img[3]; /* channels, size, classes: 0 0 0 for text */
     sdp_st_meta_numbers(&f, "sdp.image_shape", 3, img, 0, INT_MAX, true);
-    SDP_CHECK(!run_images(o) || run_image_shape_known(img[0], img[1], img[2]),
+    SDP_CHECK(!train_run_images(o) || train_run_image_shape_known(img[0], img[1], img[2]),
               "cannot load '%s': metadata 'sdp.image_shape' is '%.0f %.0f %.0f', which is not the "
               "shape of a dataset sdp reads (1 28 10, 3 32 10 or 3 32 100): the file is damaged "
               "or was edited; restore it or start a new run",
@@ -44,12 +44,12 @@ run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, con
               dir, o->arch.vocab, shape.vocab, path);
     shape.channels = (int)img[0], shape.image_size = (int)img[1], shape.classes = (int)img[2];
     sdp_st_close(&f, mem);
-    sdp_model_config cfg = run_model_config(o, shape);
+    sdp_model_config cfg = train_run_model_config(o, shape);
     /* An image is one example, whatever --seq-len the run's config.json carries (its default). */
-    const int run_T = run_images(o) ? 1 : o->arch.seq_len;
-    *be = sdp_backend_cpu(run_gemm(o), mem);
+    const int run_T = train_run_images(o) ? 1 : o->arch.seq_len;
+    *be = sdp_backend_cpu(train_run_gemm(o), mem);
     cfg.backend = *be;
-    run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : run_T, SDP_MODEL_INFER);
+    train_run_family(&cfg)->create(m, &cfg, NULL, B ? B : o->batch, T ? T : run_T, SDP_MODEL_INFER);
     sdp_ckpt_buffer pb = {m->params, "", false};
     sdp_ckpt_load(&f, path, m->layout, &pb, 1, mem);
     sdp_st_close(&f, mem);

@@ -129,7 +129,7 @@ static sdp_opt_cfg opt_cfg_of(const plan_opts *o) {
  * --val-batches batches per worker (text) or the dataset's test split (images). */
 static void predict_eval_ckpt(const sdp_plan *p, const sdp_layout *full,
                               const sdp_model_config *cfg, const plan_opts *o, double *out) {
-    const bool images = run_images(&o->t);
+    const bool images = train_run_images(&o->t);
     const sdp_opt_cfg oc = opt_cfg_of(o);
     const io_memplan_run run = {
         .cfg = cfg,
@@ -144,17 +144,17 @@ static void predict_eval_ckpt(const sdp_plan *p, const sdp_layout *full,
         .on_device = on_cuda(o),
         .gemm = SDP_GEMM_DNNL,
     };
-    io_memplan_predict(&run, out);
+    train_io_memplan_predict(&run, out);
 }
 
-/* counting_backend as worker_count_all takes it. */
+/* counting_backend as train_worker_count_all takes it. */
 static sdp_backend *counting_backend_of(const void *o, sdp_mem *dry) {
     return counting_backend(o, dry);
 }
 
 /* A worker's bytes, from its model as counted (c) and its share of the plan (w). */
 static worker_bytes bytes_of(const worker_count *c, const sdp_worker_plan *wp, const plan_opts *o) {
-    const int T = run_images(&o->t) ? 1 : o->t.arch.seq_len; /* images have no sequence */
+    const int T = train_run_images(&o->t) ? 1 : o->t.arch.seq_len; /* images have no sequence */
     const sdp_worker_plan w = *wp;
     const bool bf16 = strcmp(o->dtype, "bf16") == 0;
     const double wbytes = bf16 ? 2 : 4;
@@ -176,9 +176,9 @@ static worker_bytes bytes_of(const worker_count *c, const sdp_worker_plan *wp, c
 
 static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
                             const plan_opts *o, int rank) {
-    const int T = run_images(&o->t) ? 1 : o->t.arch.seq_len;
+    const int T = train_run_images(&o->t) ? 1 : o->t.arch.seq_len;
     const worker_count c =
-        worker_count_one(cfg, p, full, rank, o->t.batch, T, counting_backend_of, o);
+        train_worker_count_one(cfg, p, full, rank, o->t.batch, T, counting_backend_of, o);
     sdp_worker_plan w;
     sdp_memplan_worker(p, full, rank, &w);
     return bytes_of(&c, &w, o);
@@ -188,10 +188,10 @@ static worker_bytes predict(const sdp_plan *p, const sdp_layout *full, const sdp
  * distinct subnetwork's model is counted once. */
 static void predict_workers(const sdp_plan *p, const sdp_layout *full, const sdp_model_config *cfg,
                             const plan_opts *o, const double *io, worker_bytes *rows) {
-    const int T = run_images(&o->t) ? 1 : o->t.arch.seq_len;
+    const int T = train_run_images(&o->t) ? 1 : o->t.arch.seq_len;
     worker_count *c = sdp_xmalloc(sizeof *c * (size_t)o->world, "the workers' model sizes");
     sdp_worker_plan *w = sdp_xmalloc(sizeof *w * (size_t)o->world, "the workers' model sizes");
-    worker_count_all(cfg, p, full, o->t.batch, T, counting_backend_of, o, c);
+    train_worker_count_all(cfg, p, full, o->t.batch, T, counting_backend_of, o, c);
     sdp_memplan_workers(p, full, w);
     for (int r = 0; r < o->world; r++) {
         rows[r] = bytes_of(&c[r], &w[r], o);
@@ -283,7 +283,7 @@ static void print_title(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
                sdp_unit_kind_name(pc->unit), plan->cfg.owners, sdp_plan_coverage(plan));
     if (pc->mask == SDP_MASK_FORWARD) printf(", branch scale %s", sdp_branch_scale_name(pc->scale));
     const char *dtype = strcmp(o->dtype, "bf16") ? "fp32" : "bf16 (projected)";
-    if (run_images(&o->t))
+    if (train_run_images(&o->t))
         printf(" | batch %d images", o->t.batch);
     else
         printf(" | batch %d x %d", o->t.batch, o->t.arch.seq_len);
@@ -324,7 +324,7 @@ static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
         printf("  scratch on cuda: the model's attention scores and %.0f MiB of cuBLAS and "
                "kernel workspaces%s\n",
                (double)sdp_cuda_context_scratch_bytes() / (1 << 20),
-               run_images(&o->t) && !strcmp(cfg->arch, "resnet")
+               train_run_images(&o->t) && !strcmp(cfg->arch, "resnet")
                    ? "; cuDNN may grow the workspace at run time for its convolutions"
                    : "");
 }
@@ -334,10 +334,10 @@ static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
 static plan_fit_point fit_measure(void *ctx, const train_opts *t) {
     plan_opts o = *(const plan_opts *)ctx;
     o.t = *t;
-    sdp_model_config cfg = run_model_config(&o.t, run_dataset_shape(&o.t));
+    sdp_model_config cfg = train_run_model_config(&o.t, train_run_dataset_shape(&o.t));
     sdp_layout full;
-    run_full_layout(&full, &cfg);
-    sdp_plan_cfg pc = run_plan_config(&o.t, o.world, &full);
+    train_run_full_layout(&full, &cfg);
+    sdp_plan_cfg pc = train_run_plan_config(&o.t, o.world, &full);
     const bool ddp = pc.mask == SDP_MASK_NONE;
     if (ddp) pc.owners = o.world, pc.chunks = 0;
     sdp_plan plan;
@@ -368,10 +368,10 @@ int cmd_plan(int argc, char **argv) {
     plan_opts o;
     memset(&o, 0, sizeof o);
     opt_spec *specs = plan_specs();
-    opts_parse(specs, &o, argc, argv,
-               "usage: sdp plan --world N [model and SDP options]\n"
-               "Predicts each worker's memory by category and bytes sent per step, without "
-               "allocating.");
+    train_opts_parse(specs, &o, argc, argv,
+                     "usage: sdp plan --world N [model and SDP options]\n"
+                     "Predicts each worker's memory by category and bytes sent per step, without "
+                     "allocating.");
     /* Each worker's plan is built and printed: about 0.3 ms a worker for a small model, so this
      * bound keeps the worst case near 20 s (a typo of a few zeros would otherwise run for hours).
      */
@@ -382,9 +382,10 @@ int cmd_plan(int argc, char **argv) {
               "unknown --dtype '%s': use fp32 or bf16", o.dtype);
     SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",
               o.t.device);
-    run_plan_check_options(&o.t, o.world, "--world"); /* what sdp train refuses, said alike */
-    const bool fitting = opts_given(argc, argv, "fit") || opts_given(argc, argv, "fit-by");
-    if (!fitting) run_plan_warn_ignored(&o.t, argc, argv); /* --fit plans every mode */
+    train_run_plan_check_options(&o.t, o.world, "--world"); /* what sdp train refuses, said alike */
+    const bool fitting =
+        train_opts_given(argc, argv, "fit") || train_opts_given(argc, argv, "fit-by");
+    if (!fitting) train_run_plan_warn_ignored(&o.t, argc, argv); /* --fit plans every mode */
     /* CPU kernels keep scratch per thread: count it for the threads each worker will run, which
      * sdp train chooses the same way (all N workers on this machine). */
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -396,11 +397,11 @@ int cmd_plan(int argc, char **argv) {
         const plan_fit_request fit = {
             .t = &o.t,
             .world = o.world,
-            .fit = opts_given(argc, argv, "fit") ? o.fit : NULL,
+            .fit = train_opts_given(argc, argv, "fit") ? o.fit : NULL,
             .fit_by = o.fit_by,
             .json = o.json,
-            .mask_given = opts_given(argc, argv, "sdp-mask"),
-            .unit_given = opts_given(argc, argv, "sdp-unit"),
+            .mask_given = train_opts_given(argc, argv, "sdp-mask"),
+            .unit_given = train_opts_given(argc, argv, "sdp-unit"),
             .device = o.t.device,
             .dtype = strcmp(o.dtype, "bf16") ? "fp32" : "bf16 (projected)",
             .threads = threads,
@@ -410,13 +411,13 @@ int cmd_plan(int argc, char **argv) {
         free(specs);
         return plan_fit_run(&fit);
     }
-    sdp_model_config cfg = run_model_config(&o.t, run_dataset_shape(&o.t));
+    sdp_model_config cfg = train_run_model_config(&o.t, train_run_dataset_shape(&o.t));
     sdp_layout full;
-    run_full_layout(&full, &cfg);
-    sdp_plan_cfg pc = run_plan_config(&o.t, o.world, &full);
+    train_run_full_layout(&full, &cfg);
+    sdp_plan_cfg pc = train_run_plan_config(&o.t, o.world, &full);
     sdp_plan plan, ddp_plan;
     sdp_plan_build(&plan, &pc, &full);
-    run_plan_check_owners(&plan);
+    train_run_plan_check_owners(&plan);
     sdp_plan_cfg dc = pc;
     dc.mask = SDP_MASK_NONE;
     dc.owners = o.world;

@@ -252,10 +252,10 @@ static bool ladder_of(const plan_fit_request *r, const fit_mode *mode, const sdp
 /* Whether the plan of t gives every worker a unit; why not, when not. */
 static bool everyone_owns(const train_opts *t, int world, char *why, size_t len) {
     if (!strcmp(t->sdp_mask, "none")) return true;
-    sdp_model_config cfg = run_model_config(t, run_dataset_shape(t));
+    sdp_model_config cfg = train_run_model_config(t, train_run_dataset_shape(t));
     sdp_layout full;
-    run_full_layout(&full, &cfg);
-    sdp_plan_cfg pc = run_plan_config(t, world, &full);
+    train_run_full_layout(&full, &cfg);
+    sdp_plan_cfg pc = train_run_plan_config(t, world, &full);
     sdp_plan p;
     sdp_plan_build(&p, &pc, &full);
     int *owns = sdp_plan_units_per_worker(&p);
@@ -457,10 +457,10 @@ static void print_title(const plan_fit_request *r, double limit, const sdp_model
                strcmp(r->t->model, "llama") ? "4 x width" : "8/3 x width");
     train_opts sdp = *r->t; /* k as the SDP modes resolve it */
     snprintf(sdp.sdp_mask, sizeof sdp.sdp_mask, "forward");
-    const int k = run_owners(&sdp, r->world);
+    const int k = train_run_owners(&sdp, r->world);
     printf(" | N = %d workers, SDP with k = %d owners (C = %.3g)", r->world, k,
            (double)k / r->world);
-    if (run_images(r->t))
+    if (train_run_images(r->t))
         printf(" | batch %d images", r->t->batch);
     else
         printf(" | batch %d x %d", r->t->batch, r->t->arch.seq_len);
@@ -540,7 +540,7 @@ int plan_fit_run(const plan_fit_request *r) {
     SDP_CHECK(!strcmp(r->fit_by, "width") || !strcmp(r->fit_by, "layers"),
               "unknown --fit-by '%.40s': use width or layers", r->fit_by);
     /* The model as given: the fixed options (and the depth or width not varied) come from it. */
-    const sdp_model_config base = run_model_config(r->t, run_dataset_shape(r->t));
+    const sdp_model_config base = train_run_model_config(r->t, train_run_dataset_shape(r->t));
     fit_result res[sizeof MODES / sizeof *MODES];
     int n = 0;
     sdp_mask_mode only_mask;

@@ -143,7 +143,7 @@ static int parse_flags(report_opts *ro, int argc, char **argv) {
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     *ro = (report_opts){0};
-    opts_check_names(flags, argc, argv); /* whole names: getopt_long takes abbreviations */
+    train_opts_check_names(flags, argc, argv); /* whole names: getopt_long takes abbreviations */
     optind = 1;
     opterr = 0;
     int c;

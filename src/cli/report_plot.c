@@ -44,7 +44,7 @@ static bool on_path(const char *program) {
 
 static FILE *open_in(const char *dir, const char *name) {
     char path[1024];
-    run_path(path, sizeof path, dir, name);
+    train_run_path(path, sizeof path, dir, name);
     return sdp_fopen(path, "wb");
 }
 
@@ -261,7 +261,7 @@ void report_plot(const char *dir, const report_group *g, int ngroups) {
     for (int i = 0; i < ngroups; i++) any_loss |= g[i].train.n > 0 || g[i].val.n > 0;
     SDP_CHECK(any_loss, "no run has logged a loss yet, so there is nothing to plot: wait for "
                         "the first progress line");
-    run_make_dir(dir, "plots directory");
+    train_run_make_dir(dir, "plots directory");
     const flop_unit u = pick_flop_unit(g, ngroups);
     char file[64], xlabel[64], title[128];
     for (int i = 0; i < ngroups; i++) {

@@ -40,7 +40,7 @@ static double number(const cJSON *o, const char *key) {
 
 static bool file_exists(const char *dir, const char *name) {
     char path[1024];
-    run_path(path, sizeof path, dir, name);
+    train_run_path(path, sizeof path, dir, name);
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
@@ -55,7 +55,7 @@ static bool is_step(double step) {
  * figures, all of them the curves. A damaged line is skipped, like one that is not JSON. */
 static void read_metrics(report_run *r) {
     char path[1024], line[4096];
-    run_path(path, sizeof path, r->dir, "metrics.jsonl");
+    train_run_path(path, sizeof path, r->dir, "metrics.jsonl");
     FILE *in = sdp_fopen(path, "rb");
     double tok = 0;
     int ntok = 0;
@@ -92,8 +92,8 @@ static void read_metrics(report_run *r) {
 static void read_memory(report_run *r) {
     if (!file_exists(r->dir, "memory.json")) return;
     char path[1024];
-    run_path(path, sizeof path, r->dir, "memory.json");
-    char *txt = run_read_text(path);
+    train_run_path(path, sizeof path, r->dir, "memory.json");
+    char *txt = train_run_read_text(path);
     cJSON *o = cJSON_Parse(txt);
     free(txt);
     SDP_CHECK(o, "%s is not valid JSON: restore it or run the training again", path);
@@ -273,8 +273,8 @@ static void apply_latest(report_run *r) {
 
 static void read_invocations(report_run *r) {
     char path[1024];
-    run_path(path, sizeof path, r->dir, "config.json");
-    char *txt = run_read_text(path);
+    train_run_path(path, sizeof path, r->dir, "config.json");
+    char *txt = train_run_read_text(path);
     inv_reader rd = {cJSON_Parse(txt), r, path, 0};
     free(txt);
     SDP_CHECK(rd.root, "%s is not a valid JSON object: restore it or start afresh", path);
@@ -412,7 +412,7 @@ void report_run_load(report_run *r, const char *dir) {
               "'%s' has no metrics.jsonl: the run has logged nothing yet, or this is not a run "
               "directory written by sdp train",
               dir);
-    run_load_config(&r->o, &r->resolved, dir);
+    train_run_load_config(&r->o, &r->resolved, dir);
     read_metrics(r);
     read_memory(r);
     if (r->world == 0 && r->resolved.present) r->world = r->resolved.world; /* unfinished */
@@ -423,7 +423,7 @@ int report_run_owners(const report_run *r) {
     if (r->resolved.present) return r->resolved.owners;
     /* A run written before config.json recorded k: derive it from the options, by today's rule,
      * for the workers memory.json counted. */
-    return r->world > 0 ? run_owners(&r->o, r->world) : 0;
+    return r->world > 0 ? train_run_owners(&r->o, r->world) : 0;
 }
 
 double report_run_coverage(const report_run *r) {

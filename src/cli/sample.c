@@ -68,7 +68,7 @@ static int sample_token(const float *logits, int V, const sample_opts *s, sdp_rn
 
 int cmd_sample(int argc, char **argv) {
     sample_opts s;
-    opts_parse(SAMPLE_OPTS, &s, argc, argv, "usage: sdp sample --run DIR [--prompt TEXT]");
+    train_opts_parse(SAMPLE_OPTS, &s, argc, argv, "usage: sdp sample --run DIR [--prompt TEXT]");
     SDP_CHECK(s.run[0], "sdp sample needs --run DIR (a directory written by sdp train)");
     sdp_world w;
     sdp_world_init(&w, &argc, &argv, s.threads);

@@ -65,12 +65,12 @@ static void schedule_note(const train_opts *o, int before, long step, char *note
 static int apply_resume_config(trainer *t, int argc, char **argv, train_opts *recorded,
                                run_resolved *resolved) {
     train_opts cli = t->o;
-    run_load_config(&t->o, resolved, cli.resume);
+    train_run_load_config(&t->o, resolved, cli.resume);
     *recorded = t->o;
     char source[1024];
-    run_path(source, sizeof source, cli.resume, "config.json");
+    train_run_path(source, sizeof source, cli.resume, "config.json");
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++) {
-        if (!opts_given(argc, argv, s->name)) continue;
+        if (!train_opts_given(argc, argv, s->name)) continue;
         if (!strcmp(s->name, "data") || !strcmp(s->name, "val-data")) continue;
         SDP_CHECK(train_opt_may_change_on_resume(s->name),
                   "--%s cannot change when resuming (the run was configured with its own "
@@ -82,13 +82,13 @@ static int apply_resume_config(trainer *t, int argc, char **argv, train_opts *re
                                             : sizeof(double);
         memcpy((char *)&t->o + s->offset, (char *)&cli + s->offset, size);
     }
-    run_paths_resume(&t->o, &cli, opts_given(argc, argv, "data"),
-                     opts_given(argc, argv, "val-data"), source);
+    train_run_paths_resume(&t->o, &cli, train_opts_given(argc, argv, "data"),
+                           train_opts_given(argc, argv, "val-data"), source);
     strcpy(t->o.resume, cli.resume);
     /* Stopping early, replacing a run and re-stretching its schedule are about one invocation,
      * not the run: they never carry over. */
-    if (!opts_given(argc, argv, "stop-after")) t->o.stop_after = 0;
-    if (!opts_given(argc, argv, "reschedule")) t->o.reschedule = false;
+    if (!train_opts_given(argc, argv, "stop-after")) t->o.stop_after = 0;
+    if (!train_opts_given(argc, argv, "reschedule")) t->o.reschedule = false;
     t->o.overwrite = false;
     return resume_schedule(&t->o, recorded->steps);
 }
@@ -97,7 +97,7 @@ static void validate_options(train_opts *o) {
     SDP_CHECK(o->resume[0] || !o->reschedule,
               "--reschedule stretches a resumed run's schedule to a new --steps: use it with "
               "--resume, or set a new run's schedule with --schedule-steps");
-    if (!o->resume[0]) run_paths_make_absolute(o);
+    if (!o->resume[0]) train_run_paths_make_absolute(o);
     if (o->schedule_steps == 0) o->schedule_steps = o->steps;
     const int span = o->schedule_steps;
     if (o->warmup < 0) o->warmup = span / 10 < 100 ? span / 10 : 100;
@@ -151,7 +151,8 @@ static void choose_run_dir(trainer *t) {
         SDP_CHECK(strlen(dir) < sizeof t->o.out, "run directory name too long");
         strcpy(t->o.out, dir);
     }
-    if (is_rank0(t)) t->run_lock = run_dir_claim(t->o.out, t->o.resume[0] != 0, t->o.overwrite);
+    if (is_rank0(t))
+        t->run_lock = train_run_dir_claim(t->o.out, t->o.resume[0] != 0, t->o.overwrite);
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -169,14 +170,14 @@ static void setup(trainer *t, int argc, char **argv, char *note, size_t n) {
     sdp_set_threads(t->world.threads);
     sdp_interrupt_install(); /* a signal from now on stops the run after a step */
     check_simulation_world(t);
-    run_plan_check(&t->o, job_workers(t), argc, argv); /* before any data loads */
+    train_run_plan_check(&t->o, job_workers(t), argc, argv); /* before any data loads */
     trainer_build(t);
     if (t->o.resume[0]) {
         char path[1024];
-        run_path(path, sizeof path, t->o.resume, "config.json");
-        run_resolved_check(&resolved, &recorded, &t->full, path);
+        train_run_path(path, sizeof path, t->o.resume, "config.json");
+        train_run_resolved_check(&resolved, &recorded, &t->full, path);
         strcpy(t->o.out, t->o.resume);
-        load_checkpoint(t);
+        train_load_checkpoint(t);
         check_metrics_log(t);
         schedule_note(&t->o, schedule_before, t->step, note, n);
     }
@@ -210,13 +211,14 @@ int cmd_train(int argc, char **argv) {
     sdp_interrupt_defer(); /* before any thread starts: see interrupt.h */
     trainer t;
     memset(&t, 0, sizeof t);
-    opts_parse(TRAIN_OPTS, &t.o, argc, argv,
-               "usage: [mpirun -np N] sdp train --data FILE [options]\n"
-               "Trains a byte-level (text) or token-level (llm.c shards) transformer on N "
-               "workers,\nwith data parallelism or subnetwork data parallelism (--sdp-mask).\n"
-               "--sim-world N --sim-rank r runs worker r of an N-worker job alone (one process, "
-               "no\ncommunication, no checkpoints), to measure one worker's memory and speed.\n"
-               "--device cuda trains on GPUs, one per rank (sdp-cuda only).");
+    train_opts_parse(
+        TRAIN_OPTS, &t.o, argc, argv,
+        "usage: [mpirun -np N] sdp train --data FILE [options]\n"
+        "Trains a byte-level (text) or token-level (llm.c shards) transformer on N "
+        "workers,\nwith data parallelism or subnetwork data parallelism (--sdp-mask).\n"
+        "--sim-world N --sim-rank r runs worker r of an N-worker job alone (one process, "
+        "no\ncommunication, no checkpoints), to measure one worker's memory and speed.\n"
+        "--device cuda trains on GPUs, one per rank (sdp-cuda only).");
     char schedule[512];
     setup(&t, argc, argv, schedule, sizeof schedule);
     t.watchdog = sdp_watchdog_start(t.o.stall_timeout, t.world.rank);
@@ -265,7 +267,8 @@ int cmd_train(int argc, char **argv) {
             window_steps = 0;
         }
         const double pause_t = now_s();
-        if (t.o.check_replicas > 0 && t.step % t.o.check_replicas == 0) device_check_replicas(&t);
+        if (t.o.check_replicas > 0 && t.step % t.o.check_replicas == 0)
+            train_device_check_replicas(&t);
         if ((t.o.val_every > 0 && t.step % t.o.val_every == 0) || last) {
             const double v0 = now_s();
             final_val = trainer_validate(&t);
@@ -274,7 +277,7 @@ int cmd_train(int argc, char **argv) {
             log_validation(&t, final_val, before + now_s() - t0);
         }
         const bool ckpt_due = (t.o.ckpt_every > 0 && t.step % t.o.ckpt_every == 0) || last || stop;
-        if (ckpt_due && !simulating(&t)) save_checkpoint(&t);
+        if (ckpt_due && !simulating(&t)) train_save_checkpoint(&t);
         paused += now_s() - pause_t;
         if (stop) break;
     }

@@ -19,7 +19,7 @@
 void check_metrics_log(const trainer *t) {
     if (!is_rank0(t) || !t->o.resume[0]) return;
     char path[1024];
-    run_path(path, sizeof path, t->o.out, "metrics.jsonl");
+    train_run_path(path, sizeof path, t->o.out, "metrics.jsonl");
     if (access(path, F_OK) == 0) close(sdp_open_input(path, "metrics log", NULL));
 }
 
@@ -28,15 +28,16 @@ void write_run_files(trainer *t, int argc, char **argv) {
     char path[1024];
     /* config.json describes what the run trains from here on (a further resume continues it),
      * and keeps every earlier invocation's setting in "invocations". */
-    run_path(path, sizeof path, t->o.out, "config.json");
-    char *previous = t->o.resume[0] ? run_read_text(path) : NULL;
-    const run_resolved resolved = run_resolved_of(&t->plan);
-    char *json = run_history_config_json(&t->o, &resolved, previous, path, t->step, argc, argv);
+    train_run_path(path, sizeof path, t->o.out, "config.json");
+    char *previous = t->o.resume[0] ? train_run_read_text(path) : NULL;
+    const run_resolved resolved = train_run_resolved_of(&t->plan);
+    char *json =
+        train_run_history_config_json(&t->o, &resolved, previous, path, t->step, argc, argv);
     sdp_write_file_atomic(path, json, strlen(json));
     free(json);
     free(previous);
     char *plan = sdp_plan_to_json(&t->plan, &t->full);
-    run_path(path, sizeof path, t->o.out, "plan.json");
+    train_run_path(path, sizeof path, t->o.out, "plan.json");
     sdp_write_file_atomic(path, plan, strlen(plan));
     free(plan);
 }
@@ -48,7 +49,7 @@ double open_metrics(trainer *t) {
     double elapsed = 0;
     if (!is_rank0(t)) return 0;
     char path[1024];
-    run_path(path, sizeof path, t->o.out, "metrics.jsonl");
+    train_run_path(path, sizeof path, t->o.out, "metrics.jsonl");
     if (t->o.resume[0]) {
         FILE *in = access(path, F_OK) == 0 ? sdp_fopen_input(path, "metrics log", NULL) : NULL;
         char *kept = NULL;
@@ -115,8 +116,9 @@ void print_start(const trainer *t) {
     printf("  worker %d holds %.2fM parameters, owns %.2fM | data %s: %zu train %s, %zu val %s | "
            "batch %d x %d x %d accum per worker | run dir %s\n",
            job_rank(t), (double)t->model.layout->numel / 1e6, (double)t->sync.owned / 1e6,
-           t->data.images ? t->o.dataset : t->o.data, batches_train_examples(&t->data), unit,
-           batches_val_examples(&t->data), unit, t->data.B, t->data.T, t->o.grad_accum, t->o.out);
+           t->data.images ? t->o.dataset : t->o.data, train_batches_train_examples(&t->data), unit,
+           train_batches_val_examples(&t->data), unit, t->data.B, t->data.T, t->o.grad_accum,
+           t->o.out);
     if (t->o.resume[0]) printf("  resumed at step %ld\n", t->step);
     fflush(stdout);
 }
@@ -137,11 +139,11 @@ void log_progress(trainer *t, double loss, double lr, double norm, int nsteps,
     const double tokens = (double)t->data.B * t->data.T * t->o.grad_accum * nsteps;
     const double tok_s = tokens / dt, ms = 1000.0 * dt / nsteps;
     char mem[32], eta[48];
-    sdp_fmt_bytes(mem, sizeof mem, (double)device_mem(t)->total_cur);
+    sdp_fmt_bytes(mem, sizeof mem, (double)train_device_mem(t)->total_cur);
     const long vals = validations_left(t);
     const double train_left = (double)(t->o.steps - t->step) * dt / nsteps;
-    progress_fmt_duration(eta, sizeof eta,
-                          train_left + (isnan(pt->val_s_each) ? 0 : vals * pt->val_s_each));
+    train_progress_fmt_duration(eta, sizeof eta,
+                                train_left + (isnan(pt->val_s_each) ? 0 : vals * pt->val_s_each));
     if (vals > 0 && isnan(pt->val_s_each)) strcat(eta, " + validation");
     printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f %s/s/worker | %7.1f ms/step | "
            "mem %s | eta %s\n",
@@ -154,7 +156,7 @@ void log_progress(trainer *t, double loss, double lr, double norm, int nsteps,
             "\"elapsed_s\":%.3f,\"ms_forward\":%.4g,\"ms_backward\":%.4g,\"ms_sync\":%.4g,"
             "\"ms_update\":%.4g}\n",
             t->step, loss, lr, norm, tok_s, ms, t->examples_seen, t->flops_done,
-            device_mem(t)->total_cur, pt->elapsed_s, sum->ms_forward / nsteps,
+            train_device_mem(t)->total_cur, pt->elapsed_s, sum->ms_forward / nsteps,
             sum->ms_backward / nsteps, sum->ms_sync / nsteps, sum->ms_update / nsteps);
     fflush(t->metrics);
 }
@@ -205,7 +207,7 @@ static double ddp_eval_ckpt_bytes(const trainer *t) {
         .plan = &ddp,
         .B = t->data.B,
         .T = t->data.T,
-        .val_batches = batches_val_count(&t->data, t->o.val_batches),
+        .val_batches = train_batches_val_count(&t->data, t->o.val_batches),
         .recal_batches = (uint64_t)t->o.bn_recal_batches,
         .state_buffers = (int)(sdp_optim_state_bytes_per_param(&t->opt.cfg) / sizeof(float)),
         .images = t->data.images,
@@ -213,7 +215,7 @@ static double ddp_eval_ckpt_bytes(const trainer *t) {
         .gemm = t->gemm,
     };
     double *out = sdp_xcalloc((size_t)dc.world, sizeof(double), "the workers' predictions");
-    io_memplan_predict(&run, out);
+    train_io_memplan_predict(&run, out);
     const double bytes = out[0];
     free(out);
     sdp_plan_free(&ddp);
@@ -228,7 +230,8 @@ static void ddp_reference(const trainer *t, double *row) {
     sdp_model_config counted = t->cfg;
     counted.backend = sdp_backend_cpu(t->gemm, &dry);
     sdp_model m;
-    run_family(&counted)->create(&m, &counted, NULL, t->data.B, t->data.T, SDP_MODEL_TRAIN_BARE);
+    train_run_family(&counted)->create(&m, &counted, NULL, t->data.B, t->data.T,
+                                       SDP_MODEL_TRAIN_BARE);
     m.ops->destroy(&m);
     sdp_backend_destroy(counted.backend);
     for (int c = 0; c < SDP_MEM_NCAT; c++) row[c] = (double)dry.peak[c];
@@ -271,7 +274,7 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
     }
     fprintf(f, "  ]\n}\n");
     fclose(f);
-    run_path(path, sizeof path, t->o.out, "memory.json");
+    train_run_path(path, sizeof path, t->o.out, "memory.json");
     sdp_write_file_atomic(path, txt, len);
     free(txt);
 }
@@ -310,7 +313,7 @@ static void print_summary_line(const trainer *t, sdp_metrics val, double wall) {
 void print_summary(trainer *t, sdp_metrics val, double wall) {
     const int N = t->world.size;
     double mine[NCOLS];
-    const sdp_mem *mem = device_mem(t); /* on a device: its tally, as the plan predicts it */
+    const sdp_mem *mem = train_device_mem(t); /* on a device: its tally, as the plan predicts it */
     for (int c = 0; c < SDP_MEM_NCAT; c++) mine[c] = (double)mem->peak[c];
     mine[COL_EVAL_CKPT] = (double)t->io_mem.total_peak;
     mine[COL_TOTAL] = (double)mem->total_peak + mine[COL_EVAL_CKPT];

@@ -103,7 +103,7 @@ static void open_token_batches(batch_source *s, const train_opts *o, bool whole_
 }
 
 static void open_tokens(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
-    run_load_data(o, &s->train_tok, &s->val_tok, mem);
+    train_run_load_data(o, &s->train_tok, &s->val_tok, mem);
     /* Loaders first: they reject data too small for the batch before any model exists. */
     char what[OPT_STR_MAX + 64];
     snprintf(what, sizeof what, "the training split of --data '%s'", o->data);
@@ -128,17 +128,18 @@ static void open_source(batch_source *s, const train_opts *o, bool images, int r
         open_tokens(s, o, rank, world, mem);
 }
 
-void batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
-                  sdp_mem *mem) {
+void train_batches_open(batch_source *s, const train_opts *o, bool images, int rank, int world,
+                        sdp_mem *mem) {
     open_source(s, o, images, rank, world, false, mem);
 }
 
-void batches_open_eval(batch_source *s, const train_opts *o, bool images, int rank, int world,
-                       sdp_mem *mem) {
+void train_batches_open_eval(batch_source *s, const train_opts *o, bool images, int rank, int world,
+                             sdp_mem *mem) {
     open_source(s, o, images, rank, world, true, mem);
 }
 
-void batches_open_file(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
+void train_batches_open_file(batch_source *s, const train_opts *o, int rank, int world,
+                             sdp_mem *mem) {
     memset(s, 0, sizeof *s);
     s->evaluating = true;
     s->B = o->batch;
@@ -146,13 +147,13 @@ void batches_open_file(batch_source *s, const train_opts *o, int rank, int world
     s->rank = rank;
     s->world = world;
     /* Without a validation split to fill, all of o->data is read as one (training) split. */
-    run_load_data(o, &s->val_tok, NULL, mem);
+    train_run_load_data(o, &s->val_tok, NULL, mem);
     open_token_batches(s, o, true, mem);
 }
 
 /* ---- training batches ----------------------------------------------------------------------- */
 
-void batches_next(batch_source *s, sdp_batch *b) {
+void train_batches_next(batch_source *s, sdp_batch *b) {
     memset(b, 0, sizeof *b);
     b->B = s->B;
     b->T = s->T;
@@ -167,30 +168,30 @@ void batches_next(batch_source *s, sdp_batch *b) {
     }
 }
 
-void batches_calibration(batch_source *s, int i, sdp_batch *b) {
+void train_batches_calibration(batch_source *s, int i, sdp_batch *b) {
     SDP_ASSERT(s->images);
     if (i == 0) sdp_image_loader_seek(&s->calib_il, (sdp_loader_pos){0, 0});
     sdp_image_loader_next(&s->calib_il, s->pixels, s->labels);
     *b = (sdp_batch){.B = s->B, .T = 1, .images = s->pixels, .labels = s->labels};
 }
 
-sdp_loader_pos batches_pos(const batch_source *s) {
+sdp_loader_pos train_batches_pos(const batch_source *s) {
     return s->images ? s->train_il.pos : s->train_tl.pos;
 }
 
-void batches_seek(batch_source *s, sdp_loader_pos pos) {
+void train_batches_seek(batch_source *s, sdp_loader_pos pos) {
     if (s->images)
         sdp_image_loader_seek(&s->train_il, pos);
     else
         sdp_loader_seek(&s->train_tl, pos);
 }
 
-void batches_fed(batch_source *s, const train_opts *o, bool images) {
+void train_batches_fed(batch_source *s, const train_opts *o, bool images) {
     memset(s, 0, sizeof *s);
     s->images = images;
     s->B = o->batch;
     s->T = images ? 1 : o->arch.seq_len;
-    const run_data_shape shape = run_dataset_shape(o);
+    const run_data_shape shape = train_run_dataset_shape(o);
     SDP_CHECK(images || o->arch.vocab > 0,
               "a trainer fed its batches by the caller has no data to take the vocabulary from: "
               "set --vocab");
@@ -200,27 +201,27 @@ void batches_fed(batch_source *s, const train_opts *o, bool images) {
     s->train_img.nclasses = shape.classes;
 }
 
-int batches_vocab(const batch_source *s) {
+int train_batches_vocab(const batch_source *s) {
     return s->images ? 0 : s->fed_vocab ? s->fed_vocab : s->train_tok.vocab;
 }
 
-void batches_image_shape(const batch_source *s, int *channels, int *size, int *classes) {
+void train_batches_image_shape(const batch_source *s, int *channels, int *size, int *classes) {
     *channels = s->images ? s->train_img.C : 0;
     *size = s->images ? s->train_img.H : 0;
     *classes = s->images ? s->train_img.nclasses : 0;
 }
 
-size_t batches_train_examples(const batch_source *s) {
+size_t train_batches_train_examples(const batch_source *s) {
     return s->images ? s->train_img.n : s->train_tok.ntokens;
 }
 
-size_t batches_val_examples(const batch_source *s) {
+size_t train_batches_val_examples(const batch_source *s) {
     return s->images ? s->test_img.n : s->val_tok.ntokens;
 }
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
-uint64_t batches_val_count(const batch_source *s, int max_batches) {
+uint64_t train_batches_val_count(const batch_source *s, int max_batches) {
     if (!s->has_val) return 0;
     if (s->images) {
         sdp_image_eval E;
@@ -231,7 +232,7 @@ uint64_t batches_val_count(const batch_source *s, int max_batches) {
     return (uint64_t)max_batches < steps ? (uint64_t)max_batches : steps;
 }
 
-int batches_val_batch(batch_source *s, uint64_t v, sdp_batch *b) {
+int train_batches_val_batch(batch_source *s, uint64_t v, sdp_batch *b) {
     memset(b, 0, sizeof *b);
     b->B = s->B;
     b->T = s->T;
@@ -251,31 +252,31 @@ int batches_val_batch(batch_source *s, uint64_t v, sdp_batch *b) {
     return sdp_image_eval_next(&E, s->pixels, s->labels);
 }
 
-sdp_metrics batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm) {
-    return batches_evaluate_progress(s, m, max_batches, comm, NULL);
+sdp_metrics train_batches_evaluate(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm) {
+    return train_batches_evaluate_progress(s, m, max_batches, comm, NULL);
 }
 
-sdp_metrics batches_evaluate_progress(batch_source *s, sdp_model *m, int max_batches, MPI_Comm comm,
-                                      eval_progress *p) {
+sdp_metrics train_batches_evaluate_progress(batch_source *s, sdp_model *m, int max_batches,
+                                            MPI_Comm comm, eval_progress *p) {
     if (!s->has_val) return (sdp_metrics){NAN, 0, NAN};
     sdp_metrics total = {0, 0, 0};
-    const uint64_t n = batches_val_count(s, max_batches);
+    const uint64_t n = train_batches_val_count(s, max_batches);
     for (uint64_t v = 0; v < n; v++) {
         sdp_batch b;
-        if (p) eval_progress_update(p, v);
-        if (batches_val_batch(s, v, &b) == 0) continue; /* a share shorter than the others */
+        if (p) train_eval_progress_update(p, v);
+        if (train_batches_val_batch(s, v, &b) == 0) continue; /* a share shorter than the others */
         sdp_metrics mt;
         m->ops->forward(m, &b, false, &mt);
         sdp_watchdog_beat(s->watchdog);
         total.loss += mt.loss, total.count += mt.count, total.correct += mt.correct;
     }
-    if (p) eval_progress_update(p, n);
+    if (p) train_eval_progress_update(p, n);
     double v[3] = {total.loss, total.count, total.correct};
     MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, comm);
     return (sdp_metrics){v[0], v[1], v[2]};
 }
 
-void batches_close(batch_source *s, sdp_mem *mem) {
+void train_batches_close(batch_source *s, sdp_mem *mem) {
     sdp_image_loader_free(&s->train_il, mem);
     sdp_image_loader_free(&s->calib_il, mem);
     sdp_images_free(&s->train_img, mem);

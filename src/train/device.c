@@ -12,15 +12,15 @@
 #include <math.h>
 #include <string.h>
 
-void device_open(trainer *t) {
+void train_device_open(trainer *t) {
     if (strcmp(t->o.device, "cpu") == 0) {
         /* Host memory, counted with the rest of training in t->mem. */
-        t->be = sdp_backend_cpu(run_gemm(&t->o), &t->mem);
+        t->be = sdp_backend_cpu(train_run_gemm(&t->o), &t->mem);
         return;
     }
     const bool emulated = strcmp(t->o.device, "emulated") == 0;
     if (emulated || strcmp(t->o.device, "emulated-shared") == 0) {
-        t->be = sdp_backend_emulated(run_gemm(&t->o), !emulated);
+        t->be = sdp_backend_emulated(train_run_gemm(&t->o), !emulated);
         return;
     }
     SDP_CHECK(strcmp(t->o.device, "cuda") == 0,
@@ -35,63 +35,63 @@ void device_open(trainer *t) {
                              train_opts_precision(&t->o));
 }
 
-void device_close(trainer *t) {
+void train_device_close(trainer *t) {
     sdp_backend_destroy(t->be);
     t->be = NULL;
 }
 
-float *device_alloc(trainer *t, sdp_memcat cat, size_t n) {
+float *train_device_alloc(trainer *t, sdp_memcat cat, size_t n) {
     return t->be->alloc(t->be, cat, n * sizeof(float));
 }
 
-void device_free(trainer *t, float *x) {
+void train_device_free(trainer *t, float *x) {
     t->be->free(t->be, x);
 }
 
-void device_zero(trainer *t, float *x, size_t n) {
+void train_device_zero(trainer *t, float *x, size_t n) {
     t->be->zero(t->be, x, n * sizeof(float));
 }
 
 /* Host memory is read and written in place: no copy, and nothing counted in io_mem. */
-float *host_copy(trainer *t, const float *x, size_t n) {
+float *train_host_copy(trainer *t, const float *x, size_t n) {
     if (t->be->host_memory) return (float *)x;
     float *h = sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, n * sizeof(float));
     t->be->download(t->be, h, x, n * sizeof(float));
     return h;
 }
 
-void host_copy_done(trainer *t, float *h, float *x, size_t n, bool changed) {
+void train_host_copy_done(trainer *t, float *h, float *x, size_t n, bool changed) {
     if (t->be->host_memory) return;
     if (changed) t->be->upload(t->be, x, h, n * sizeof(float));
     sdp_free(&t->io_mem, h);
 }
 
-void device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n) {
+void train_device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n) {
     sdp_mem dry = {.dry = true}; /* checks cfg and sets the rest, allocating nothing */
     sdp_optim_init(&t->opt, cfg, n, &dry);
     /* The state sdp_optim_init would hold (AdamW: m and v; SGD: a momentum buffer unless the
      * momentum is 0), zero-filled in the backend's memory, in the order and categories
      * sdp_optim_init allocates them. */
     const size_t buffers = sdp_optim_state_bytes_per_param(cfg) / sizeof(float);
-    t->opt.m = buffers > 0 ? device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
-    t->opt.v = buffers > 1 ? device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
+    t->opt.m = buffers > 0 ? train_device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
+    t->opt.v = buffers > 1 ? train_device_alloc(t, SDP_MEM_OPTIM, n) : NULL;
 }
 
-void device_optim_free(trainer *t) {
-    device_free(t, t->opt.m);
-    device_free(t, t->opt.v);
+void train_device_optim_free(trainer *t) {
+    train_device_free(t, t->opt.m);
+    train_device_free(t, t->opt.v);
     memset(&t->opt, 0, sizeof t->opt);
 }
 
-void device_optim_step(trainer *t, float lr) {
+void train_device_optim_step(trainer *t, float lr) {
     sdp_optim_step_on(t->be, &t->opt, t->model.params, t->grads, t->segs, t->nsegs, lr);
 }
 
-double device_sumsq(trainer *t, const float *x, size_t n) {
+double train_device_sumsq(trainer *t, const float *x, size_t n) {
     return sdp_sumsq(t->be, x, n);
 }
 
-void device_scale(trainer *t, float *x, size_t n, float s) {
+void train_device_scale(trainer *t, float *x, size_t n, float s) {
     sdp_scale(t->be, x, n, s);
 }
 
@@ -101,30 +101,30 @@ static bool has_buffers(const sdp_layout *L) {
     return false;
 }
 
-void device_average_buffers(trainer *t) {
+void train_device_average_buffers(trainer *t) {
     if (!has_buffers(t->model.layout)) return;
     const size_t n = t->model.layout->numel;
-    float *h = host_copy(t, t->model.params, n);
+    float *h = train_host_copy(t, t->model.params, n);
     sdp_sync_average_buffers(&t->sync, h);
-    host_copy_done(t, h, t->model.params, n, true);
+    train_host_copy_done(t, h, t->model.params, n, true);
 }
 
-void device_check_replicas(trainer *t) {
+void train_device_check_replicas(trainer *t) {
     const size_t n = t->model.layout->numel;
-    float *p = host_copy(t, t->model.params, n);
-    float *m = t->opt.m ? host_copy(t, t->opt.m, t->opt.n) : NULL;
-    float *v = t->opt.v ? host_copy(t, t->opt.v, t->opt.n) : NULL;
+    float *p = train_host_copy(t, t->model.params, n);
+    float *m = t->opt.m ? train_host_copy(t, t->opt.m, t->opt.n) : NULL;
+    float *v = t->opt.v ? train_host_copy(t, t->opt.v, t->opt.n) : NULL;
     sdp_sync_check_replicas(&t->sync, p, m, v, t->step);
-    if (v) host_copy_done(t, v, t->opt.v, t->opt.n, false);
-    if (m) host_copy_done(t, m, t->opt.m, t->opt.n, false);
-    host_copy_done(t, p, t->model.params, n, false);
+    if (v) train_host_copy_done(t, v, t->opt.v, t->opt.n, false);
+    if (m) train_host_copy_done(t, m, t->opt.m, t->opt.n, false);
+    train_host_copy_done(t, p, t->model.params, n, false);
 }
 
-const sdp_mem *device_mem(const trainer *t) {
+const sdp_mem *train_device_mem(const trainer *t) {
     return t->be->mem;
 }
 
-void device_sample_peak(trainer *t) {
+void train_device_sample_peak(trainer *t) {
     const size_t used = t->be->bytes_in_use(t->be);
     if (used > t->device_peak) t->device_peak = used;
 }

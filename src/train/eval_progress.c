@@ -10,8 +10,8 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-void eval_progress_init(eval_progress *p, double every_s, uint64_t batches, double per_batch,
-                        double total, bool images) {
+void train_eval_progress_init(eval_progress *p, double every_s, uint64_t batches, double per_batch,
+                              double total, bool images) {
     *p = (eval_progress){.every_s = every_s,
                          .batches = batches,
                          .per_batch = per_batch,
@@ -33,7 +33,7 @@ static const char *fmt_count(char *buf, size_t n, double x) {
     return buf;
 }
 
-const char *progress_fmt_duration(char *buf, size_t n, double s) {
+const char *train_progress_fmt_duration(char *buf, size_t n, double s) {
     if (s < 60)
         snprintf(buf, n, "%.0fs", s);
     else if (s < 3600)
@@ -43,7 +43,7 @@ const char *progress_fmt_duration(char *buf, size_t n, double s) {
     return buf;
 }
 
-void eval_progress_update(eval_progress *p, uint64_t done) {
+void train_eval_progress_update(eval_progress *p, uint64_t done) {
     if (p->every_s < 0 || done == 0) return;
     const double t = now_s();
     const bool last = done >= p->batches;
@@ -58,9 +58,9 @@ void eval_progress_update(eval_progress *p, uint64_t done) {
     fmt_count(a, sizeof a, did);
     fmt_count(b, sizeof b, p->total);
     if (last)
-        progress_fmt_duration(eta, sizeof eta, elapsed);
+        train_progress_fmt_duration(eta, sizeof eta, elapsed);
     else
-        progress_fmt_duration(eta, sizeof eta, frac > 0 ? elapsed * (1 - frac) / frac : 0);
+        train_progress_fmt_duration(eta, sizeof eta, frac > 0 ? elapsed * (1 - frac) / frac : 0);
     fprintf(stderr, "eval %5.1f%% | %s/%s %s | %s %s/s | %s %s\n", 100 * frac, a, b, p->unit,
             fmt_count(r, sizeof r, rate), p->unit, last ? "done in" : "eta", eta);
     fflush(stderr);

@@ -20,12 +20,12 @@ typedef struct eval_progress {
 
 /* A pass of `batches` batches per worker, each batch of all workers `per_batch` tokens or images
  * (`images`), `total` in all; `every_s` as above (pass a negative one on every rank but 0). */
-void eval_progress_init(eval_progress *p, double every_s, uint64_t batches, double per_batch,
-                        double total, bool images);
+void train_eval_progress_init(eval_progress *p, double every_s, uint64_t batches, double per_batch,
+                              double total, bool images);
 /* After `done` batches of the pass: a line when the interval has passed since the last one, and
  * a closing one at the end of a pass that printed any. */
-void eval_progress_update(eval_progress *p, uint64_t done);
+void train_eval_progress_update(eval_progress *p, uint64_t done);
 /* "42s", "3m07s", "2h05m": how these lines and sdp train's progress lines give a duration. */
-const char *progress_fmt_duration(char *buf, size_t n, double s);
+const char *train_progress_fmt_duration(char *buf, size_t n, double s);
 
 #endif

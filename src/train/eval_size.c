@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 /* Elements of the full layout's buffer tensors (running statistics), which t->recal holds. */
-size_t eval_recal_floats(const sdp_layout *full) {
+size_t train_eval_recal_floats(const sdp_layout *full) {
     size_t n = 0;
     for (int i = 0; i < full->nparams; i++)
         if (full->params[i].buffer) n += full->params[i].numel;
@@ -18,7 +18,7 @@ size_t eval_recal_floats(const sdp_layout *full) {
 }
 
 /* Keeps block g whole, and the blocks no subnetwork drops (a ResNet's downsampling ones). */
-sdp_subnet_spec eval_block_spec(const sdp_layout *full, int g) {
+sdp_subnet_spec train_eval_block_spec(const sdp_layout *full, int g) {
     const int n = full->nblocks;
     const char *what = "a one-block subnet";
     sdp_subnet_spec spec = {n, sdp_xcalloc((size_t)n, sizeof(bool), what),
@@ -33,7 +33,7 @@ sdp_subnet_spec eval_block_spec(const sdp_layout *full, int g) {
     return spec;
 }
 
-void eval_block_spec_free(sdp_subnet_spec *spec) {
+void train_eval_block_spec_free(sdp_subnet_spec *spec) {
     free(spec->keep);
     free(spec->kept);
     free(spec->scale);
@@ -68,15 +68,15 @@ static int eval_rows(int B) {
 static size_t block_model_carved(const sdp_model_config *cfg, const sdp_layout *full, int g,
                                  int rows, int T, sdp_gemm_provider gemm, size_t *row_floats) {
     sdp_mem dry = {.dry = true};
-    sdp_subnet_spec spec = eval_block_spec(full, g);
+    sdp_subnet_spec spec = train_eval_block_spec(full, g);
     sdp_model_config counted = *cfg;
     counted.backend = sdp_backend_cpu(gemm, &dry);
     sdp_model m;
-    run_family(cfg)->create(&m, &counted, &spec, rows, T, SDP_MODEL_INFER);
+    train_run_family(cfg)->create(&m, &counted, &spec, rows, T, SDP_MODEL_INFER);
     if (row_floats) *row_floats = m.ops->stream_floats(&m) / (size_t)rows;
     m.ops->destroy(&m);
     sdp_backend_destroy(counted.backend);
-    eval_block_spec_free(&spec);
+    train_eval_block_spec_free(&spec);
     return dry.carved;
 }
 
@@ -133,7 +133,7 @@ static bool alike(const sdp_layout *full, const block_index *x, bool by_position
     return true;
 }
 
-int eval_block_kinds(const sdp_layout *full, bool by_position, int *kinds) {
+int train_eval_block_kinds(const sdp_layout *full, bool by_position, int *kinds) {
     block_index x = index_blocks(full);
     int *reps = sdp_xmalloc(sizeof(int) * ((size_t)full->nblocks + 1), "the kinds of blocks"),
         nkinds = 0;
@@ -148,13 +148,14 @@ int eval_block_kinds(const sdp_layout *full, bool by_position, int *kinds) {
     return nkinds;
 }
 
-eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B, int T,
-                                 uint64_t batches, bool training, sdp_gemm_provider gemm) {
+eval_pass_size train_eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B,
+                                       int T, uint64_t batches, bool training,
+                                       sdp_gemm_provider gemm) {
     eval_pass_size z = {.rows = training ? B : eval_rows(B)};
     /* One model per kind of block: building every block's made planning a model of thousands of
      * layers quadratic in them (tests/test_plan_fast.c checks the sizes against every block's). */
     int *kinds = sdp_xmalloc(sizeof(int) * ((size_t)full->nblocks + 1), "the kinds of blocks");
-    eval_block_kinds(full, true, kinds);
+    train_eval_block_kinds(full, true, kinds);
     for (int g = 0; g < full->nblocks; g++) {
         if (kinds[g] != g) continue;
         const size_t carved =
@@ -169,9 +170,9 @@ eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *
     return z;
 }
 
-eval_pass_size eval_pass_size_each_block(const sdp_model_config *cfg, const sdp_layout *full, int B,
-                                         int T, uint64_t batches, bool training,
-                                         sdp_gemm_provider gemm) {
+eval_pass_size train_eval_pass_size_each_block(const sdp_model_config *cfg, const sdp_layout *full,
+                                               int B, int T, uint64_t batches, bool training,
+                                               sdp_gemm_provider gemm) {
     eval_pass_size z = {.rows = training ? B : eval_rows(B)};
     for (int g = 0; g < full->nblocks; g++) {
         const size_t carved =

@@ -24,7 +24,7 @@
 
 typedef struct {
     trainer *t;
-    float *local;  /* this worker's parameters on the host (host_copy) */
+    float *local;  /* this worker's parameters on the host (train_host_copy) */
     float *stream; /* chunk residual streams of `floats` each */
     size_t floats;
     int rows;          /* examples per call of a stage: the block models' batch */
@@ -89,7 +89,7 @@ static void fill_block(streamer *s, int g) {
     trainer *t = s->t;
     size_t lo, hi, at;
     block_range(s, g, &lo, &hi, &at);
-    const size_t window = ckpt_window_floats(t->full.numel);
+    const size_t window = train_ckpt_window_floats(t->full.numel);
     for (size_t a = lo; a < hi; a += window) {
         const size_t b = hi - a < window ? hi : a + window;
         float *dst = s->m.params + at + (a - lo);
@@ -121,12 +121,12 @@ static int find_local_block(const sdp_layout *L, int g) {
 
 static void create_block_model(streamer *s, int g) {
     trainer *t = s->t;
-    sdp_subnet_spec spec = eval_block_spec(&t->full, g);
+    sdp_subnet_spec spec = train_eval_block_spec(&t->full, g);
     s->be = sdp_backend_cpu(t->gemm, &s->arena);
     sdp_model_config cfg = t->cfg;
     cfg.backend = s->be;
-    run_family(&cfg)->create(&s->m, &cfg, &spec, s->rows, t->data.T, SDP_MODEL_INFER);
-    eval_block_spec_free(&spec);
+    train_run_family(&cfg)->create(&s->m, &cfg, &spec, s->rows, t->data.T, SDP_MODEL_INFER);
+    train_eval_block_spec_free(&spec);
     s->local_block = find_local_block(s->m.layout, g);
 }
 
@@ -154,12 +154,12 @@ static void open_streamer(streamer *s, trainer *t, uint64_t n, bool training) {
     memset(s, 0, sizeof *s);
     s->t = t;
     const eval_pass_size z =
-        eval_pass_size_of(&t->cfg, &t->full, t->data.B, t->data.T, n, training, t->gemm);
+        train_eval_pass_size_of(&t->cfg, &t->full, t->data.B, t->data.T, n, training, t->gemm);
     s->rows = z.rows;
     s->row_floats = z.row_floats;
     s->floats = z.row_floats * (size_t)t->data.B;
     s->chunk = z.chunk;
-    s->local = host_copy(t, t->model.params, t->model.layout->numel);
+    s->local = train_host_copy(t, t->model.params, t->model.layout->numel);
     s->region = sdp_alloc(&t->io_mem, SDP_MEM_ACTS, z.arena_bytes);
     sdp_mem_use_arena(&s->arena, s->region, z.arena_bytes);
     s->stream = sdp_alloc(&t->io_mem, SDP_MEM_ACTS, z.stream_bytes);
@@ -169,7 +169,7 @@ static void close_streamer(streamer *s) {
     trainer *t = s->t;
     sdp_free(&t->io_mem, s->stream);
     sdp_free(&t->io_mem, s->region);
-    host_copy_done(t, s->local, t->model.params, t->model.layout->numel, false);
+    train_host_copy_done(t, s->local, t->model.params, t->model.layout->numel, false);
 }
 
 /* Batch v of a pass (calibration or validation) into *b. */
@@ -225,28 +225,29 @@ static void run_chunk(streamer *s, uint64_t first, int n, batch_fn get, bool tra
 }
 
 static void calibration_batch(trainer *t, uint64_t v, sdp_batch *b) {
-    batches_calibration(&t->data, (int)v, b);
+    train_batches_calibration(&t->data, (int)v, b);
 }
 
 static void validation_batch(trainer *t, uint64_t v, sdp_batch *b) {
-    batches_val_batch(&t->data, v, b);
+    train_batches_val_batch(&t->data, v, b);
 }
 
 /* ---- entry points ------------------------------------------------------------------------ */
 
-bool eval_recalibrates(const trainer *t) {
+bool train_eval_recalibrates(const trainer *t) {
     return t->data.images && t->plan.cfg.mask == SDP_MASK_FORWARD &&
-           t->plan.cfg.owners != t->plan.cfg.world && eval_recal_floats(&t->full) > 0;
+           t->plan.cfg.owners != t->plan.cfg.world && train_eval_recal_floats(&t->full) > 0;
 }
 
 /* Running statistics gathered from subnetworks describe the subnetworks, not the assembled model,
  * whose blocks all add to the residual stream at once: they are re-estimated from scratch on
  * training batches, as the assembled model's forward in training mode would, block by block. */
-void eval_recalibrate(trainer *t) {
-    if (!eval_recalibrates(t) || (t->recal && t->recal_step == t->step)) return;
+void train_eval_recalibrate(trainer *t) {
+    if (!train_eval_recalibrates(t) || (t->recal && t->recal_step == t->step)) return;
     const sdp_layout *full = &t->full;
     if (!t->recal)
-        t->recal = sdp_alloc(&t->io_mem, SDP_MEM_BUFFERS, eval_recal_floats(full) * sizeof(float));
+        t->recal =
+            sdp_alloc(&t->io_mem, SDP_MEM_BUFFERS, train_eval_recal_floats(full) * sizeof(float));
     size_t at = 0;
     for (int i = 0; i < full->nparams; i++) {
         const sdp_param *p = &full->params[i];
@@ -265,9 +266,9 @@ void eval_recalibrate(trainer *t) {
     t->recal_step = t->step;
 }
 
-sdp_metrics eval_streamed(trainer *t) {
-    eval_recalibrate(t);
-    const uint64_t n = batches_val_count(&t->data, t->o.val_batches);
+sdp_metrics train_eval_streamed(trainer *t) {
+    train_eval_recalibrate(t);
+    const uint64_t n = train_batches_val_count(&t->data, t->o.val_batches);
     streamer s;
     open_streamer(&s, t, n, false);
     sdp_metrics total = {0, 0, 0};
@@ -281,7 +282,7 @@ sdp_metrics eval_streamed(trainer *t) {
     return (sdp_metrics){v[0], v[1], v[2]};
 }
 
-const float *eval_recalibrated(trainer *t, const char *name) {
+const float *train_eval_recalibrated(trainer *t, const char *name) {
     SDP_ASSERT(t->recal && t->recal_step == t->step);
     return recal_values(t, name);
 }

@@ -43,7 +43,7 @@ static size_t ckpt_window(void) {
     return (size_t)w;
 }
 
-size_t ckpt_window_floats(size_t numel) {
+size_t train_ckpt_window_floats(size_t numel) {
     const size_t want = ckpt_window();
     return numel < want ? (numel > 0 ? numel : 1) : want; /* no more than the model needs */
 }
@@ -93,13 +93,13 @@ static bool streams(const io_memplan_run *run) {
 }
 
 static bool recalibrates(const io_memplan_run *run) {
-    return streams(run) && run->images && eval_recal_floats(run->full) > 0;
+    return streams(run) && run->images && train_eval_recal_floats(run->full) > 0;
 }
 
 /* The gathers the run makes, each window once. */
 static windows gathers_of(const io_memplan_run *run) {
     windows ws = {0};
-    const size_t numel = run->full->numel, W = ckpt_window_floats(numel);
+    const size_t numel = run->full->numel, W = train_ckpt_window_floats(numel);
     const bool gathers_params = run->plan->cfg.mask == SDP_MASK_FORWARD || run->on_device;
     if (gathers_params) add_range(&ws, 0, numel, W, false, WIN_PARAMS);
     if (run->state_buffers > 0) add_range(&ws, 0, numel, W, true, WIN_STATE);
@@ -214,8 +214,8 @@ static double *gather_peaks_reference(const io_memplan_run *run, const windows *
         sdp_model_config counted = *run->cfg;
         counted.backend = sdp_backend_cpu(run->gemm, &dry);
         sdp_model m;
-        run_create_worker_model(&m, &counted, run->plan, run->full, r, run->B, run->T,
-                                SDP_MODEL_TRAIN_BARE);
+        train_run_create_worker_model(&m, &counted, run->plan, run->full, r, run->B, run->T,
+                                      SDP_MODEL_TRAIN_BARE);
         sdp_subnet_map map;
         sdp_subnet_map_build(&map, run->full, m.layout, run->plan, r,
                              run->plan->cfg.mask == SDP_MASK_FORWARD);
@@ -415,7 +415,7 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     const sdp_layout *full = run->full;
     const sdp_plan *p = run->plan;
     const int world = p->cfg.world;
-    run_sweep s = {.world = world, .W = ckpt_window_floats(full->numel)};
+    run_sweep s = {.world = world, .W = train_ckpt_window_floats(full->numel)};
     const char *what = "predicting the checkpoint's gathers";
     s.spans = sdp_xmalloc(sizeof *s.spans * ((size_t)full->nblocks + 1), what);
     size_t *lo = sdp_xmalloc(sizeof *lo * ((size_t)full->nblocks + 1), what),
@@ -480,8 +480,8 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
 
 /* Elements of rank r's own model and of the optimizer state it keeps, from its own model. */
 static void local_sizes(const io_memplan_run *run, int r, size_t *nlocal, size_t *owned) {
-    *nlocal = worker_count_one(run->cfg, run->plan, run->full, r, run->B, run->T, worker_count_cpu,
-                               &run->gemm)
+    *nlocal = train_worker_count_one(run->cfg, run->plan, run->full, r, run->B, run->T,
+                                     train_worker_count_cpu, &run->gemm)
                   .numel;
     sdp_worker_plan w;
     sdp_memplan_worker(run->plan, run->full, r, &w);
@@ -497,17 +497,17 @@ static double max2(double a, double b) {
 static void assemble(const io_memplan_run *run, const windows *ws, const double *gather,
                      const size_t *nlocal, const size_t *owned, double *out) {
     const int world = run->plan->cfg.world;
-    const double W = 4.0 * (double)ckpt_window_floats(run->full->numel);
+    const double W = 4.0 * (double)train_ckpt_window_floats(run->full->numel);
     eval_pass_size val = {0}, recal = {0};
     if (streams(run))
-        val = eval_pass_size_of(run->cfg, run->full, run->B, run->T, run->val_batches, false,
-                                run->gemm);
+        val = train_eval_pass_size_of(run->cfg, run->full, run->B, run->T, run->val_batches, false,
+                                      run->gemm);
     if (recalibrates(run))
-        recal = eval_pass_size_of(run->cfg, run->full, run->B, run->T, run->recal_batches, true,
-                                  run->gemm);
-    const double kept = recalibrates(run) ? 4.0 * (double)eval_recal_floats(run->full) : 0;
+        recal = train_eval_pass_size_of(run->cfg, run->full, run->B, run->T, run->recal_batches,
+                                        true, run->gemm);
+    const double kept = recalibrates(run) ? 4.0 * (double)train_eval_recal_floats(run->full) : 0;
     for (int r = 0; r < world; r++) {
-        const double host = run->on_device ? 4.0 * (double)nlocal[r] : 0; /* host_copy */
+        const double host = run->on_device ? 4.0 * (double)nlocal[r] : 0; /* train_host_copy */
         const double host_state = run->on_device ? 4.0 * (double)owned[r] : 0;
         const double win = r == 0 ? W : 0;
         const double *g = &gather[(size_t)r * NKINDS];
@@ -525,7 +525,7 @@ static void assemble(const io_memplan_run *run, const windows *ws, const double 
     }
 }
 
-void io_memplan_predict(const io_memplan_run *run, double *out) {
+void train_io_memplan_predict(const io_memplan_run *run, double *out) {
     const int world = run->plan->cfg.world;
     windows ws = gathers_of(run);
     double *gather = gather_peaks(run, &ws);
@@ -536,8 +536,8 @@ void io_memplan_predict(const io_memplan_run *run, double *out) {
         nlocal = sdp_xmalloc(sizeof *nlocal * (size_t)world, what);
         owned = sdp_xmalloc(sizeof *owned * (size_t)world, what);
         sdp_worker_plan *w = sdp_xmalloc(sizeof *w * (size_t)world, what);
-        worker_count_all(run->cfg, run->plan, run->full, run->B, run->T, worker_count_cpu,
-                         &run->gemm, c);
+        train_worker_count_all(run->cfg, run->plan, run->full, run->B, run->T,
+                               train_worker_count_cpu, &run->gemm, c);
         sdp_memplan_workers(run->plan, run->full, w);
         for (int r = 0; r < world; r++) nlocal[r] = c[r].numel, owned[r] = w[r].owned;
         free(c);
@@ -549,7 +549,7 @@ void io_memplan_predict(const io_memplan_run *run, double *out) {
     free(ws.w);
 }
 
-void io_memplan_predict_reference(const io_memplan_run *run, double *out) {
+void train_io_memplan_predict_reference(const io_memplan_run *run, double *out) {
     const int world = run->plan->cfg.world;
     windows ws = gathers_of(run);
     double *gather = gather_peaks_reference(run, &ws);

@@ -12,9 +12,10 @@
 #include "sdp/ops.h"
 #include "sdp/plan.h"
 
-/* Floats per window of a streamed checkpoint or of a block sent for evaluation (trainer_checkpoint.c):
- * SDP_CKPT_WINDOW or 1M, and no more than a model of numel elements needs. */
-size_t ckpt_window_floats(size_t numel);
+/* Floats per window of a streamed checkpoint or of a block sent for evaluation
+ * (trainer_checkpoint.c): SDP_CKPT_WINDOW or 1M, and no more than a model of numel elements needs.
+ */
+size_t train_ckpt_window_floats(size_t numel);
 
 /* One pass of block-streamed evaluation (eval_stream.c) over `batches` batches of B: examples
  * per stage call, batches per chunk, the stream's floats per example, and the bytes of the block
@@ -23,17 +24,18 @@ typedef struct {
     int rows, chunk;
     size_t row_floats, arena_bytes, stream_bytes;
 } eval_pass_size;
-eval_pass_size eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B, int T,
-                                 uint64_t batches, bool training, sdp_gemm_provider gemm);
+eval_pass_size train_eval_pass_size_of(const sdp_model_config *cfg, const sdp_layout *full, int B,
+                                       int T, uint64_t batches, bool training,
+                                       sdp_gemm_provider gemm);
 /* The same, building every block's model rather than one per kind of block: the reference
- * eval_pass_size_of equals (tests/test_plan_fast.c). */
-eval_pass_size eval_pass_size_each_block(const sdp_model_config *cfg, const sdp_layout *full, int B,
-                                         int T, uint64_t batches, bool training,
-                                         sdp_gemm_provider gemm);
+ * train_eval_pass_size_of equals (tests/test_plan_fast.c). */
+eval_pass_size train_eval_pass_size_each_block(const sdp_model_config *cfg, const sdp_layout *full,
+                                               int B, int T, uint64_t batches, bool training,
+                                               sdp_gemm_provider gemm);
 /* Floats of the full layout's running statistics, which re-estimation keeps for checkpoints. */
-size_t eval_recal_floats(const sdp_layout *full);
+size_t train_eval_recal_floats(const sdp_layout *full);
 
-/* A run as io_memplan_predict sees it. */
+/* A run as train_io_memplan_predict sees it. */
 typedef struct {
     const sdp_model_config *cfg; /* the full model's, on the host */
     const sdp_layout *full;
@@ -50,10 +52,10 @@ typedef struct {
 /* The peak bytes of every rank's io_mem (out[world]) over a run that evaluates and checkpoints.
  * The gathers are counted from the plan alone, in one pass over the full model (seconds at
  * N = 1024 with neuron units). */
-void io_memplan_predict(const io_memplan_run *run, double *out);
+void train_io_memplan_predict(const io_memplan_run *run, double *out);
 /* The same, from every rank's own model and subnet map as the trainer builds them: O(N) models
- * and maps (minutes at N = 1024 with neuron units). The reference io_memplan_predict equals
+ * and maps (minutes at N = 1024 with neuron units). The reference train_io_memplan_predict equals
  * (tests/test_plan_fast.c). */
-void io_memplan_predict_reference(const io_memplan_run *run, double *out);
+void train_io_memplan_predict_reference(const io_memplan_run *run, double *out);
 
 #endif

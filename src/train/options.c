@@ -15,7 +15,7 @@ static void *field(void *opts, const opt_spec *s) {
     return (char *)opts + s->offset;
 }
 
-bool opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_t errlen) {
+bool train_opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_t errlen) {
     char *end = NULL;
     errno = 0;
     switch (s->type) {
@@ -59,10 +59,10 @@ bool opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_
     return false;
 }
 
-void opts_set_defaults(const opt_spec *specs, void *opts) {
+void train_opts_set_defaults(const opt_spec *specs, void *opts) {
     char err[256];
     for (const opt_spec *s = specs; s->name; s++)
-        if (!opts_set(s, opts, s->def, err, sizeof err)) sdp_fatal("bad default: %s", err);
+        if (!train_opts_set(s, opts, s->def, err, sizeof err)) sdp_fatal("bad default: %s", err);
 }
 
 static void print_usage(const opt_spec *specs, const char *usage) {
@@ -112,7 +112,7 @@ static const char *closest_option(const struct option *lo, const char *name, siz
     return best;
 }
 
-bool opts_names_ok(const struct option *lo, int argc, char **argv, char *err, size_t errlen) {
+bool train_opts_names_ok(const struct option *lo, int argc, char **argv, char *err, size_t errlen) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) return true;  /* the end of the options */
@@ -149,13 +149,13 @@ bool opts_names_ok(const struct option *lo, int argc, char **argv, char *err, si
     return true;
 }
 
-void opts_check_names(const struct option *lo, int argc, char **argv) {
+void train_opts_check_names(const struct option *lo, int argc, char **argv) {
     char err[512];
-    if (!opts_names_ok(lo, argc, argv, err, sizeof err)) sdp_fatal("%s", err);
+    if (!train_opts_names_ok(lo, argc, argv, err, sizeof err)) sdp_fatal("%s", err);
 }
 
-void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const char *usage) {
-    opts_set_defaults(specs, opts);
+void train_opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const char *usage) {
+    train_opts_set_defaults(specs, opts);
     int n = 0;
     while (specs[n].name) n++;
     struct option *lo = sdp_xcalloc((size_t)n + 2, sizeof *lo, "the command line's options");
@@ -167,7 +167,7 @@ void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const 
     char err[512];
     /* getopt_long takes any unique abbreviation of a long option: `sdp eval --batch 1` would
      * silently be --batches 1. Names must be whole. */
-    if (!opts_names_ok(lo, argc, argv, err, sizeof err)) {
+    if (!train_opts_names_ok(lo, argc, argv, err, sizeof err)) {
         free(lo);
         sdp_fatal("%s", err);
     }
@@ -185,7 +185,7 @@ void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const 
             sdp_fatal("unknown option '%s': run with --help to list the options", bad);
         }
         const opt_spec *s = &specs[c - 1000];
-        if (!opts_set(s, opts, s->type == OPT_FLAG ? "1" : optarg, err, sizeof err)) {
+        if (!train_opts_set(s, opts, s->type == OPT_FLAG ? "1" : optarg, err, sizeof err)) {
             free(lo);
             sdp_fatal("%s", err);
         }
@@ -197,7 +197,7 @@ void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const 
     free(lo);
 }
 
-bool opts_given(int argc, char **argv, const char *name) {
+bool train_opts_given(int argc, char **argv, const char *name) {
     size_t len = strlen(name);
     for (int i = 1; i < argc; i++)
         if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, len) == 0 &&
@@ -206,7 +206,7 @@ bool opts_given(int argc, char **argv, const char *name) {
     return false;
 }
 
-char *opts_to_json(const opt_spec *specs, const void *opts) {
+char *train_opts_to_json(const opt_spec *specs, const void *opts) {
     cJSON *o = cJSON_CreateObject();
     for (const opt_spec *s = specs; s->name; s++) {
         const void *f = (const char *)opts + s->offset;
@@ -252,7 +252,7 @@ static const char *type_name(const opt_spec *s) {
     return s->type == OPT_STR ? "a string" : s->type == OPT_FLAG ? "true or false" : "a number";
 }
 
-void opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source) {
+void train_opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source) {
     cJSON *o = cJSON_Parse(json);
     SDP_CHECK(o && cJSON_IsObject(o), "%s is not a valid JSON object: restore it or start afresh",
               source);
@@ -266,7 +266,7 @@ void opts_from_json(const opt_spec *specs, void *opts, const char *json, const c
             sdp_fatal("%s: \"%s\" should be %s: the file is damaged; restore it or start a new run",
                       source, s->name, type_name(s));
         }
-        if (!opts_set(s, opts, text, err, sizeof err)) {
+        if (!train_opts_set(s, opts, text, err, sizeof err)) {
             cJSON_Delete(o);
             sdp_fatal("%s: \"%s\" is out of range (%s): the file is damaged; restore it or start "
                       "a new run",

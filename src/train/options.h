@@ -22,23 +22,23 @@ typedef struct {
 
 /* Fills `opts` with the defaults, then parses argv (getopt_long). `--help` prints usage (on the
  * lead process alone) and exits 0; unknown options and malformed values fail with a clear
- * message. Option names must be given whole (opts_names_ok). */
-void opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const char *usage);
+ * message. Option names must be given whole (train_opts_names_ok). */
+void train_opts_parse(const opt_spec *specs, void *opts, int argc, char **argv, const char *usage);
 /* Whether every "--name" of argv names an option of `lo` exactly (getopt_long would take a unique
  * abbreviation as the option it abbreviates), with a value where it takes one and none where it
  * does not. Otherwise false, with one line in err that names the option meant ("unknown option
  * '--batch': did you mean --batches?"). Stops at "--". */
-bool opts_names_ok(const struct option *lo, int argc, char **argv, char *err, size_t errlen);
-/* opts_names_ok, failing with its message. For commands that call getopt_long themselves. */
-void opts_check_names(const struct option *lo, int argc, char **argv);
-void opts_set_defaults(const opt_spec *specs, void *opts);
+bool train_opts_names_ok(const struct option *lo, int argc, char **argv, char *err, size_t errlen);
+/* train_opts_names_ok, failing with its message. For commands that call getopt_long themselves. */
+void train_opts_check_names(const struct option *lo, int argc, char **argv);
+void train_opts_set_defaults(const opt_spec *specs, void *opts);
 /* Parses one value into its field; returns false with a message in err when malformed. */
-bool opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_t errlen);
+bool train_opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_t errlen);
 /* True when argv names this option explicitly. */
-bool opts_given(int argc, char **argv, const char *name);
+bool train_opts_given(int argc, char **argv, const char *name);
 /* The options as a JSON object string (malloc'd). */
-char *opts_to_json(const opt_spec *specs, const void *opts);
-/* Sets every option present in a JSON object written by opts_to_json. */
-void opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source);
+char *train_opts_to_json(const opt_spec *specs, const void *opts);
+/* Sets every option present in a JSON object written by train_opts_to_json. */
+void train_opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source);
 
 #endif

@@ -14,12 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void run_path(char *out, size_t n, const char *dir, const char *name) {
+void train_run_path(char *out, size_t n, const char *dir, const char *name) {
     int len = snprintf(out, n, "%s/%s", dir, name);
     SDP_CHECK(len > 0 && (size_t)len < n, "path too long: %s/%s", dir, name);
 }
 
-char *run_read_text(const char *path) {
+char *train_run_read_text(const char *path) {
     FILE *f = sdp_fopen(path, "rb");
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
@@ -32,20 +32,20 @@ char *run_read_text(const char *path) {
     return s;
 }
 
-void run_load_config(train_opts *o, run_resolved *resolved, const char *dir) {
+void train_run_load_config(train_opts *o, run_resolved *resolved, const char *dir) {
     char path[1024];
-    run_path(path, sizeof path, dir, "config.json");
+    train_run_path(path, sizeof path, dir, "config.json");
     SDP_CHECK(access(path, F_OK) == 0,
               "'%s' is not a run directory (no config.json): pass the directory that "
               "sdp train wrote",
               dir);
-    char *txt = run_read_text(path);
-    opts_set_defaults(TRAIN_OPTS, o);
-    opts_from_json(TRAIN_OPTS, o, txt, path);
-    run_config_check(o, path);
+    char *txt = train_run_read_text(path);
+    train_opts_set_defaults(TRAIN_OPTS, o);
+    train_opts_from_json(TRAIN_OPTS, o, txt, path);
+    train_run_config_check(o, path);
     snprintf(o->config_file, sizeof o->config_file, "%s", path);
     run_resolved record; /* checked even when the caller does not want it */
-    run_resolved_from_json(resolved ? resolved : &record, txt, path);
+    train_run_resolved_from_json(resolved ? resolved : &record, txt, path);
     free(txt);
 }
 
@@ -74,7 +74,7 @@ static bool looks_like_shards(const char *pattern) {
     return starts_with_shard_magic(pattern);
 }
 
-void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem) {
+void train_run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem) {
     SDP_CHECK(o->data[0],
               "no training data: pass --data FILE (a text file such as "
               "tinyshakespeare.txt, see the README) or --data 'DIR/*train*.bin' (llm.c shards)");
@@ -94,12 +94,12 @@ void run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_
     }
 }
 
-bool run_images(const train_opts *o) {
+bool train_run_images(const train_opts *o) {
     const sdp_model_family *f = sdp_model_family_find(o->model);
     return f && f->images;
 }
 
-sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
+sdp_model_config train_run_model_config(const train_opts *o, run_data_shape data) {
     const int data_vocab = data.vocab;
     sdp_model_config c = o->arch; /* the options; then the family, and what the data decides */
     char names[128];
@@ -119,11 +119,11 @@ sdp_model_config run_model_config(const train_opts *o, run_data_shape data) {
               "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",
               c.vocab, data_vocab);
     c.recompute = train_opts_recompute(o);
-    run_family(&c)->finish_config(&c);
+    train_run_family(&c)->finish_config(&c);
     return c;
 }
 
-const sdp_model_family *run_family(const sdp_model_config *cfg) {
+const sdp_model_family *train_run_family(const sdp_model_config *cfg) {
     const sdp_model_family *f = sdp_model_family_find(cfg->arch);
     char names[128];
     SDP_CHECK(f, "unknown model '%s': use %s", cfg->arch,
@@ -131,29 +131,30 @@ const sdp_model_family *run_family(const sdp_model_config *cfg) {
     return f;
 }
 
-sdp_gemm_provider run_gemm(const train_opts *o) {
+sdp_gemm_provider train_run_gemm(const train_opts *o) {
     sdp_gemm_provider p;
     SDP_CHECK(sdp_gemm_provider_parse(o->gemm, &p), "unknown --gemm '%s': use dnnl or openblas",
               o->gemm);
     return p;
 }
 
-void run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,
-                             const sdp_layout *full, int rank, int B, int T, sdp_model_mode mode) {
+void train_run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,
+                                   const sdp_layout *full, int rank, int B, int T,
+                                   sdp_model_mode mode) {
     sdp_subnet_spec spec;
     sdp_subnet_spec_make(&spec, p, full, rank);
-    run_family(cfg)->create(m, cfg, &spec, B, T, mode);
+    train_run_family(cfg)->create(m, cfg, &spec, B, T, mode);
     sdp_subnet_spec_free(&spec);
 }
 
-void run_full_layout(sdp_layout *full, const sdp_model_config *cfg) {
-    run_family(cfg)->describe_full(full, cfg);
+void train_run_full_layout(sdp_layout *full, const sdp_model_config *cfg) {
+    train_run_family(cfg)->describe_full(full, cfg);
 }
 
-run_data_shape run_dataset_shape(const train_opts *o) {
+run_data_shape train_run_dataset_shape(const train_opts *o) {
     run_data_shape s = {.vocab = o->arch.vocab ? o->arch.vocab : 256};
-    if (!run_images(o)) return s;
-    SDP_CHECK(run_dataset_lookup(o->dataset, &s),
+    if (!train_run_images(o)) return s;
+    SDP_CHECK(train_run_dataset_lookup(o->dataset, &s),
               "unknown --dataset '%s': use fashion-mnist, mnist, cifar10 or cifar100", o->dataset);
     return s;
 }

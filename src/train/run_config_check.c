@@ -81,7 +81,7 @@ static int find_dataset(const char *name) {
     return -1;
 }
 
-bool run_dataset_lookup(const char *name, run_data_shape *out) {
+bool train_run_dataset_lookup(const char *name, run_data_shape *out) {
     const int i = find_dataset(name);
     if (i < 0) return false;
     *out = (run_data_shape){.channels = DATASETS[i].channels,
@@ -90,7 +90,7 @@ bool run_dataset_lookup(const char *name, run_data_shape *out) {
     return true;
 }
 
-bool run_image_shape_known(double channels, double size, double classes) {
+bool train_run_image_shape_known(double channels, double size, double classes) {
     for (int i = 0; i < NDATASETS; i++)
         if (channels == DATASETS[i].channels && size == DATASETS[i].size &&
             classes == DATASETS[i].classes)
@@ -145,7 +145,7 @@ static void check_choices(const train_opts *o, const char *path) {
 
 /* ---- the optimizer, the schedule, the plan, the simulation ------------------------------- */
 
-/* Whether run_load_data would read o->data as text (and so use --val-frac): not a glob, not a
+/* Whether train_run_load_data would read o->data as text (and so use --val-frac): not a glob, not a
  * .bin name, not a file that starts with the shard magic. */
 static bool data_is_text(const train_opts *o) {
     const size_t n = strlen(o->data);
@@ -236,12 +236,12 @@ static void check_transformer(const train_opts *o, const run_data_shape *data, b
                 t.model.seq_len, images ? "patches and the class token" : "\"seq-len\"");
 }
 
-void run_config_check(const train_opts *o, const char *path) {
+void train_run_config_check(const train_opts *o, const char *path) {
     check_choices(o, path);
     check_training(o, path);
     const sdp_model_family *f = sdp_model_family_find(o->model);
     run_data_shape data = {0};
-    if (f->images && !run_dataset_lookup(o->dataset, &data))
+    if (f->images && !train_run_dataset_lookup(o->dataset, &data))
         BAD_STR("dataset", o->dataset, "is not fashion-mnist, mnist, cifar10 or cifar100");
     /* Every step takes a batch from each worker's share of the training images (the loader's
      * check), so no run that trained had more in a batch than its dataset's training split. */

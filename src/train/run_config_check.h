@@ -14,13 +14,13 @@
 #include "train_opts.h"
 
 /* Fails with one line, as above, at the first value that set-up would refuse. */
-void run_config_check(const train_opts *o, const char *path);
+void train_run_config_check(const train_opts *o, const char *path);
 
 /* The image shape of a dataset name (fashion-mnist, mnist, cifar10, cifar100); false when the
  * name is none of them. */
-bool run_dataset_lookup(const char *name, run_data_shape *out);
+bool train_run_dataset_lookup(const char *name, run_data_shape *out);
 /* Whether channels, size and classes are those of one of these datasets (a checkpoint's
  * sdp.image_shape). */
-bool run_image_shape_known(double channels, double size, double classes);
+bool train_run_image_shape_known(double channels, double size, double classes);
 
 #endif

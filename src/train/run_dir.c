@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void run_make_dir(const char *dir, const char *what) {
+void train_run_make_dir(const char *dir, const char *what) {
     char path[4096];
     SDP_CHECK(strlen(dir) < sizeof path, "%s name too long: %s", what, dir);
     strcpy(path, dir);
@@ -85,8 +85,8 @@ static const char *earlier_run_file(const char *dir) {
     return NULL;
 }
 
-int run_dir_claim(const char *dir, bool resuming, bool overwrite) {
-    run_make_dir(dir, "run directory");
+int train_run_dir_claim(const char *dir, bool resuming, bool overwrite) {
+    train_run_make_dir(dir, "run directory");
     const int fd = lock_dir(dir);
     const char *found = resuming ? NULL : earlier_run_file(dir);
     if (found && !overwrite)

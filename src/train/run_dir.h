@@ -6,12 +6,12 @@
 #include <stdbool.h>
 
 /* mkdir -p; `what` names the directory in the error ("run directory", "plots directory"). */
-void run_make_dir(const char *dir, const char *what);
+void train_run_make_dir(const char *dir, const char *what);
 
 /* Creates dir if needed and takes its lock (a flock on dir/.lock, which records the holder), or
  * fails naming the run that holds it. A new run (resuming false) refuses a directory that holds
  * an earlier run's files unless overwrite, which deletes those files first. Returns the lock's
  * file descriptor: keep it open for the whole run (the lock ends with the process). */
-int run_dir_claim(const char *dir, bool resuming, bool overwrite);
+int train_run_dir_claim(const char *dir, bool resuming, bool overwrite);
 
 #endif

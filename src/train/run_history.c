@@ -63,16 +63,17 @@ static cJSON *changed_options(const cJSON *config, int argc, char **argv) {
     cJSON *changed = cJSON_CreateObject();
     SDP_CHECK(changed, "out of memory");
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++) {
-        if (!strcmp(s->name, "resume") || !opts_given(argc, argv, s->name)) continue;
+        if (!strcmp(s->name, "resume") || !train_opts_given(argc, argv, s->name)) continue;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, s->name);
         if (v) cJSON_AddItemToObject(changed, s->name, cJSON_Duplicate(v, true));
     }
     return changed;
 }
 
-char *run_history_config_json(const train_opts *o, const run_resolved *r, const char *previous,
-                              const char *source, long from_step, int argc, char **argv) {
-    char *base = run_resolved_config_json(o, r);
+char *train_run_history_config_json(const train_opts *o, const run_resolved *r,
+                                    const char *previous, const char *source, long from_step,
+                                    int argc, char **argv) {
+    char *base = train_run_resolved_config_json(o, r);
     cJSON *root = parse_object(base);
     free(base);
     cJSON *list = earlier_invocations(previous, source);

@@ -14,7 +14,8 @@
  * this one appended (source names the file in errors). `changed` lists the options this
  * invocation's command line gave (argv), with their values. A config.json of an older sdp, without
  * the key, counts as one invocation. */
-char *run_history_config_json(const train_opts *o, const run_resolved *r, const char *previous,
-                              const char *source, long from_step, int argc, char **argv);
+char *train_run_history_config_json(const train_opts *o, const run_resolved *r,
+                                    const char *previous, const char *source, long from_step,
+                                    int argc, char **argv);
 
 #endif

@@ -50,7 +50,7 @@ static bool same_data(const char *a, const char *b) {
            sa.st_ino == sb.st_ino;
 }
 
-void run_paths_make_absolute(train_opts *o) {
+void train_run_paths_make_absolute(train_opts *o) {
     if (o->data[0]) absolute(o->data, o->data);
     if (o->val_data[0]) absolute(o->val_data, o->val_data);
 }
@@ -87,8 +87,8 @@ static void resume_one(char *recorded, const char *cli, bool given, const char *
     strcpy(recorded, want);
 }
 
-void run_paths_resume(train_opts *run, const train_opts *cli, bool given_data, bool given_val,
-                      const char *source) {
+void train_run_paths_resume(train_opts *run, const train_opts *cli, bool given_data, bool given_val,
+                            const char *source) {
     resume_one(run->data, cli->data, given_data, "data", source);
     resume_one(run->val_data, cli->val_data, given_val, "val-data", source);
 }

@@ -21,13 +21,13 @@ static sdp_branch_scale auto_branch_scale(const sdp_plan_cfg *c, const sdp_layou
     return SDP_SCALE_INVERSE;
 }
 
-int run_owners(const train_opts *o, int world) {
+int train_run_owners(const train_opts *o, int world) {
     if (strcmp(o->sdp_mask, "none") == 0) return world; /* data parallelism: everyone owns all */
     if (o->sdp_owners > 0) return o->sdp_owners;
     return sdp_owners_from_coverage(o->sdp_coverage, world);
 }
 
-void run_plan_check_options(const train_opts *o, int world, const char *n_option) {
+void train_run_plan_check_options(const train_opts *o, int world, const char *n_option) {
     sdp_mask_mode mask;
     SDP_CHECK_ALL(sdp_mask_mode_parse(o->sdp_mask, &mask),
                   "unknown --sdp-mask '%s': use none, forward or backward", o->sdp_mask);
@@ -42,17 +42,17 @@ void run_plan_check_options(const train_opts *o, int world, const char *n_option
         sdp_fatal_all(
             "SDP needs at least 2 workers: run it under mpirun -np N (or drop --sdp-mask)");
     }
-    run_owners(o, world); /* --sdp-coverage: a fraction that gives a whole k */
+    train_run_owners(o, world); /* --sdp-coverage: a fraction that gives a whole k */
 }
 
-void run_plan_warn_ignored(const train_opts *o, int argc, char **argv) {
+void train_run_plan_warn_ignored(const train_opts *o, int argc, char **argv) {
     if (strcmp(o->sdp_mask, "none") != 0) return;
     static const char *const sdp_only[] = {"sdp-unit",   "sdp-owners", "sdp-coverage", "sdp-assign",
                                            "sdp-chunks", "sdp-seed",   "branch-scale"};
     const int n_opts = (int)(sizeof sdp_only / sizeof *sdp_only);
     int given[sizeof sdp_only / sizeof *sdp_only], n = 0;
     for (int i = 0; i < n_opts; i++)
-        if (opts_given(argc, argv, sdp_only[i])) given[n++] = i;
+        if (train_opts_given(argc, argv, sdp_only[i])) given[n++] = i;
     if (n == 0) return;
     char list[256] = "";
     size_t used = 0;
@@ -79,7 +79,7 @@ static void describe_workers(char *buf, size_t len, const int *w, int n) {
     }
 }
 
-void run_plan_check_owners(const sdp_plan *p) {
+void train_run_plan_check_owners(const sdp_plan *p) {
     if (p->cfg.mask == SDP_MASK_NONE) return;
     const int N = p->cfg.world, k = p->cfg.owners;
     int *units = sdp_plan_units_per_worker(p),
@@ -108,8 +108,8 @@ void run_plan_check_owners(const sdp_plan *p) {
                   p->nunits, p->cfg.chunks, k, N, who);
 }
 
-sdp_plan_cfg run_plan_config(const train_opts *o, int world, const sdp_layout *full) {
-    run_plan_check_options(o, world, NULL);
+sdp_plan_cfg train_run_plan_config(const train_opts *o, int world, const sdp_layout *full) {
+    train_run_plan_check_options(o, world, NULL);
     sdp_plan_cfg c = {0};
     SDP_CHECK_ALL(sdp_mask_mode_parse(o->sdp_mask, &c.mask),
                   "unknown --sdp-mask '%s': use none, forward or backward", o->sdp_mask);
@@ -122,7 +122,7 @@ sdp_plan_cfg run_plan_config(const train_opts *o, int world, const sdp_layout *f
                   "unknown --branch-scale '%s': use auto, none or inverse", o->branch_scale);
     if (auto_scale) c.scale = auto_branch_scale(&c, full);
     c.world = world;
-    c.owners = run_owners(o, world);
+    c.owners = train_run_owners(o, world);
     c.chunks = o->sdp_chunks;
     c.seed = (uint64_t)(o->sdp_seed ? o->sdp_seed : o->seed);
     return c;

@@ -11,20 +11,20 @@
 
 #include <string.h>
 
-void run_plan_check(const train_opts *o, int world, int argc, char **argv) {
-    run_plan_warn_ignored(o, argc, argv);
-    run_plan_check_options(o, world, NULL);
+void train_run_plan_check(const train_opts *o, int world, int argc, char **argv) {
+    train_run_plan_warn_ignored(o, argc, argv);
+    train_run_plan_check_options(o, world, NULL);
     if (strcmp(o->sdp_mask, "none") == 0) return;
     /* The units are the model's droppable blocks and the chunks of its inner groups (heads, MLP
      * neurons, channels), which the data does not change: its vocabulary sizes the embedding and
      * the head, which every worker shares. So the shape sdp plan assumes gives the same units. */
-    sdp_model_config cfg = run_model_config(o, run_dataset_shape(o));
+    sdp_model_config cfg = train_run_model_config(o, train_run_dataset_shape(o));
     sdp_layout full;
-    run_full_layout(&full, &cfg);
-    sdp_plan_cfg pc = run_plan_config(o, world, &full);
+    train_run_full_layout(&full, &cfg);
+    sdp_plan_cfg pc = train_run_plan_config(o, world, &full);
     sdp_plan p;
     sdp_plan_build(&p, &pc, &full);
-    run_plan_check_owners(&p);
+    train_run_plan_check_owners(&p);
     sdp_plan_free(&p);
     sdp_layout_free(&full);
 }

@@ -14,7 +14,7 @@
  * billions of workers. */
 enum { MAX_WORLD = 1 << 20 };
 
-run_resolved run_resolved_of(const sdp_plan *p) {
+run_resolved train_run_resolved_of(const sdp_plan *p) {
     const sdp_plan_cfg *c = &p->cfg;
     run_resolved r = {.present = true,
                       .world = c->world,
@@ -32,8 +32,8 @@ run_resolved run_resolved_of(const sdp_plan *p) {
     return r;
 }
 
-char *run_resolved_config_json(const train_opts *o, const run_resolved *r) {
-    char *opts = opts_to_json(TRAIN_OPTS, o);
+char *train_run_resolved_config_json(const train_opts *o, const run_resolved *r) {
+    char *opts = train_opts_to_json(TRAIN_OPTS, o);
     cJSON *root = cJSON_Parse(opts);
     free(opts);
     SDP_CHECK(root, "out of memory");
@@ -94,7 +94,7 @@ static void read_record(reader *rd, run_resolved *r) {
     r->units_max = integer(rd, "units_per_worker_max", r->units_min, INT_MAX);
 }
 
-void run_resolved_from_json(run_resolved *r, const char *json, const char *source) {
+void train_run_resolved_from_json(run_resolved *r, const char *json, const char *source) {
     memset(r, 0, sizeof *r);
     reader rd = {cJSON_Parse(json), NULL, source};
     if (!cJSON_IsObject(rd.root)) {
@@ -133,13 +133,13 @@ static void match_int(const char *source, const char *key, int recorded, int der
     must_match(source, key, a, b, world);
 }
 
-void run_resolved_check(const run_resolved *r, const train_opts *o, const sdp_layout *full,
-                        const char *source) {
+void train_run_resolved_check(const run_resolved *r, const train_opts *o, const sdp_layout *full,
+                              const char *source) {
     if (!r->present) return; /* written before the record existed: nothing to compare with */
-    sdp_plan_cfg pc = run_plan_config(o, r->world, full);
+    sdp_plan_cfg pc = train_run_plan_config(o, r->world, full);
     sdp_plan p;
     sdp_plan_build(&p, &pc, full);
-    const run_resolved d = run_resolved_of(&p);
+    const run_resolved d = train_run_resolved_of(&p);
     sdp_plan_free(&p);
     match_int(source, "owners", r->owners, d.owners, r->world);
     match_int(source, "chunks", r->chunks, d.chunks, r->world);

@@ -18,16 +18,16 @@ typedef struct {
 } run_resolved;
 
 /* The record of a built plan. */
-run_resolved run_resolved_of(const sdp_plan *p);
+run_resolved train_run_resolved_of(const sdp_plan *p);
 /* config.json's text: every option of o, then the "resolved" object. */
-char *run_resolved_config_json(const train_opts *o, const run_resolved *r);
+char *train_run_resolved_config_json(const train_opts *o, const run_resolved *r);
 /* Reads and checks the "resolved" object of config.json's text (source names the file in
  * errors); r->present is false when the key is absent. A damaged record fails in one line. */
-void run_resolved_from_json(run_resolved *r, const char *json, const char *source);
+void train_run_resolved_from_json(run_resolved *r, const char *json, const char *source);
 /* On resume: the options recorded in config.json (o, before any change on the command line),
  * derived again for the recorded world, must give the recorded values; a run written under
  * another rule is refused in one line naming the first value that differs. */
-void run_resolved_check(const run_resolved *r, const train_opts *o, const sdp_layout *full,
-                        const char *source);
+void train_run_resolved_check(const run_resolved *r, const train_opts *o, const sdp_layout *full,
+                              const char *source);
 
 #endif

@@ -9,9 +9,9 @@
 
 typedef struct {
     /* model */
-    char model[OPT_STR_MAX]; /* the family: run_model_config makes it arch.arch */
+    char model[OPT_STR_MAX]; /* the family: train_run_model_config makes it arch.arch */
     /* Every architecture option, written by its row of TRAIN_OPTS straight into its field of the
-     * model configuration; run_model_config adds the family and what the data decides. A new
+     * model configuration; train_run_model_config adds the family and what the data decides. A new
      * knob is a field of sdp_model_config, a row, and its use in the family. */
     sdp_model_config arch;
     char recompute[OPT_STR_MAX]; /* none or layer: activation recomputation while training */
@@ -40,7 +40,7 @@ typedef struct {
     /* device and simulation */
     char device[OPT_STR_MAX], precision[OPT_STR_MAX];
     int sim_world, sim_rank;
-    /* not an option: the config.json these options were read from (run_load_config), for
+    /* not an option: the config.json these options were read from (train_run_load_config), for
      * messages about its values; empty when they came from the command line */
     char config_file[1024];
 } train_opts;

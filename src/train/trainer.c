@@ -35,7 +35,7 @@ static sdp_opt_cfg optimizer_config(const train_opts *o) {
 
 /* Every rank must run the same configuration: compare a hash of it across ranks. */
 static void check_same_config(const trainer *t) {
-    char *json = opts_to_json(TRAIN_OPTS, &t->o);
+    char *json = train_opts_to_json(TRAIN_OPTS, &t->o);
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *p = json; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
     free(json);
@@ -54,32 +54,33 @@ static void check_same_config(const trainer *t) {
 
 static void load_data(trainer *t) {
     if (t->next_batch) {
-        batches_fed(&t->data, &t->o, run_images(&t->o));
+        train_batches_fed(&t->data, &t->o, train_run_images(&t->o));
         return;
     }
-    batches_open(&t->data, &t->o, run_images(&t->o), job_rank(t), job_workers(t), &t->mem);
+    train_batches_open(&t->data, &t->o, train_run_images(&t->o), job_rank(t), job_workers(t),
+                       &t->mem);
 }
 
 /* The worker's subnetwork: its shape from the plan, its map onto the full model, the
  * owner-group communicators, and gradients and optimizer state for what it owns. */
 static void build_worker(trainer *t) {
-    run_data_shape shape = {.vocab = batches_vocab(&t->data)};
-    batches_image_shape(&t->data, &shape.channels, &shape.image_size, &shape.classes);
-    t->cfg = run_model_config(&t->o, shape);
-    run_full_layout(&t->full, &t->cfg);
-    sdp_plan_cfg pc = run_plan_config(&t->o, job_workers(t), &t->full);
+    run_data_shape shape = {.vocab = train_batches_vocab(&t->data)};
+    train_batches_image_shape(&t->data, &shape.channels, &shape.image_size, &shape.classes);
+    t->cfg = train_run_model_config(&t->o, shape);
+    train_run_full_layout(&t->full, &t->cfg);
+    sdp_plan_cfg pc = train_run_plan_config(&t->o, job_workers(t), &t->full);
     sdp_plan_build(&t->plan, &pc, &t->full);
     const bool forward = pc.mask == SDP_MASK_FORWARD;
-    t->gemm = run_gemm(&t->o);
+    t->gemm = train_run_gemm(&t->o);
     sdp_model_config on_device = t->cfg; /* only the worker's model runs on t->be */
     on_device.backend = t->be;
-    run_create_worker_model(&t->model, &on_device, &t->plan, &t->full, job_rank(t), t->data.B,
-                            t->data.T, SDP_MODEL_TRAIN_BARE);
+    train_run_create_worker_model(&t->model, &on_device, &t->plan, &t->full, job_rank(t), t->data.B,
+                                  t->data.T, SDP_MODEL_TRAIN_BARE);
     sdp_subnet_map_build(&t->map, &t->full, t->model.layout, &t->plan, job_rank(t), forward);
     const size_t nlocal = t->model.layout->numel;
-    float *init = host_copy(t, t->model.params, nlocal);
+    float *init = train_host_copy(t, t->model.params, nlocal);
     sdp_subnet_init_values(&t->map, &t->full, t->model.layout, init, (uint64_t)t->o.seed);
-    host_copy_done(t, init, t->model.params, nlocal, true);
+    train_host_copy_done(t, init, t->model.params, nlocal, true);
     int *layer_of =
         sdp_xmalloc(sizeof(int) * (size_t)(t->model.layout->nparams + 1), "the tensors' layers");
     for (int i = 0; i < t->model.layout->nparams; i++)
@@ -96,10 +97,10 @@ static void build_worker(trainer *t) {
      * owns in part (neuron units under backward masking), computed as GEMMs on those slices. */
     sdp_sync_grad_layout(&t->sync, t->model.layout, &t->grad_offset, &t->grad_slices);
     t->ngrads = t->sync.owned;
-    t->grads = device_alloc(t, SDP_MEM_GRADS, t->ngrads);
+    t->grads = train_device_alloc(t, SDP_MEM_GRADS, t->ngrads);
     t->model.ops->use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
     sdp_opt_cfg oc = optimizer_config(&t->o);
-    device_optim_init(t, &oc, t->sync.owned);
+    train_device_optim_init(t, &oc, t->sync.owned);
     t->nsegs = sdp_sync_segments(&t->sync, t->model.layout, t->o.decay_all, &t->segs);
 }
 
@@ -133,7 +134,7 @@ static bool communicates(const trainer *t) {
 static void finish_gradients(trainer *t, const double local[2], trainer_step_result *r) {
     if (!communicates(t)) {
         r->loss = local[0] / local[1];
-        r->grad_norm = sqrt(device_sumsq(t, t->grads, t->ngrads));
+        r->grad_norm = sqrt(train_device_sumsq(t, t->grads, t->ngrads));
         return;
     }
     sdp_sync_grads_end(&t->sync, t->grads);
@@ -155,7 +156,7 @@ trainer_step_result trainer_step(trainer *t) {
     const int B = t->data.B, T = t->data.T, A = t->o.grad_accum;
     trainer_step_result r = {0};
     const double start = now_ms();
-    device_zero(t, t->grads, t->ngrads);
+    train_device_zero(t, t->grads, t->ngrads);
     const sdp_comm_bytes before = t->sync.bytes;
     double local[2] = {0, 0};
     for (int a = 0; a < A; a++) {
@@ -163,7 +164,7 @@ trainer_step_result trainer_step(trainer *t) {
         if (t->next_batch)
             t->next_batch(t->next_batch_ctx, &b);
         else
-            batches_next(&t->data, &b);
+            train_batches_next(&t->data, &b);
         sdp_watchdog_beat(t->watchdog);
         double t0 = now_ms();
         sdp_metrics mt;
@@ -189,11 +190,11 @@ trainer_step_result trainer_step(trainer *t) {
               "--warmup",
               r.grad_norm, t->step + 1);
     double t3 = now_ms();
-    device_scale(t, t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
+    train_device_scale(t, t->grads, t->ngrads, sdp_clip_scale(r.grad_norm, (float)t->o.clip));
     const int span = t->o.schedule_steps > 0 ? t->o.schedule_steps : t->o.steps;
     r.lr = sdp_lr_at(t->step, t->o.warmup, span, (float)t->o.lr, (float)t->o.lr_min);
-    device_optim_step(t, r.lr);
-    device_sample_peak(t);
+    train_device_optim_step(t, r.lr);
+    train_device_sample_peak(t);
     if (t->plan.cfg.mask == SDP_MASK_BACKWARD && sync) sdp_sync_publish(&t->sync, m->params);
     sdp_watchdog_beat(t->watchdog);
     const double end = now_ms();
@@ -219,12 +220,12 @@ sdp_metrics trainer_validate(trainer *t) {
     if (!t->data.has_val) return (sdp_metrics){NAN, 0, NAN};
     /* A simulated worker has only its own (sub)network: that is what it evaluates, on its share. */
     if (simulating(t))
-        return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_SELF);
-    device_average_buffers(t); /* running statistics agree */
+        return train_batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_SELF);
+    train_device_average_buffers(t); /* running statistics agree */
     const bool whole =
         t->plan.cfg.mask != SDP_MASK_FORWARD || t->plan.cfg.owners == t->plan.cfg.world;
-    if (whole) return batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_WORLD);
-    return eval_streamed(t);
+    if (whole) return train_batches_evaluate(&t->data, &t->model, t->o.val_batches, MPI_COMM_WORLD);
+    return train_eval_streamed(t);
 }
 
 /* ---- stopping on a signal ------------------------------------------------------------------- */
@@ -242,7 +243,7 @@ int trainer_agreed_interrupt(const trainer *t) {
 /* ---- the whole worker ---------------------------------------------------------------------- */
 
 void trainer_build(trainer *t) {
-    device_open(t);
+    train_device_open(t);
     check_same_config(t);
     load_data(t);
     build_worker(t);
@@ -250,15 +251,15 @@ void trainer_build(trainer *t) {
 
 void trainer_free(trainer *t) {
     free(t->segs);
-    device_optim_free(t);
-    device_free(t, t->grads);
+    train_device_optim_free(t);
+    train_device_free(t, t->grads);
     sdp_sync_grad_layout_free(t->grad_offset, t->grad_slices, t->model.layout->nparams);
     sdp_sync_free(&t->sync);
     sdp_subnet_map_free(&t->map);
     t->model.ops->destroy(&t->model);
     sdp_plan_free(&t->plan);
     sdp_layout_free(&t->full);
-    batches_close(&t->data, &t->mem);
+    train_batches_close(&t->data, &t->mem);
     if (t->recal) sdp_free(&t->io_mem, t->recal);
-    device_close(t);
+    train_device_close(t);
 }

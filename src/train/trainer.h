@@ -48,7 +48,7 @@ typedef struct {
     double examples_seen, flops_done;          /* tokens or images, over all workers */
     uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
     FILE *metrics;
-    int run_lock;           /* rank 0: the run directory's lock (run_dir_claim), held to the end */
+    int run_lock; /* rank 0: the run directory's lock (train_run_dir_claim), held to the end */
     sdp_watchdog *watchdog; /* --stall-timeout: beaten at every micro-batch, batch and window */
     /* Where training batches come from: NULL, the data's loader; else this function, set before
      * trainer_build, which then reads no data (tests and benchmarks feed batches of their own;
@@ -102,41 +102,41 @@ static inline int job_rank(const trainer *t) {
 }
 
 /* device.c: the trainable state on the host or on the device of t->be */
-void device_open(trainer *t);
-void device_close(trainer *t);
-float *device_alloc(trainer *t, sdp_memcat cat, size_t n); /* zero-filled floats */
-void device_free(trainer *t, float *x);
-void device_zero(trainer *t, float *x, size_t n);
-/* x itself where the backend's memory is host memory; else a host copy (io_mem) that host_copy_done
- * frees, uploading it back first when changed. */
-float *host_copy(trainer *t, const float *x, size_t n);
-void host_copy_done(trainer *t, float *h, float *x, size_t n, bool changed);
-void device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n);
-void device_optim_step(trainer *t, float lr);
-void device_optim_free(trainer *t);
+void train_device_open(trainer *t);
+void train_device_close(trainer *t);
+float *train_device_alloc(trainer *t, sdp_memcat cat, size_t n); /* zero-filled floats */
+void train_device_free(trainer *t, float *x);
+void train_device_zero(trainer *t, float *x, size_t n);
+/* x itself where the backend's memory is host memory; else a host copy (io_mem) that
+ * train_host_copy_done frees, uploading it back first when changed. */
+float *train_host_copy(trainer *t, const float *x, size_t n);
+void train_host_copy_done(trainer *t, float *h, float *x, size_t n, bool changed);
+void train_device_optim_init(trainer *t, const sdp_opt_cfg *cfg, size_t n);
+void train_device_optim_step(trainer *t, float lr);
+void train_device_optim_free(trainer *t);
 /* Sum of squares and scaling of an array in the worker's memory. */
-double device_sumsq(trainer *t, const float *x, size_t n);
-void device_scale(trainer *t, float *x, size_t n, float s);
+double train_device_sumsq(trainer *t, const float *x, size_t n);
+void train_device_scale(trainer *t, float *x, size_t n, float s);
 /* sdp_sync_average_buffers and sdp_sync_check_replicas on the worker's state, through host copies
  * on a device. */
-void device_average_buffers(trainer *t);
-void device_check_replicas(trainer *t);
+void train_device_average_buffers(trainer *t);
+void train_device_check_replicas(trainer *t);
 /* Where the training bytes by category are counted: the backend's tally (t->mem on the CPU). */
-const sdp_mem *device_mem(const trainer *t);
-void device_sample_peak(trainer *t);
+const sdp_mem *train_device_mem(const trainer *t);
+void train_device_sample_peak(trainer *t);
 
 /* trainer_checkpoint.c */
-void save_checkpoint(trainer *t);
-void load_checkpoint(trainer *t);
+void train_save_checkpoint(trainer *t);
+void train_load_checkpoint(trainer *t);
 
 /* eval_stream.c: the assembled model under forward masking, evaluated block by block (no worker
  * holds it whole). All collective. */
-sdp_metrics eval_streamed(trainer *t);
+sdp_metrics train_eval_streamed(trainer *t);
 /* Whether the assembled model's running statistics must be re-estimated (image models under
  * forward masking with k < N), doing so for the current step if not done yet; and the values of
  * the full layout's buffer tensor `name`. */
-bool eval_recalibrates(const trainer *t);
-void eval_recalibrate(trainer *t);
-const float *eval_recalibrated(trainer *t, const char *name);
+bool train_eval_recalibrates(const trainer *t);
+void train_eval_recalibrate(trainer *t);
+const float *train_eval_recalibrated(trainer *t, const char *name);
 
 #endif

@@ -39,8 +39,8 @@ static float *state_buffer(const trainer *t, int i) {
 }
 
 /* Under forward masking with image models and k < N, the saved running statistics are those
- * re-estimated on the assembled model (eval_recalibrate), not any worker's: they are copied into
- * each window. Everything else is gathered window by window. */
+ * re-estimated on the assembled model (train_eval_recalibrate), not any worker's: they are copied
+ * into each window. Everything else is gathered window by window. */
 static void copy_recalibrated_stats(trainer *t, size_t lo, size_t hi, float *win) {
     const sdp_layout *L = &t->full;
     for (int i = 0; i < L->nparams; i++) {
@@ -48,7 +48,7 @@ static void copy_recalibrated_stats(trainer *t, size_t lo, size_t hi, float *win
         const size_t a = p->offset > lo ? p->offset : lo;
         const size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (p->buffer && b > a)
-            memcpy(win + (a - lo), eval_recalibrated(t, p->name) + (a - p->offset),
+            memcpy(win + (a - lo), train_eval_recalibrated(t, p->name) + (a - p->offset),
                    (b - a) * sizeof(float));
     }
 }
@@ -57,7 +57,7 @@ static void copy_recalibrated_stats(trainer *t, size_t lo, size_t hi, float *win
  * window from every worker's `local` buffer (collective). */
 static void stream_gathered(trainer *t, sdp_st_writer *w, const float *local, bool state_compact,
                             bool recalibrated_stats) {
-    const size_t numel = t->full.numel, window = ckpt_window_floats(numel);
+    const size_t numel = t->full.numel, window = train_ckpt_window_floats(numel);
     float *win =
         is_rank0(t) ? sdp_alloc(&t->io_mem, SDP_MEM_SCRATCH, window * sizeof(float)) : NULL;
     for (size_t lo = 0; lo < numel; lo += window) {
@@ -80,21 +80,21 @@ static void stream_params(trainer *t, sdp_st_writer *w) {
         return;
     }
     const size_t nlocal = t->model.layout->numel;
-    float *local = host_copy(t, t->model.params, nlocal);
-    stream_gathered(t, w, local, false, eval_recalibrates(t));
-    host_copy_done(t, local, t->model.params, nlocal, false);
+    float *local = train_host_copy(t, t->model.params, nlocal);
+    stream_gathered(t, w, local, false, train_eval_recalibrates(t));
+    train_host_copy_done(t, local, t->model.params, nlocal, false);
 }
 
-void save_checkpoint(trainer *t) {
-    device_average_buffers(t); /* statistics agree */
-    eval_recalibrate(t);
+void train_save_checkpoint(trainer *t) {
+    train_device_average_buffers(t); /* statistics agree */
+    train_eval_recalibrate(t);
     const char *names[2];
     int ns = state_names(t, names);
     char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16], shape[64],
         path[1024], prev[1024];
     snprintf(step, sizeof step, "%ld", t->step);
     snprintf(opt_t, sizeof opt_t, "%ld", t->opt.t);
-    const sdp_loader_pos pos = batches_pos(&t->data);
+    const sdp_loader_pos pos = train_batches_pos(&t->data);
     snprintf(ep, sizeof ep, "%llu", (unsigned long long)pos.epoch);
     snprintf(es, sizeof es, "%llu", (unsigned long long)pos.step);
     snprintf(tok, sizeof tok, "%.17g", t->examples_seen);
@@ -129,8 +129,8 @@ void save_checkpoint(trainer *t) {
      * last optimizer file is kept as optim.prev until the new model is in place, and a load
      * takes whichever of the two matches the model's step. */
     sdp_st_writer w;
-    run_path(path, sizeof path, t->o.out, "optim.safetensors");
-    run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
+    train_run_path(path, sizeof path, t->o.out, "optim.safetensors");
+    train_run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
     if (is_rank0(t)) {
         SDP_CHECK(rename(path, prev) == 0 || errno == ENOENT,
                   "cannot rename %s to %s (%s): check the run directory's permissions", path, prev,
@@ -138,14 +138,14 @@ void save_checkpoint(trainer *t) {
         sdp_ckpt_writer_open(&w, path, &t->full, names, ns, meta);
     }
     for (int i = 0; i < ns; i++) {
-        float *state = host_copy(t, state_buffer(t, i), t->opt.n);
+        float *state = train_host_copy(t, state_buffer(t, i), t->opt.n);
         stream_gathered(t, &w, state, true, false);
-        host_copy_done(t, state, state_buffer(t, i), t->opt.n, false);
+        train_host_copy_done(t, state, state_buffer(t, i), t->opt.n, false);
     }
     if (is_rank0(t)) sdp_st_writer_commit(&w);
 
     const char *param_suffix[] = {""};
-    run_path(path, sizeof path, t->o.out, "model.safetensors");
+    train_run_path(path, sizeof path, t->o.out, "model.safetensors");
     if (is_rank0(t)) sdp_ckpt_writer_open(&w, path, &t->full, param_suffix, 1, meta);
     stream_params(t, &w);
     if (is_rank0(t)) {
@@ -207,11 +207,11 @@ static _Noreturn void nothing_left_to_train(const trainer *t, long step) {
 }
 
 /* The optimizer file of the model's step: optim.safetensors, or optim.prev.safetensors when a
- * checkpoint was cut off between its two files (see save_checkpoint). */
+ * checkpoint was cut off between its two files (see train_save_checkpoint). */
 static void optim_path_of_step(trainer *t, long step, char *out, size_t n) {
     char prev[1024];
-    run_path(out, n, t->o.out, "optim.safetensors");
-    run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
+    train_run_path(out, n, t->o.out, "optim.safetensors");
+    train_run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
     if (access(prev, F_OK) != 0) return;
     sdp_st_file f;
     sdp_st_open(&f, prev, &t->io_mem);
@@ -237,14 +237,14 @@ static void read_own_runs(trainer *t, const sdp_st_file *f, const char *suffix, 
                           size_t nlocal, bool state_compact) {
     const sdp_ckpt_buffer buf = {NULL, suffix, strcmp(suffix, ".exp_avg_sq") == 0};
     run_reader r = {f, &t->full, &buf};
-    float *local = host_copy(t, x, nlocal);
+    float *local = train_host_copy(t, x, nlocal);
     sdp_sync_for_each_run(&t->sync, local, state_compact, read_run, &r);
-    host_copy_done(t, local, x, nlocal, true);
+    train_host_copy_done(t, local, x, nlocal, true);
 }
 
-void load_checkpoint(trainer *t) {
+void train_load_checkpoint(trainer *t) {
     char mpath[1024], opath[1024];
-    run_path(mpath, sizeof mpath, t->o.out, "model.safetensors");
+    train_run_path(mpath, sizeof mpath, t->o.out, "model.safetensors");
     sdp_st_file mf, of;
     const char *param_suffix[] = {""};
     sdp_ckpt_open(&mf, mpath, &t->full, param_suffix, 1, &t->io_mem);
@@ -270,7 +270,7 @@ void load_checkpoint(trainer *t) {
     t->step = step;
     t->first_step = step;
     t->opt.t = s.opt_t;
-    batches_seek(&t->data, s.pos);
+    train_batches_seek(&t->data, s.pos);
     t->examples_seen = s.tokens;
     t->flops_done = s.flops;
     sdp_st_close(&of, &t->io_mem);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-sdp_backend *worker_count_cpu(const void *ctx, sdp_mem *dry) {
+sdp_backend *train_worker_count_cpu(const void *ctx, sdp_mem *dry) {
     return sdp_backend_cpu(*(const sdp_gemm_provider *)ctx, dry);
 }
 
@@ -21,7 +21,7 @@ static worker_count count_spec(const sdp_model_config *cfg, const sdp_subnet_spe
     sdp_model_config counted = *cfg;
     counted.backend = make(ctx, &dry);
     sdp_model m;
-    run_family(cfg)->create(&m, &counted, spec, B, T, SDP_MODEL_TRAIN_BARE);
+    train_run_family(cfg)->create(&m, &counted, spec, B, T, SDP_MODEL_TRAIN_BARE);
     worker_count c = {.numel = m.layout->numel,
                       .flops_per_example = m.ops->train_flops_per_example(&m)};
     m.ops->destroy(&m);
@@ -30,9 +30,9 @@ static worker_count count_spec(const sdp_model_config *cfg, const sdp_subnet_spe
     return c;
 }
 
-worker_count worker_count_one(const sdp_model_config *cfg, const sdp_plan *p,
-                              const sdp_layout *full, int rank, int B, int T,
-                              worker_count_backend make, const void *ctx) {
+worker_count train_worker_count_one(const sdp_model_config *cfg, const sdp_plan *p,
+                                    const sdp_layout *full, int rank, int B, int T,
+                                    worker_count_backend make, const void *ctx) {
     sdp_subnet_spec spec;
     sdp_subnet_spec_make(&spec, p, full, rank);
     const worker_count c = count_spec(cfg, &spec, B, T, make, ctx);
@@ -43,9 +43,9 @@ worker_count worker_count_one(const sdp_model_config *cfg, const sdp_plan *p,
 /* ---- distinct subnetworks ------------------------------------------------------------------ */
 
 /* What a worker's model is built from: the blocks it keeps, in order, each as its kind (blocks
- * alike, eval_block_kinds), its kept atoms and its scale. Workers with equal keys build the same
- * model, whichever alike blocks they keep: with block units, a transformer worker's model depends
- * only on how many layers it keeps. */
+ * alike, train_eval_block_kinds), its kept atoms and its scale. Workers with equal keys build the
+ * same model, whichever alike blocks they keep: with block units, a transformer worker's model
+ * depends only on how many layers it keeps. */
 static size_t shape_key(const sdp_subnet_spec *s, const int *kinds, int *key) {
     size_t n = 0;
     for (int b = 0; b < s->nblocks; b++) {
@@ -73,8 +73,9 @@ typedef struct {
     worker_count count;
 } seen_shape;
 
-void worker_count_all(const sdp_model_config *cfg, const sdp_plan *p, const sdp_layout *full, int B,
-                      int T, worker_count_backend make, const void *ctx, worker_count *out) {
+void train_worker_count_all(const sdp_model_config *cfg, const sdp_plan *p, const sdp_layout *full,
+                            int B, int T, worker_count_backend make, const void *ctx,
+                            worker_count *out) {
     const int N = p->cfg.world;
     const size_t per_block = SDP_MAX_GROUPS + 2;
     /* Open addressing over twice as many slots as workers: each slot indexes `seen`. */
@@ -84,7 +85,7 @@ void worker_count_all(const sdp_model_config *cfg, const sdp_plan *p, const sdp_
     seen_shape *seen = sdp_xmalloc((size_t)N * sizeof *seen, what);
     int *kinds = sdp_xmalloc(sizeof(int) * ((size_t)full->nblocks + 1), what);
     int *key = sdp_xmalloc(sizeof(int) * ((size_t)full->nblocks * per_block + 1), what);
-    eval_block_kinds(full, false, kinds);
+    train_eval_block_kinds(full, false, kinds);
     for (size_t i = 0; i < nslots; i++) slot[i] = -1;
     int nseen = 0;
     for (int r = 0; r < N; r++) {

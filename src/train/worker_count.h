@@ -25,14 +25,15 @@ typedef struct {
 typedef sdp_backend *(*worker_count_backend)(const void *ctx, sdp_mem *dry);
 
 /* Worker `rank`'s model, built in counting mode (SDP_MODEL_TRAIN_BARE) on make(ctx)'s backend:
- * the reference that worker_count_all equals. */
-worker_count worker_count_one(const sdp_model_config *cfg, const sdp_plan *p,
-                              const sdp_layout *full, int rank, int B, int T,
-                              worker_count_backend make, const void *ctx);
+ * the reference that train_worker_count_all equals. */
+worker_count train_worker_count_one(const sdp_model_config *cfg, const sdp_plan *p,
+                                    const sdp_layout *full, int rank, int B, int T,
+                                    worker_count_backend make, const void *ctx);
 /* out[r] for every rank r of the plan, each distinct shape built once. */
-void worker_count_all(const sdp_model_config *cfg, const sdp_plan *p, const sdp_layout *full, int B,
-                      int T, worker_count_backend make, const void *ctx, worker_count *out);
+void train_worker_count_all(const sdp_model_config *cfg, const sdp_plan *p, const sdp_layout *full,
+                            int B, int T, worker_count_backend make, const void *ctx,
+                            worker_count *out);
 /* The CPU backend counting into dry, ctx pointing at the sdp_gemm_provider. */
-sdp_backend *worker_count_cpu(const void *ctx, sdp_mem *dry);
+sdp_backend *train_worker_count_cpu(const void *ctx, sdp_mem *dry);
 
 #endif

@@ -4,7 +4,7 @@
  *
  * sdp_alloc keeps each buffer's size and category in a header in front of it, which device memory
  * cannot have (reading it back would need a copy). Device allocations are few (tens per model),
- * so their sizes and categories sit in a host-side list that device_free searches.
+ * so their sizes and categories sit in a host-side list that train_device_free searches.
  *
  * Its table entries are the backend's memory services (alloc ... copy_rows, bytes_in_use) and
  * destroy. */
@@ -47,7 +47,7 @@ static void unaccount(sdp_mem *m, sdp_memcat cat, size_t bytes) {
 
 /* Zero-filled device memory, counted in ctx->mem under cat: the alloc entry, and the context's own
  * blocks (its workspaces and bad-id flags), which it allocates before there is a backend. */
-static void *device_alloc(sdp_cuda_ctx *ctx, sdp_memcat cat, size_t bytes) {
+static void *train_device_alloc(sdp_cuda_ctx *ctx, sdp_memcat cat, size_t bytes) {
     SDP_ASSERT(ctx && cat < SDP_MEM_NCAT);
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
@@ -67,11 +67,11 @@ static void *device_alloc(sdp_cuda_ctx *ctx, sdp_memcat cat, size_t bytes) {
 }
 
 /* The free entry, and the workspace's and destroy's frees. */
-static void device_free(sdp_cuda_ctx *ctx, void *p) {
+static void train_device_free(sdp_cuda_ctx *ctx, void *p) {
     if (!p) return;
     sdp_cuda_block **link = &ctx->blocks;
     while (*link && (*link)->ptr != p) link = &(*link)->next;
-    SDP_ASSERT(*link); /* p came from device_alloc of this context and is still live */
+    SDP_ASSERT(*link); /* p came from train_device_alloc of this context and is still live */
     sdp_cuda_block *b = *link;
     *link = b->next;
     unaccount(&ctx->mem, b->cat, b->bytes);
@@ -84,8 +84,8 @@ void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes) {
     size_t grown = ctx->workspace_bytes;
     while (grown < bytes) grown *= 2;
     CUDA_CHECK(cudaStreamSynchronize(ctx->stream)); /* earlier kernels may still use it */
-    device_free(ctx, ctx->workspace);
-    ctx->workspace = device_alloc(ctx, SDP_MEM_SCRATCH, grown);
+    train_device_free(ctx, ctx->workspace);
+    ctx->workspace = train_device_alloc(ctx, SDP_MEM_SCRATCH, grown);
     ctx->workspace_bytes = grown;
     return ctx->workspace;
 }
@@ -111,12 +111,13 @@ sdp_cuda_ctx *sdp_cuda_ctx_create(int device, sdp_precision precision) {
     CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
     /* No TF32 behind our back: each GEMM names its arithmetic by its compute type (gemm.cu). */
     CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
-    void *cublas_workspace = device_alloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_CUBLAS_WORKSPACE_BYTES);
+    void *cublas_workspace =
+        train_device_alloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_CUBLAS_WORKSPACE_BYTES);
     CUBLAS_CHECK(
         cublasSetWorkspace(ctx->cublas, cublas_workspace, SDP_CUDA_CUBLAS_WORKSPACE_BYTES));
-    ctx->workspace = device_alloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_WORKSPACE_BYTES);
+    ctx->workspace = train_device_alloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_WORKSPACE_BYTES);
     ctx->workspace_bytes = SDP_CUDA_WORKSPACE_BYTES;
-    ctx->input_errors = (unsigned *)device_alloc(ctx, SDP_MEM_SCRATCH, sizeof(unsigned));
+    ctx->input_errors = (unsigned *)train_device_alloc(ctx, SDP_MEM_SCRATCH, sizeof(unsigned));
     return ctx;
 }
 
@@ -146,7 +147,7 @@ static void cuda_destroy(sdp_backend *be) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
     CUBLAS_CHECK(cublasDestroy(ctx->cublas)); /* first: it holds a block (its workspace) */
-    while (ctx->blocks) device_free(ctx, ctx->blocks->ptr);
+    while (ctx->blocks) train_device_free(ctx, ctx->blocks->ptr);
     if (ctx->comm_stream) {
         CUDA_CHECK(cudaStreamSynchronize(ctx->comm_stream));
         CUDA_CHECK(cudaEventDestroy(ctx->comm_ready));
@@ -160,11 +161,11 @@ static void cuda_destroy(sdp_backend *be) {
 }
 
 static void *cuda_alloc(const sdp_backend *be, sdp_memcat cat, size_t bytes) {
-    return device_alloc(cuda_ctx(be), cat, bytes); /* the context's own blocks use it too */
+    return train_device_alloc(cuda_ctx(be), cat, bytes); /* the context's own blocks use it too */
 }
 
 static void cuda_free(const sdp_backend *be, void *p) {
-    device_free(cuda_ctx(be), p); /* the workspace and destroy use it too */
+    train_device_free(cuda_ctx(be), p); /* the workspace and destroy use it too */
 }
 
 static void cuda_zero(const sdp_backend *be, void *p, size_t bytes) {
