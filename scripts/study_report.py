@@ -129,7 +129,7 @@ plot "{pts}" using 1:2:3 with yerrorbars title "configuration (mean, seed sd)", 
      "{front}" using 1:2 with lines lw 2 title "Pareto front"
 """
         try:
-            subprocess.run(["gnuplot"], input=script, text=True, check=True)
+            subprocess.run(["gnuplot"], input=script, text=True, check=True, capture_output=True)
         except (OSError, subprocess.CalledProcessError):
             return None
     # gnuplot stamps nothing variable into the file, so a re-run with the same rows is identical.
@@ -248,7 +248,7 @@ set grid
 plot {", ".join(plots)}
 """
         try:
-            subprocess.run(["gnuplot"], input=script, text=True, check=True)
+            subprocess.run(["gnuplot"], input=script, text=True, check=True, capture_output=True)
         except (OSError, subprocess.CalledProcessError):
             return None
     return os.path.relpath(svg, os.path.dirname(RESULTS))
