@@ -12,6 +12,8 @@ norm 1.0). Each rank draws its own random windows of T + 1 bytes from the first 
                 activation recomputation, PyTorch's counterpart of sdp's --recompute layer.
   --zero        torch.distributed.optim.ZeroRedundancyOptimizer around AdamW (ZeRO stage 1:
                 each rank holds the AdamW state of its shard of the parameters only).
+  --baseline    builds no model and trains nothing: the peak RSS of a worker that has imported
+                torch, joined the gloo group and read the text, PyTorch's fixed cost per worker.
 
 Two ways to start it:
   /usr/bin/python3 bench/torch_peer.py --workers N [options]            (torch.multiprocessing)
@@ -120,21 +122,8 @@ def lr_at(step, a):
     return a.lr_min + 0.5 * (a.lr - a.lr_min) * (1 + math.cos(math.pi * frac))
 
 
-def worker(rank, world, local_world, a):
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(a.port))
-    cores = os.cpu_count() or 1
-    threads = a.threads if a.threads > 0 else max(1, cores // local_world)
-    torch.set_num_threads(threads)
-    torch.set_num_interop_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-
-    with open(a.data, "rb") as f:
-        text = f.read()
-    train = torch.frombuffer(bytearray(text[: int(len(text) * 0.9)]), dtype=torch.uint8)
-    if train.numel() <= a.seq_len + 1:
-        sys.exit("torch_peer: %s is shorter than one sequence" % a.data)
-
+def train(a, rank, text):
+    """Trains a.steps steps; returns (parameters, each step's seconds, the last loss)."""
     torch.manual_seed(a.seed)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     model = GPT(a.layers, a.width, a.heads, a.seq_len, 256, checkpoint=a.checkpoint)
     params = sum(p.numel() for p in model.parameters())
@@ -154,8 +143,8 @@ def worker(rank, world, local_world, a):
     dist.barrier()
     for step in range(1, a.steps + 1):
         t0 = time.perf_counter()
-        starts = torch.randint(0, train.numel() - a.seq_len - 1, (a.batch, 1), generator=gen)
-        window = train[starts + offsets].long()
+        starts = torch.randint(0, text.numel() - a.seq_len - 1, (a.batch, 1), generator=gen)
+        window = text[starts + offsets].long()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, a)
         opt.zero_grad(set_to_none=True)
@@ -166,12 +155,34 @@ def worker(rank, world, local_world, a):
         opt.step()
         loss = out.item()
         times.append(time.perf_counter() - t0)
+    return params, times, loss
+
+
+def worker(rank, world, local_world, a):
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(a.port))
+    cores = os.cpu_count() or 1
+    threads = a.threads if a.threads > 0 else max(1, cores // local_world)
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+    with open(a.data, "rb") as f:
+        text = f.read()
+    text_bytes = torch.frombuffer(bytearray(text[: int(len(text) * 0.9)]), dtype=torch.uint8)
+    if text_bytes.numel() <= a.seq_len + 1:
+        sys.exit("torch_peer: %s is shorter than one sequence" % a.data)
+    del text
+    dist.barrier()
+
+    params, times, loss = (0, [], float("nan")) if a.baseline else train(a, rank, text_bytes)
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
     timed = times[a.warmup:] or times
-    ms = 1000.0 * statistics.median(timed)
-    mine = {"rank": rank, "ms_per_step": ms, "tokens_per_s": a.batch * a.seq_len / (ms / 1000.0),
-            "peak_rss": peak_rss, "loss": loss, "threads": threads}
+    ms = 1000.0 * statistics.median(timed) if timed else float("nan")
+    tokens_per_s = a.batch * a.seq_len / (ms / 1000.0) if timed else 0.0
+    mine = {"rank": rank, "ms_per_step": ms, "tokens_per_s": tokens_per_s, "peak_rss": peak_rss,
+            "loss": loss, "threads": threads}
     every = [None] * world
     dist.all_gather_object(every, mine)
     if rank == 0:
@@ -187,6 +198,8 @@ def worker(rank, world, local_world, a):
 
 def report(a, world, threads, params, every):
     mode = "ddp" + ("+checkpoint" if a.checkpoint else "") + ("+zero" if a.zero else "")
+    if a.baseline:
+        mode = "baseline"
     print("torch_peer: gpt, %d layers, width %d, %d heads, T %d, batch %d | %d parameters | %d workers x %d "
           "threads | gloo | %s | %d steps, median after %d warm-up | torch %s"
           % (a.layers, a.width, a.heads, a.seq_len, a.batch, params, world, threads, mode, a.steps,
@@ -225,7 +238,11 @@ def main():
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--checkpoint", action="store_true", help="torch.utils.checkpoint around each layer")
     p.add_argument("--zero", action="store_true", help="ZeroRedundancyOptimizer around AdamW")
-    p.add_argument("--threads", type=int, default=0, help="threads per process; 0 = cores / workers on the node")
+    p.add_argument("--baseline", action="store_true",
+                   help="no model and no training: the peak RSS of a worker that only imported torch, "
+                        "joined the gloo group and read the text (PyTorch's fixed cost per worker)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads per process; 0 = cores / workers on the node")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--port", type=int, default=29517, help="rendezvous port, unless MASTER_PORT is set")
     p.add_argument("--json", help="also write the figures to this JSON file")
