@@ -75,6 +75,26 @@ if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/train-images-idx
 else
   echo "skip: Fashion-MNIST not found in $FMNIST (set SDP_FASHION_MNIST to a copy of it)"
 fi
+# Activation recomputation on the device: the same kernels in the same order, so the losses of
+# --recompute layer must equal those of the plain CUDA run above (to 1e-6 relative, in case a
+# kernel's reduction order is not fixed), with fewer activation bytes and dropout drawn again.
+for rc in none layer; do
+  timeout 120 "$SDP_CUDA_BIN" train "${ARGS[@]}" --dropout 0.1 --device cuda --recompute "$rc" \
+    --out "$WORK/recompute-$rc" --overwrite >"$WORK/recompute-$rc.log" 2>&1 \
+    || { fail "--device cuda --recompute $rc: training failed"; tail -5 "$WORK/recompute-$rc.log"; }
+done
+if python3 - "$WORK/recompute-none" "$WORK/recompute-layer" <<'PY'
+import json, sys
+a, b = sys.argv[1:3]
+la = [json.loads(l)["loss"] for l in open(a + "/metrics.jsonl") if '"loss"' in l]
+lb = [json.loads(l)["loss"] for l in open(b + "/metrics.jsonl") if '"loss"' in l]
+ok = len(la) == len(lb) and la and all(abs(x - y) <= 1e-6 * abs(x) for x, y in zip(la, lb))
+acts = [json.load(open(d + "/memory.json"))["workers"][0]["activations"] for d in (a, b)]
+print("losses %s, activations %d -> %d bytes" % ("equal" if ok else "differ", acts[0], acts[1]))
+sys.exit(0 if ok and acts[1] < acts[0] else 1)
+PY
+then pass "cuda --recompute layer: the same losses with fewer activation bytes"
+else fail "cuda --recompute layer: losses differ or activations did not shrink"; fi
 grep -q '"device_peak_in_use"' "$WORK/cuda/memory.json" && pass "memory.json has the device peak" \
   || fail "memory.json lacks device_peak_in_use"
 [ -f "$WORK/cuda/model.safetensors" ] && pass "a cuda run writes its checkpoint" \
