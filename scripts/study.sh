@@ -20,7 +20,8 @@
 #               steps and at matched FLOPs
 #   gpt-overfit the regime where the full model overfits: the recipe on the first 10% of the text
 #               (100 KB to train on, 15 epochs in 2000 steps), DDP with and without dropout 0.2,
-#               the shrunk dense model, and forward masking with and without dropout
+#               the shrunk dense model with and without dropout, and forward masking with and
+#               without dropout
 #   gpt-overfit3 the same on the first 3% (30 KB to train on, 51 epochs), where it overfits more
 #   gpt-large   the GPT at 6 layers, 6 heads, width 192 (3.4x the parameters): DDP, the dense model
 #               shrunk to forward masking's memory (equal steps and matched FLOPs), forward masking
@@ -327,6 +328,9 @@ gpt_overfit() { # workload percent
   tuned $w forward-neuron-c0.5 $(mode_flags forward-neuron 0.5)
   # shellcheck disable=SC2046
   tuned $w forward-neuron-c0.5-drop0.2 $(mode_flags forward-neuron 0.5) --dropout 0.2
+  # The dense model in forward masking's memory gets dropout too, so that forward masking with
+  # dropout meets the same alternative.
+  tuned $w "ddp-w$small-drop0.2" --width "$small" --dropout 0.2
 }
 
 gpt_large() {
