@@ -84,6 +84,6 @@ if sdp["loss"] < small["loss"]:
           "dense model)." % (small["loss"] - sdp["loss"]))
 else:
     print("Verdict: in this memory, the shrunk dense model trains the better model (%.3f lower "
-          "loss than SDP); docs/results.md measures where SDP pays off instead (slow links)."
+          "loss than SDP); docs/results.md shows where SDP is on the front instead: time to train over a slow link."
           % (sdp["loss"] - small["loss"]))
 PY
