@@ -219,6 +219,41 @@ def time_block(workload, rows):
     return "\n".join(lines)
 
 
+def plan_total(workload, r, recompute):
+    """The largest worker's total bytes that sdp plan predicts for row r's configuration (exact:
+    tests/test_sdp_memplan.sh holds it to the measured bytes)."""
+    import json
+    args = [SDP_BIN, "plan", *TIME_MODELS[workload], "--layers", r["layers"], "--width",
+            r["width"], "--world", r["N"], "--sdp-mask", r["mask"], "--val-batches", "200",
+            "--recompute", recompute, "--json"]
+    if r["mask"] != "none":
+        args += ["--sdp-unit", r["unit"], "--sdp-coverage", r["C"]]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return max(w["total"] for w in json.loads(out)["workers"])
+
+
+def recompute_block(workload, rows):
+    """Each configuration run on several seeds, with --recompute layer: the same training bit for
+    bit (tests/test_recompute.sh), so the same losses, in less memory. The memory is the row's
+    measured total less what sdp plan says recomputation saves on its largest worker."""
+    groups = {n: rs for n, rs in by_config(rows).items() if len(rs) > 1}
+    out = ["| configuration | val loss | accounted MiB | with --recompute layer |",
+           "|---|---|---|---|"]
+    points = []
+    for name, rs in groups.items():
+        r0 = rs[0]
+        loss = statistics.mean(float(r["val_loss"]) for r in rs)
+        mem = statistics.mean(float(r["total_bytes"]) for r in rs)
+        saved = plan_total(workload, r0, "none") - plan_total(workload, r0, "layer")
+        out.append(f"| {name} | {loss:.4f} | {mib(mem):.1f} | {mib(mem - saved):.1f} |")
+        points += [(mib(mem), loss, name), (mib(mem - saved), loss, name + " +recompute")]
+    front = pareto(points)
+    return ("From `docs/study/" + workload + ".tsv` and `sdp plan --recompute layer`; regenerate "
+            "with `python3 scripts/study_report.py`.\n\n" + "\n".join(out) + "\n\n" +
+            "On the Pareto front of loss against memory, with and without recomputation: " +
+            ", ".join(f"{n} ({m:.1f} MiB, {l:.4f})" for m, l, n in front) + ".")
+
+
 def time_plot(workload, points):
     svg = os.path.join(STUDY, workload + "-time.svg")
     with tempfile.TemporaryDirectory() as tmp:
@@ -317,6 +352,12 @@ def main():
             with open(os.path.join(STUDY, name), newline="") as f:
                 rows = list(csv.DictReader(f, delimiter="\t"))
             new = timed.sub(lambda m: m.group(1) + time_block(w, rows) + "\n" + m.group(2), new)
+        rc = re.compile(rf"(<!-- study-recompute:{re.escape(w)} -->\n)(?:.*?\n)?"
+                        rf"(<!-- /study-recompute:{re.escape(w)} -->)", re.S)
+        if w in TIME_MODELS and rc.search(new):
+            with open(os.path.join(STUDY, name), newline="") as f:
+                rows = list(csv.DictReader(f, delimiter="\t"))
+            new = rc.sub(lambda m: m.group(1) + recompute_block(w, rows) + "\n" + m.group(2), new)
     with open(README) as f:
         readme = f.read()
     new_readme = re.sub(r"(<!-- study:which-mode -->\n)(?:.*?\n)?(<!-- /study:which-mode -->)",
