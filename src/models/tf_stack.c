@@ -311,8 +311,8 @@ static layer_dims dims_of(const sdp_tf *m, int i, int B, int T) {
 
 /* Each branch's projection is written into `out` first (and dropped there, in place) and then
  * folded into the residual, so no extra [N, C] buffer is needed per layer.
- * again: the backward's recomputation (cfg.model.recompute) of what layer i's backward reads, from its
- * kept input x: the forward's kernels on the same values, so bitwise the forward's activations,
+ * again: the backward's recomputation (cfg.model.recompute) of what layer i's backward reads, from
+ * its kept input x: the forward's kernels on the same values, so bitwise the forward's activations,
  * with the same dropout masks drawn again from their streams (attention's from their indices, as
  * always). It stops before the MLP's output projection, which the backward does not read (its
  * mask alone is drawn), and projects attention into d_branch, free until that layer's backward
