@@ -23,15 +23,23 @@ static uint64_t ring_bytes(size_t elems, int members) {
     return (uint64_t)(2.0 * (members - 1) / members * (double)elems * sizeof(float));
 }
 
-void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp_worker_plan *out) {
-    const int N = p->cfg.world;
+/* The trained elements of each owner group (malloc'd, ngroups + 1 entries) and, in *shared, of
+ * the shared tensors. */
+static size_t *trained_group_elems(const sdp_plan *p, const sdp_layout *full, size_t *shared) {
     size_t *unit_elems =
         sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), "a worker's memory plan");
     size_t *group_elems =
-        sdp_xcalloc((size_t)p->ngroups + 1, sizeof(size_t), "a worker's memory plan"); /* trained */
-    size_t shared;
-    sdp_plan_unit_elems(p, full, true, unit_elems, &shared);
+        sdp_xcalloc((size_t)p->ngroups + 1, sizeof(size_t), "a worker's memory plan");
+    sdp_plan_unit_elems(p, full, true, unit_elems, shared);
     for (int u = 0; u < p->nunits; u++) group_elems[p->units[u].owner_group] += unit_elems[u];
+    free(unit_elems);
+    return group_elems;
+}
+
+void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp_worker_plan *out) {
+    const int N = p->cfg.world;
+    size_t shared;
+    size_t *group_elems = trained_group_elems(p, full, &shared);
 
     memset(out, 0, sizeof *out);
     size_t world_bucket = shared;
@@ -59,19 +67,13 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
         for (int g = 0; g < p->ngroups; g++)
             if (p->groups[g].elems > out->bucket_elems) out->bucket_elems = p->groups[g].elems;
     out->grad_elems = out->owned; /* gradients are kept for owned elements only, in every mode */
-    free(unit_elems);
     free(group_elems);
 }
 
 void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_plan *out) {
     const int N = p->cfg.world;
-    size_t *unit_elems =
-        sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), "a worker's memory plan");
-    size_t *group_elems =
-        sdp_xcalloc((size_t)p->ngroups + 1, sizeof(size_t), "a worker's memory plan"); /* trained */
     size_t shared;
-    sdp_plan_unit_elems(p, full, true, unit_elems, &shared);
-    for (int u = 0; u < p->nunits; u++) group_elems[p->units[u].owner_group] += unit_elems[u];
+    size_t *group_elems = trained_group_elems(p, full, &shared);
     size_t world_bucket = shared, bucket = 0;
     for (int g = 0; g < p->ngroups; g++) {
         if (p->groups[g].nmembers == N) world_bucket += group_elems[g];
@@ -95,6 +97,5 @@ void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_p
                 (uint64_t)og->elems * sizeof(float) * (uint64_t)(N - og->nmembers);
     }
     for (int r = 0; r < N; r++) out[r].grad_elems = out[r].owned;
-    free(unit_elems);
     free(group_elems);
 }
