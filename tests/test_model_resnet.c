@@ -1108,23 +1108,29 @@ static void check_infer_matches_train(int depth, const sdp_subnet_spec *spec) {
     for (int k = 0; k < SDP_MEM_NCAT; k++) assert_int_equal(mem.cur[k], 0);
 }
 
-static void test_infer_matches_train(void **state) {
-    (void)state;
-    check_infer_matches_train(8, NULL);  /* 3 blocks: the top output in the even blocks' buffer */
-    check_infer_matches_train(14, NULL); /* 6 blocks: in the odd blocks' (the stem's) buffer */
+/* A subnetwork of the tiny network that drops block 2, keeps no inner channel in block 4 and two
+ * in block 8; full is its layout, to free with the spec. */
+static void uneven_spec(sdp_layout *full, sdp_subnet_spec *spec) {
     sdp_model_config mc = {.arch = "resnet",
                            .depth = DEPTH,
                            .channels = WIDTH,
                            .in_channels = IN_CH,
                            .image_size = SIZE,
                            .classes = CLASSES};
+    sdp_model_family_find("resnet")->describe_full(full, &mc);
+    sdp_subnet_spec_full(spec, full);
+    spec->keep[2] = false;
+    spec->kept[4][0] = 0;
+    spec->kept[8][0] = 2;
+}
+
+static void test_infer_matches_train(void **state) {
+    (void)state;
+    check_infer_matches_train(8, NULL);  /* 3 blocks: the top output in the even blocks' buffer */
+    check_infer_matches_train(14, NULL); /* 6 blocks: in the odd blocks' (the stem's) buffer */
     sdp_layout full;
-    sdp_model_family_find("resnet")->describe_full(&full, &mc);
     sdp_subnet_spec spec;
-    sdp_subnet_spec_full(&spec, &full);
-    spec.keep[2] = false;
-    spec.kept[4][0] = 0;
-    spec.kept[8][0] = 2;
+    uneven_spec(&full, &spec);
     check_infer_matches_train(DEPTH, &spec);
     sdp_subnet_spec_free(&spec);
     sdp_layout_free(&full);
@@ -1214,19 +1220,9 @@ static void test_recompute_is_exact(void **state) {
     (void)state;
     check_recompute_exact(NULL, 0);
     check_recompute_exact(NULL, 4);
-    sdp_model_config mc = {.arch = "resnet",
-                           .depth = DEPTH,
-                           .channels = WIDTH,
-                           .in_channels = IN_CH,
-                           .image_size = SIZE,
-                           .classes = CLASSES};
     sdp_layout full;
-    sdp_model_family_find("resnet")->describe_full(&full, &mc);
     sdp_subnet_spec spec;
-    sdp_subnet_spec_full(&spec, &full);
-    spec.keep[2] = false;
-    spec.kept[4][0] = 0;
-    spec.kept[8][0] = 2;
+    uneven_spec(&full, &spec);
     spec.scale[1] = spec.scale[8] = 2.0f;
     check_recompute_exact(&spec, 0);
     check_recompute_exact(&spec, 3);
