@@ -27,6 +27,13 @@
 #               shrunk to forward masking's memory (equal steps and matched FLOPs), forward masking
 #               with neuron units (equal steps and matched FLOPs), forward masking grown to DDP's
 #               memory, and backward masking with neuron units
+#   resnet      the ResNet-20 on Fashion-MNIST (5 epochs): DDP; backward masking with neuron units
+#               (the least memory at C = 0.5 on the planner, and the best accuracy after one epoch);
+#               the dense model shrunk to its memory (equal steps and matched FLOPs); forward
+#               masking with block units (equal steps and matched FLOPs). No "bigger model" row:
+#               no SDP mode grown a channel step fits DDP's memory here (docs/results.md)
+#               Its runs are 5-9 minutes each: SEEDS=1 first gives every configuration's
+#               learning-rate grid, and a second pass adds seeds 2 and 3.
 #
 # Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
 # FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
@@ -356,6 +363,25 @@ gpt_large() {
   tuned $w backward-neuron-c0.5 $(mode_flags backward-neuron 0.5)
 }
 
+resnet() {
+  local w=resnet ddp_lr small
+  LRS=(0.05 0.1 0.2)
+  BASE=("${RESNET_REF[@]}")
+  local plan=(--model resnet --depth 20 --channels 16 --batch 32 --optimizer sgd --world 4
+              --dataset fashion-mnist --sdp-coverage 0.5)
+  # shellcheck disable=SC2046
+  local bwd=($(mode_flags backward-neuron 0.5)) fwd=($(mode_flags forward-block 0.5))
+  small=$(fit_width "$(plan_total "${plan[@]}" "${bwd[@]}")" none - "${plan[@]}")
+  echo "== resnet: DDP shrunk to $small channels fits backward masking's worker"
+  tuned $w ddp
+  ddp_lr=$LR
+  tuned $w backward-neuron-c0.5 "${bwd[@]}"
+  tuned $w "ddp-w$small" --channels "$small"
+  [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "ddp-w$small-lr$LR" "ddp-lr$ddp_lr" 2345 --channels "$small"
+  tuned $w forward-block-c0.5 "${fwd[@]}"
+  [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "forward-block-c0.5-lr$LR" "ddp-lr$ddp_lr" 2345 "${fwd[@]}"
+}
+
 calibrate() {
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
   for seed in $SEEDS; do
@@ -376,7 +402,8 @@ for w in "$@"; do
     gpt-overfit) gpt_overfit gpt-overfit 10 ;;
     gpt-overfit3) gpt_overfit gpt-overfit3 3 ;;
     gpt-large) gpt_large ;;
-    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3 or gpt-large" >&2
+    resnet) resnet ;;
+    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3, gpt-large or resnet" >&2
        exit 1 ;;
   esac
   echo "== $w: $((SECONDS - t0)) s"
