@@ -73,6 +73,18 @@ def table(rows):
     return "\n".join(out)
 
 
+def is_vision(rows):
+    return any(r["val_acc"] not in ("-", "") for r in rows)
+
+
+def quality(r):
+    """What a configuration is judged by: test error in percent for the image models (where
+    accuracy is what a user reads), else the final validation loss."""
+    if r["val_acc"] not in ("-", ""):
+        return 100 * (1 - float(r["val_acc"]))
+    return float(r["val_loss"])
+
+
 def by_config(rows):
     groups = {}
     for r in rows:
@@ -81,7 +93,7 @@ def by_config(rows):
 
 
 def pareto(points):
-    """The configurations that no other beats on both axes (less memory and lower loss)."""
+    """The configurations that no other beats on both axes (less memory and lower loss or error)."""
     front, best = [], float("inf")
     for mem, loss, name in sorted(points):
         if loss < best:
@@ -91,8 +103,8 @@ def pareto(points):
 
 
 def plot(workload, rows):
-    """docs/study/<workload>.svg: final validation loss against the largest worker's accounted
-    bytes, one point per configuration run on several seeds (seed mean, with the seeds' spread), and
+    """docs/study/<workload>.svg: final validation loss (test error for the image models) against
+    the largest worker's accounted bytes, one point per configuration run on several seeds (seed mean, with the seeds' spread), and
     those points' Pareto front.
     Needs gnuplot; without it, no plot and a note."""
     points = []
@@ -102,7 +114,7 @@ def plot(workload, rows):
     if any(len(rs) > 1 for rs in groups.values()):
         groups = {n: rs for n, rs in groups.items() if len(rs) > 1}
     for name, rs in groups.items():
-        loss = [float(r["val_loss"]) for r in rs]
+        loss = [quality(r) for r in rs]
         mem = statistics.mean(mib(float(r["total_bytes"])) for r in rs)
         sd = statistics.stdev(loss) if len(loss) > 1 else 0.0
         points.append((mem, statistics.mean(loss), name, sd))
@@ -117,11 +129,13 @@ def plot(workload, rows):
         with open(front, "w") as f:
             for mem, loss, _ in pareto([(m, l, n) for m, l, n, _ in points]):
                 f.write(f"{mem:.4f} {loss:.6f}\n")
+        what, unit = (("test error", "test error, % of the test images") if is_vision(rows) else
+                      ("final validation loss", "validation loss (nats per byte)"))
         script = f"""set terminal svg size 900,600 font "sans,11"
 set output "{svg}"
-set title "{workload}: final validation loss against the largest worker's memory"
+set title "{workload}: {what} against the largest worker's memory"
 set xlabel "largest worker's accounted memory, MiB (all ranks)"
-set ylabel "validation loss (nats per byte)"
+set ylabel "{unit}"
 set key top right
 set grid
 plot "{pts}" using 1:2:3 with yerrorbars title "configuration (mean, seed sd)", \\
@@ -153,9 +167,10 @@ def block(workload):
         if svg:
             lines += ["", f"![{workload}: loss against memory]({svg})"]
         front = pareto([(statistics.mean(mib(float(r["total_bytes"])) for r in rs),
-                         statistics.mean(float(r["val_loss"]) for r in rs), name)
+                         statistics.mean(quality(r) for r in rs), name)
                         for name, rs in by_config(rows).items()])
-        lines += ["", "On the Pareto front (less memory and lower loss than every other "
+        lower = "lower test error" if is_vision(rows) else "lower loss"
+        lines += ["", f"On the Pareto front (less memory and {lower} than every other "
                   "configuration to its left): " + ", ".join(n for _, _, n in front) + "."]
     return "\n".join(lines)
 
