@@ -301,6 +301,34 @@ static void test_mpi_steps_end_together(void **state) {
     sdp_layout_free(&L);
 }
 
+/* Recomputation runs each block's forward again in the backward, where the backward reaches it:
+ * the whole model's blocks under data parallelism, down to the lowest owned block under backward
+ * masking. The head is not recomputed. */
+static void test_recompute_adds_forwards(void **state) {
+    (void)state;
+    sdp_layout L;
+    gpt_layout(&L, 2);
+    sdp_plan ddp, masked;
+    build_plan(&ddp, &L, SDP_MASK_NONE, 2, 2);
+    build_plan(&masked, &L, SDP_MASK_BACKWARD, 2, 1);
+    sdp_steptime_cfg cfg = step_cfg(2, true);
+    const double F = 3e9, flops[2] = {F, F};
+    const double head = elems_at(&L, -2), b0 = elems_at(&L, 0), b1 = elems_at(&L, 1);
+    const double c = F / 3 / 1e12 / (head + b0 + b1);
+    sdp_step_times plain[2], again[2];
+    sdp_steptime_predict(&ddp, &L, flops, &cfg, plain);
+    cfg.recompute = true;
+    sdp_steptime_predict(&ddp, &L, flops, &cfg, again);
+    assert_close(again[0].forward, plain[0].forward);
+    assert_close(again[0].backward, plain[0].backward + c * (b0 + b1));
+    sdp_steptime_predict(&masked, &L, flops, &cfg, again);
+    assert_close(again[0].backward, c * (2 * head + 2 * b0 + b1) + c * (b0 + b1));
+    assert_close(again[1].backward, c * (2 * head + 2 * b1) + c * b1);
+    sdp_plan_free(&ddp);
+    sdp_plan_free(&masked);
+    sdp_layout_free(&L);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_allreduce_one_group),
@@ -312,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_ddp_step),
         cmocka_unit_test(test_overlap_reduces_exposed_time),
         cmocka_unit_test(test_backward_masking),
+        cmocka_unit_test(test_recompute_adds_forwards),
         cmocka_unit_test(test_publish_transport_rate),
         cmocka_unit_test(test_mpi_steps_end_together),
     };

@@ -6,7 +6,9 @@
  * compute rate. The backward runs from the head down through the blocks, each block's share in
  * proportion to its parameters (exact for a transformer's matmuls). Under backward masking F is
  * the full model's and the backward does less: input gradients (F/3 in all) only down to the
- * lowest block the worker owns, weight gradients (F/3 in all) only for what it owns.
+ * lowest block the worker owns, weight gradients (F/3 in all) only for what it owns. With
+ * activation recomputation, each block that the backward reaches runs its forward again first:
+ * the backward grows by that block's share of F/3 (the head is not recomputed).
  *
  * Gradient sync. One all-reduce per owner group (and one over every worker for the shared
  * tensors), as sdp_sync issues them. Each becomes ready when every member's backward has passed
@@ -36,6 +38,7 @@ typedef struct {
     sdp_net net;
     sdp_comm_lib lib;
     bool overlap;          /* NCCL only: buckets start during the backward (else after it) */
+    bool recompute;        /* --recompute layer: blocks run their forward again in the backward */
     double flops_per_s;    /* one worker's compute rate */
     double mem_Bps;        /* memory bandwidth of the optimizer's sweep; 0 = not timed */
     double bcast_host_Bps; /* transport rate of the publishing broadcasts; 0 = net.host_Bps */

@@ -244,6 +244,7 @@ static void predict_steps(const plan_opts *o, const sdp_plan *plan, const sdp_pl
     const sdp_opt_cfg oc = opt_cfg_of(o);
     plan_steptime_config(&o->st, o->world, on_cuda(o), strcmp(o->dtype, "bf16") == 0,
                          (double)sdp_optim_state_bytes_per_param(&oc), sc, cal);
+    sc->recompute = train_opts_recompute(&o->t);
     double *flops = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof(double));
     sdp_step_times *d = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof *d);
     for (int r = 0; r < o->world; r++) flops[r] = rows[r].flops;

@@ -95,14 +95,16 @@ static const double *mine_of(const model_shape *s, int r) {
 /* Forward masking and data parallelism: the worker's own model, backward 2F/3 shared out over
  * the head and its blocks by their elements. done[b]: when its backward has finished block b. */
 static double backward_own_model(const model_shape *s, int r, double third, double t,
-                                 double *done) {
+                                 bool recompute, double *done) {
     const double *mine = mine_of(s, r);
     double w = s->head;
     for (int b = 0; b < s->nblocks; b++) w += mine[b];
     const double per = w > 0 ? 2 * third / w : 0;
+    /* Recomputation runs each block's forward again just before its backward. */
+    const double again = recompute && w > 0 ? third / w : 0;
     t += s->head * per;
     for (int b = s->nblocks - 1; b >= 0; b--) {
-        t += mine[b] * per;
+        t += mine[b] * (per + again);
         done[b] = t;
     }
     return t;
@@ -111,18 +113,20 @@ static double backward_own_model(const model_shape *s, int r, double third, doub
 /* Backward masking: the full model's F, F/3 of input gradients and F/3 of weight gradients at
  * most. Input gradients stop at the lowest block the worker owns (all the way down when it owns
  * the stem); weight gradients only for what it owns. The head is shared: both. */
-static double backward_masked(const model_shape *s, int r, double third, double t, double *done) {
+static double backward_masked(const model_shape *s, int r, double third, double t, bool recompute,
+                              double *done) {
     const double *mine = mine_of(s, r);
     double w = s->head;
     for (int b = 0; b < s->nblocks; b++) w += s->block[b];
     const double per = w > 0 ? third / w : 0;
+    const double again = recompute ? per : 0; /* each block the backward reaches, forward again */
     int floor = s->nblocks;
     for (int b = 0; b < s->nblocks && floor == s->nblocks; b++)
         if (mine[b] > 0) floor = b;
     if (s->stem[r]) floor = 0;
     t += 2 * s->head * per;
     for (int b = s->nblocks - 1; b >= 0; b--) {
-        if (b >= floor) t += (s->block[b] + mine[b]) * per;
+        if (b >= floor) t += (s->block[b] + mine[b]) * per + s->block[b] * again;
         done[b] = t;
     }
     return t;
@@ -299,8 +303,8 @@ static double compute_all(const sdp_plan *p, const sdp_layout *full, const model
         memset(o, 0, sizeof *o);
         const double third = flops[r] / 3 / cfg->flops_per_s;
         double *d = done + (size_t)r * ((size_t)s->nblocks + 1);
-        end[r] = masked ? backward_masked(s, r, third, third, d)
-                        : backward_own_model(s, r, third, third, d);
+        end[r] = masked ? backward_masked(s, r, third, third, cfg->recompute, d)
+                        : backward_own_model(s, r, third, third, cfg->recompute, d);
         o->forward = third;
         o->backward = end[r] - third;
         o->optimizer = optimizer_time(p, full, cfg, r);
