@@ -89,6 +89,8 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   # Recomputation: each block's input and batch statistics, one block's convolution outputs.
   check 2 --sdp-mask none --recompute layer
   check 4 --sdp-mask forward --sdp-unit neuron --recompute layer
+  # No re-estimation of the statistics: no calibration pass, and none of its buffers.
+  check 4 --sdp-mask forward --sdp-unit neuron --bn-recal-batches 0
   # The ViT: patch stem and class token shared, layers split into blocks or heads and neurons.
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
   DATA=()

@@ -236,7 +236,8 @@ static void validation_batch(trainer *t, uint64_t v, sdp_batch *b) {
 
 bool train_eval_recalibrates(const trainer *t) {
     return t->data.images && t->plan.cfg.mask == SDP_MASK_FORWARD &&
-           t->plan.cfg.owners != t->plan.cfg.world && train_eval_recal_floats(&t->full) > 0;
+           t->plan.cfg.owners != t->plan.cfg.world && t->o.bn_recal_batches > 0 &&
+           train_eval_recal_floats(&t->full) > 0;
 }
 
 /* Running statistics gathered from subnetworks describe the subnetworks, not the assembled model,

@@ -93,7 +93,8 @@ static bool streams(const io_memplan_run *run) {
 }
 
 static bool recalibrates(const io_memplan_run *run) {
-    return streams(run) && run->images && train_eval_recal_floats(run->full) > 0;
+    return streams(run) && run->images && run->recal_batches > 0 &&
+           train_eval_recal_floats(run->full) > 0;
 }
 
 /* The gathers the run makes, each window once. */

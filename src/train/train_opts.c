@@ -39,7 +39,8 @@ const opt_spec TRAIN_OPTS[] = {
     {"flip", OPT_FLAG, F(flip), "false", "image models: random horizontal flips", 0},
     {"bn-recal-batches", OPT_INT, F(bn_recal_batches), "50",
      "forward masking: training batches that re-estimate the assembled model's batch-norm "
-     "statistics before evaluation and checkpoints",
+     "statistics before evaluation and checkpoints; 0: keep the statistics averaged over the "
+     "subnetworks' owners",
      0},
     {"val-data", OPT_STR, F(val_data), "", "validation shards (glob); text uses --val-frac", 0},
     {"val-frac", OPT_FLOAT, F(val_frac), "0.1", "fraction of a text file held out for validation",
