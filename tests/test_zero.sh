@@ -145,4 +145,21 @@ expect_job_error "--zero 1 on a device" "use --zero 0 with --device emulated" 2 
   "$SDP_BIN" train --data "$WORK/text.txt" --zero 1 --device emulated --out "$WORK/never"
 expect_job_error "--zero 1 simulated" "--sim-world run does not have: use --zero 0" 0 \
   "$SDP_BIN" train --data "$WORK/text.txt" --zero 1 --sim-world 4 --out "$WORK/never"
+expect_error "sdp plan --zero 2" "--zero 2 (sharded gradients) is not implemented yet: use --zero 1" \
+  "$SDP_BIN" plan --world 4 --vocab 256 --zero 2
+expect_error "sdp plan --zero 1 on cuda" "use --zero 0 with --device cuda" \
+  "$SDP_BIN" plan --world 4 --vocab 256 --zero 1 --device cuda
+# sdp plan --zero 1 counts the shards and keeps the bytes sent: under data parallelism each of 4
+# workers keeps a quarter of the optimizer state (one bucket: within one element, 8 bytes).
+if "$SDP_BIN" plan --world 4 --vocab 256 --json >"$WORK/p0.json" 2>&1 &&
+  "$SDP_BIN" plan --world 4 --vocab 256 --json --zero 1 >"$WORK/p1.json" 2>&1 &&
+  python3 - "$WORK/p0.json" "$WORK/p1.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["workers"] for p in sys.argv[1:3])
+print("optimizer bytes per worker: %s -> %s" % ([x["optimizer"] for x in a], [y["optimizer"] for y in b]))
+sys.exit(0 if all(abs(y["optimizer"] - x["optimizer"] / 4) <= 8 and
+                  y["sent_per_step"] == x["sent_per_step"] for x, y in zip(a, b)) else 1)
+PY
+then pass "sdp plan --zero 1: a quarter of the optimizer state on each of 4 workers, the same bytes sent"
+else fail "sdp plan --zero 1: optimizer bytes not a quarter, or bytes sent changed"; fi
 finish

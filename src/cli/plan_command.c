@@ -371,6 +371,7 @@ int cmd_plan(int argc, char **argv) {
     SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",
               o.t.device);
     train_run_plan_check_options(&o.t, o.world, "--world"); /* what sdp train refuses, said alike */
+    train_opts_check_zero(&o.t);
     const bool fitting =
         train_opts_given(argc, argv, "fit") || train_opts_given(argc, argv, "fit-by");
     if (!fitting) train_run_plan_warn_ignored(&o.t, argc, argv); /* --fit plans every mode */
