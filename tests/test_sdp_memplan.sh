@@ -70,10 +70,20 @@ sys.exit(0 if d == [expected] * 2 else 1)
 PY
   pass "plan --recompute layer keeps one layer's activations beside the inputs, exactly" ||
   fail "plan --recompute layer: the bytes saved differ from 3 layers' activations"
+# --zero 1: each owner keeps the optimizer state of its shard of every bucket, gathered for the
+# checkpoint shard by shard; the bytes sent are the all-reduce's.
+check 2 --sdp-mask none --zero 1
+check 4 --sdp-mask none --zero 1
+check 4 --sdp-mask forward --sdp-unit neuron --zero 1
+check 4 --sdp-mask forward --sdp-unit block --zero 1 --sdp-assign random --model llama
+check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 1
+check 3 --sdp-mask backward --sdp-unit neuron --sdp-owners 2 --zero 1 --optimizer sgd
 # Checkpoints and blocks sent in windows smaller than the model, as for any large model.
 export SDP_CKPT_WINDOW=5000
 check 4 --sdp-mask forward --sdp-unit block
 check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2
+check 4 --sdp-mask forward --sdp-unit neuron --zero 1
+check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 1
 unset SDP_CKPT_WINDOW
 
 # The image models on Fashion-MNIST. The ResNet: batch-norm buffers, 4-D convolution weights
@@ -91,6 +101,8 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   check 4 --sdp-mask forward --sdp-unit neuron --recompute layer
   # No re-estimation of the statistics: no calibration pass, and none of its buffers.
   check 4 --sdp-mask forward --sdp-unit neuron --bn-recal-batches 0
+  # --zero 1: running statistics have no optimizer state, so no shard covers them.
+  check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3 --zero 1
   # The ViT: patch stem and class token shared, layers split into blocks or heads and neurons.
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
   DATA=()

@@ -14,6 +14,8 @@
 typedef struct {
     size_t owned;           /* parameter elements whose gradients and state the worker keeps */
     size_t grad_elems;      /* elements of its gradient buffer */
+    size_t state_elems;     /* elements it keeps optimizer state for: owned, or under --zero 1
+                               its shard of each bucket (sdp_sync_shard) */
     size_t bucket_elems;    /* largest buffer used to pack a bucket or a publication */
     uint64_t sent_per_step; /* bytes sent by gradient all-reduces (ring) and publishing */
 } sdp_worker_plan;

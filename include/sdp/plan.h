@@ -28,6 +28,9 @@ typedef struct {
     int owners; /* k; with mask NONE it is forced to N (plain data parallelism) */
     int chunks; /* neuron units per inner group; 0 = N */
     uint64_t seed;
+    /* ZeRO stage (--zero): 0, or 1: each owner keeps the optimizer state of its shard of every
+     * bucket only (sdp_sync_shard). It changes who holds which state, not who owns which unit. */
+    int zero;
 } sdp_plan_cfg;
 
 typedef struct {

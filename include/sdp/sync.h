@@ -33,6 +33,12 @@ typedef struct {
     int nreq;
     MPI_Request *reqs; /* outstanding all-reduce pieces (host memory) */
     void *dev;         /* device communicator (backend comm_open), or NULL */
+    /* The part of the region whose optimizer state this worker keeps: all of it, or under
+     * --zero 1 its shard [shard_lo, shard_hi) (from start; sdp_sync_shard of its index in the
+     * communicator), whose state lies at state_start of the compact state buffers. */
+    size_t shard_lo, shard_hi, state_start;
+    int *shard_counts; /* --zero 1, more than one member: every member's shard size, and where */
+    int *shard_displs; /* it starts in the region, as MPI takes them */
 } sdp_bucket;
 
 typedef struct {
@@ -47,6 +53,9 @@ typedef struct {
     sdp_bucket *buckets; /* the groups this worker is a member of */
     float *pack;         /* SDP_MEM_BUFFERS: publishing buffer (backward masking only) */
     size_t owned;        /* elements of the local buffer this worker owns */
+    size_t state;        /* elements of its optimizer state: owned, or its shards' under --zero 1 */
+    bool zero;           /* --zero 1 (plan->cfg.zero): buckets are reduce-scattered, not
+                            all-reduced, and the updated shards all-gathered */
     size_t *grad_index;  /* per run: offset of its gradient (and state) in the compact buffers */
     sdp_comm_bytes bytes;
     sdp_mem *mem;
@@ -87,8 +96,14 @@ void sdp_sync_grad_layout(const sdp_sync *s, const sdp_layout *local, long **gra
                           sdp_grad_slices **slices);
 void sdp_sync_grad_layout_free(long *grad_offset, sdp_grad_slices *slices, int nparams);
 
-/* Optimizer segments over the owned runs: parameters at their local offsets, gradients and state
- * in the compact buffers. Returns the count; *segs is malloc'd. */
+/* --zero 1: the shard of member j of a bucket of `count` elements and k members, [*lo, *hi) of
+ * its compact region: [j * count / k, (j + 1) * count / k), so the k shards tile the region and
+ * differ by at most one element. A pure function of its arguments: the planner uses it too. */
+void sdp_sync_shard(size_t count, int k, int j, size_t *lo, size_t *hi);
+
+/* Optimizer segments over the owned runs, or under --zero 1 over their parts inside this worker's
+ * shards: parameters at their local offsets, gradients in the compact gradient buffer, state in
+ * the compact state buffers (s->state elements). Returns the count; *segs is malloc'd. */
 int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool decay_all,
                       sdp_opt_segment **segs);
 
@@ -101,9 +116,19 @@ void sdp_sync_layer_done(sdp_sync *s, float *grads, int layer);
 void sdp_sync_grads_end(sdp_sync *s, float *grads);
 void sdp_sync_grads(sdp_sync *s, float *grads);
 
+/* Under --zero 1 each bucket is reduce-scattered instead (the same bytes as a ring all-reduce):
+ * after sdp_sync_grads_end a worker holds the averaged gradient of its own shards only, and the
+ * rest of the gradient buffer is spent. */
+
 /* Global gradient norm with every unit counted once (each owner contributes 1/k of its units'
- * squares), identical on every rank. Call after the gradients are synced. */
+ * squares; under --zero 1 each owner its shards' squares), identical on every rank. Call after
+ * the gradients are synced. */
 double sdp_sync_grad_norm(sdp_sync *s, const float *grads);
+
+/* --zero 1, after the optimizer updated each worker's shards: every member's updated shard goes
+ * to the other members of each bucket (an all-gather through the spent gradient buffer, which it
+ * overwrites), so all owners hold the whole updated unit again. Does nothing without --zero 1. */
+void sdp_sync_share_updates(sdp_sync *s, float *params, float *grads);
 
 /* Backward masking: each owner group's publisher (chosen by the plan, sdp_owner_group.publisher)
  * sends the group's updated units to the workers that do not own them; afterwards every worker
@@ -117,7 +142,8 @@ void sdp_sync_publish(sdp_sync *s, float *params);
 /* Assembles the global range [lo, hi) of the full model (hi - lo <= SDP_SYNC_GATHER_MAX) into
  * out[0, hi - lo) on rank 0 from a local buffer laid out like the local model (params) or like
  * the compact owned state (state_compact; buffers' elements, which have no state, come out 0).
- * Each element comes from its unit's publisher, shared elements from rank 0. Its packing buffers
+ * Each element comes from its unit's publisher, shared elements from rank 0; optimizer state under
+ * --zero 1 from the owner whose shard holds it. Its packing buffers
  * come from io (a few bytes beyond the range's own size on any rank). Collective over
  * MPI_COMM_WORLD; out is only written on rank 0. */
 void sdp_sync_gather_range(sdp_sync *s, const float *local, bool state_compact, size_t lo,
@@ -129,15 +155,23 @@ void sdp_sync_gather_range(sdp_sync *s, const float *local, bool state_compact, 
 int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, int rank,
                           bool state_compact, size_t lo, size_t hi, size_t *nvals);
 /* Whether rank `rank` sends run r in a gather: the publisher of its unit, rank 0 for shared runs
- * (and nobody for a buffer's optimizer state, which does not exist). */
+ * (and nobody for a buffer's optimizer state, which does not exist). Under --zero 1 optimizer
+ * state is sent by shards, which cut runs: see sdp_sync_provided. */
 bool sdp_sync_provides(const sdp_plan *p, const sdp_run *r, int rank, bool state_compact);
+/* Every piece of the full model rank `rank` sends in a gather, as fn(ctx, its first global
+ * element, its length), in the order of its map's runs: whole runs by sdp_sync_provides, or under
+ * --zero 1 for optimizer state the parts of its trained runs inside its shards. From the plan and
+ * the rank's map alone. */
+void sdp_sync_provided(const sdp_plan *p, const sdp_subnet_map *map, int rank, bool state_compact,
+                       void (*fn)(void *ctx, size_t global, size_t len), void *ctx);
 void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, size_t numel,
                           float *full, sdp_mem *io);
 /* The inverse: every rank takes its elements from a full buffer that is valid on all ranks. */
 void sdp_sync_scatter_full(const sdp_sync *s, const float *full, float *local, bool state_compact);
 /* The runs sdp_sync_scatter_full fills, each as fn(ctx, its first global element, its length, its
  * place in local): a worker can read its own elements from elsewhere (a checkpoint file) with no
- * full buffer. State runs are the trained ones this worker owns. */
+ * full buffer. State runs are the trained ones this worker owns, under --zero 1 cut to its
+ * shards. */
 void sdp_sync_for_each_run(const sdp_sync *s, float *local, bool state_compact,
                            void (*fn)(void *ctx, size_t global, size_t len, float *dst), void *ctx);
 
@@ -149,7 +183,9 @@ void sdp_sync_for_each_run(const sdp_sync *s, float *local, bool state_compact,
 void sdp_sync_average_buffers(sdp_sync *s, float *params);
 
 /* Compares a checksum of every owned unit's parameters and optimizer state across its owners;
- * fails naming the unit's owner group and the step when they differ. Collective. */
+ * fails naming the unit's owner group and the step when they differ. Under --zero 1 no two
+ * workers hold the same optimizer state (each element lives in one shard), so only parameters are
+ * compared. Collective. */
 void sdp_sync_check_replicas(sdp_sync *s, const float *params, const float *m, const float *v,
                              long step);
 

@@ -31,35 +31,21 @@ typedef struct {
     char fit[OPT_STR_MAX], fit_by[OPT_STR_MAX]; /* sdp plan --fit (plan_fit.h) */
 } plan_opts;
 
-static const char *SHARED_OPTS[] = {"model",
-                                    "layers",
-                                    "heads",
-                                    "width",
-                                    "d-ff",
-                                    "seq-len",
-                                    "vocab",
-                                    "batch",
-                                    "optimizer",
-                                    "sdp-mask",
-                                    "sdp-unit",
-                                    "sdp-owners",
-                                    "sdp-coverage",
-                                    "sdp-assign",
-                                    "sdp-chunks",
-                                    "sdp-seed",
-                                    "branch-scale",
-                                    "seed",
-                                    "depth",
-                                    "channels",
-                                    "patch",
-                                    "dropout",
-                                    "dataset",
-                                    "device",
-                                    "val-batches",
-                                    "bn-recal-batches",
-                                    "threads",
-                                    "recompute",
-                                    NULL};
+static const char *SHARED_OPTS[] = {"model",        "layers",
+                                    "heads",        "width",
+                                    "d-ff",         "seq-len",
+                                    "vocab",        "batch",
+                                    "optimizer",    "sdp-mask",
+                                    "sdp-unit",     "sdp-owners",
+                                    "sdp-coverage", "sdp-assign",
+                                    "sdp-chunks",   "sdp-seed",
+                                    "branch-scale", "seed",
+                                    "depth",        "channels",
+                                    "patch",        "dropout",
+                                    "dataset",      "device",
+                                    "val-batches",  "bn-recal-batches",
+                                    "threads",      "recompute",
+                                    "zero",         NULL};
 
 static opt_spec *plan_specs(void) {
     static const opt_spec extra[] = {
@@ -162,7 +148,8 @@ static worker_bytes bytes_of(const worker_count *c, const sdp_worker_plan *wp, c
     worker_bytes b = {0};
     b.params = (double)c->numel * wbytes;
     b.grads = (double)w.grad_elems * wbytes;
-    b.optim = (double)w.owned * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
+    b.optim =
+        (double)w.state_elems * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
     b.acts = (double)c->peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
     b.scratch =
         (double)c->peak[SDP_MEM_SCRATCH] + (on_cuda(o) ? sdp_cuda_context_scratch_bytes() : 0);
@@ -289,6 +276,7 @@ static void print_title(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
     else
         printf(" | batch %d x %d", o->t.batch, o->t.arch.seq_len);
     if (cfg->recompute) printf(", recompute layer");
+    if (pc->zero) printf(", zero 1");
     printf(" | %s, %s, %d thread%s per worker\n", o->t.device, dtype, threads,
            threads == 1 ? "" : "s");
 }
@@ -384,6 +372,7 @@ int cmd_plan(int argc, char **argv) {
     SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",
               o.t.device);
     train_run_plan_check_options(&o.t, o.world, "--world"); /* what sdp train refuses, said alike */
+    train_opts_check_zero(&o.t);
     const bool fitting =
         train_opts_given(argc, argv, "fit") || train_opts_given(argc, argv, "fit-by");
     if (!fitting) train_run_plan_warn_ignored(&o.t, argc, argv); /* --fit plans every mode */
@@ -423,6 +412,7 @@ int cmd_plan(int argc, char **argv) {
     dc.mask = SDP_MASK_NONE;
     dc.owners = o.world;
     dc.chunks = 0;
+    dc.zero = 0; /* the DDP row is plain data parallelism, as in sdp train's summary */
     sdp_plan_build(&ddp_plan, &dc, &full);
     worker_bytes ddp = predict(&ddp_plan, &full, &cfg, &o, 0);
     double *io = sdp_xcalloc((size_t)o.world, sizeof(double), "the workers' predictions");

@@ -108,6 +108,7 @@ static void validate_options(train_opts *o) {
     SDP_CHECK(o->lr_min <= o->lr, "--lr-min %g exceeds --lr %g", o->lr_min, o->lr);
     train_opts_check_precision(o);
     train_opts_recompute(o); /* an unknown --recompute fails here, once for the job */
+    train_opts_check_zero(o);
     if (o->sim_world == 0) {
         SDP_CHECK(o->sim_rank == 0, "--sim-rank %d needs --sim-world N (the simulated job's size)",
                   o->sim_rank);

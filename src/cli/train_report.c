@@ -73,6 +73,23 @@ double open_metrics(trainer *t) {
     return elapsed;
 }
 
+/* --zero 1: how much of its owned elements' optimizer state a worker keeps, or that nothing is
+ * shared with anyone (one worker: every bucket has one member). */
+static void print_zero(const trainer *t) {
+    bool shared = false;
+    for (int b = 0; b < t->sync.nbuckets; b++)
+        shared |= t->sync.buckets[b].nmembers > 1 && t->sync.buckets[b].count > 0;
+    if (!shared) {
+        printf("  --zero 1 changes nothing here: no worker shares an owner group with another, so "
+               "each keeps all of its optimizer state\n");
+        return;
+    }
+    printf("  --zero 1: optimizer state sharded over each owner group's members: worker %d keeps "
+           "the state of %.2fM of its %.2fM owned elements; gradients reduce-scattered, updates "
+           "all-gathered\n",
+           job_rank(t), (double)t->sync.state / 1e6, (double)t->sync.owned / 1e6);
+}
+
 void print_start(const trainer *t) {
     if (!is_rank0(t)) return;
     const sdp_model_config *c = &t->cfg;
@@ -108,6 +125,7 @@ void print_start(const trainer *t) {
                sdp_plan_coverage(&t->plan), sdp_assign_kind_name(pc->assign),
                sdp_branch_scale_name(pc->scale));
     if (pc->mask != SDP_MASK_NONE) sdp_plan_print(&t->plan, &t->full, stdout);
+    if (pc->zero) print_zero(t);
     if (simulating(t))
         printf("  simulating rank %d of %d (no communication): its own data stream, gradient "
                "norm and (sub)network's validation loss; no checkpoint is written\n",

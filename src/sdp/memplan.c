@@ -1,6 +1,7 @@
 #include "sdp/memplan.h"
 
 #include "sdp/check.h"
+#include "sdp/sync.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,22 @@ static bool member(const sdp_owner_group *g, int rank) {
             hi = mid;
     }
     return lo < g->nmembers && g->members[lo] == rank;
+}
+
+/* The size of member j's shard of a bucket of `count` elements and k members: its optimizer
+ * state under --zero 1, all of it otherwise. */
+static size_t shard_elems(const sdp_plan *p, size_t count, int k, int j) {
+    if (!p->cfg.zero) return count;
+    size_t lo, hi;
+    sdp_sync_shard(count, k, j, &lo, &hi);
+    return hi - lo;
+}
+
+/* Member j's index in a group: its place among the members (the communicator's order). */
+static int index_in(const sdp_owner_group *g, int rank) {
+    for (int i = 0; i < g->nmembers; i++)
+        if (g->members[i] == rank) return i;
+    return -1;
 }
 
 static uint64_t ring_bytes(size_t elems, int members) {
@@ -67,6 +84,13 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
         for (int g = 0; g < p->ngroups; g++)
             if (p->groups[g].elems > out->bucket_elems) out->bucket_elems = p->groups[g].elems;
     out->grad_elems = out->owned; /* gradients are kept for owned elements only, in every mode */
+    /* The buckets: every worker's (shared tensors and groups of all N), one per group it is in. */
+    out->state_elems = shard_elems(p, world_bucket, N, rank);
+    for (int g = 0; g < p->ngroups; g++) {
+        const sdp_owner_group *og = &p->groups[g];
+        if (og->nmembers != N && member(og, rank))
+            out->state_elems += shard_elems(p, group_elems[g], og->nmembers, index_in(og, rank));
+    }
     free(group_elems);
 }
 
@@ -96,6 +120,15 @@ void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_p
             out[og->publisher].sent_per_step +=
                 (uint64_t)og->elems * sizeof(float) * (uint64_t)(N - og->nmembers);
     }
-    for (int r = 0; r < N; r++) out[r].grad_elems = out[r].owned;
+    for (int r = 0; r < N; r++) {
+        out[r].grad_elems = out[r].owned;
+        out[r].state_elems = shard_elems(p, world_bucket, N, r);
+    }
+    for (int g = 0; g < p->ngroups; g++) {
+        const sdp_owner_group *og = &p->groups[g];
+        if (og->nmembers == N) continue;
+        for (int j = 0; j < og->nmembers; j++)
+            out[og->members[j]].state_elems += shard_elems(p, group_elems[g], og->nmembers, j);
+    }
     free(group_elems);
 }

@@ -93,6 +93,51 @@ static void assign_compact_offsets(sdp_sync *s) {
     }
 }
 
+void sdp_sync_shard(size_t count, int k, int j, size_t *lo, size_t *hi) {
+    SDP_ASSERT(k >= 1 && j >= 0 && j < k);
+    *lo = (size_t)j * count / (size_t)k;
+    *hi = (size_t)(j + 1) * count / (size_t)k;
+}
+
+/* This worker's index in a bucket's communicator: its place in the group's members, in whose
+ * order MPI_Group_incl ranked the communicator, or its world rank in the shared bucket. */
+static int member_index(const sdp_sync *s, const sdp_bucket *b) {
+    if (b->group < 0) return s->rank;
+    const sdp_owner_group *g = &s->plan->groups[b->group];
+    for (int i = 0; i < g->nmembers; i++)
+        if (g->members[i] == s->rank) return i;
+    return -1;
+}
+
+/* The optimizer state, bucket after bucket: each bucket's shard of it (all of it without --zero
+ * 1), so that without --zero 1 the state lies exactly as the gradients do. Under --zero 1 the
+ * reduce-scatter and all-gather take every member's shard as MPI counts. */
+static void assign_shards(sdp_sync *s) {
+    for (int b = 0; b < s->nbuckets; b++) {
+        sdp_bucket *bk = &s->buckets[b];
+        bk->shard_lo = 0, bk->shard_hi = bk->count;
+        if (s->zero)
+            sdp_sync_shard(bk->count, bk->nmembers, member_index(s, bk), &bk->shard_lo,
+                           &bk->shard_hi);
+        bk->state_start = s->state;
+        s->state += bk->shard_hi - bk->shard_lo;
+        if (!s->zero || bk->nmembers == 1) continue;
+        SDP_CHECK(bk->count <= INT_MAX,
+                  "--zero 1: an owner group's gradients (%zu elements) exceed what one MPI "
+                  "reduce-scatter takes (%d): use --zero 0",
+                  bk->count, INT_MAX);
+        const size_t k = (size_t)bk->nmembers;
+        bk->shard_counts = sdp_xmalloc(sizeof(int) * k, "a bucket's shards");
+        bk->shard_displs = sdp_xmalloc(sizeof(int) * k, "a bucket's shards");
+        for (int j = 0; j < bk->nmembers; j++) {
+            size_t lo, hi;
+            sdp_sync_shard(bk->count, bk->nmembers, j, &lo, &hi);
+            bk->shard_counts[j] = (int)(hi - lo);
+            bk->shard_displs[j] = (int)lo;
+        }
+    }
+}
+
 /* The publishing buffer holds the largest group's runs (backward masking only). */
 static size_t publish_buffer_elems(const sdp_sync *s) {
     if (s->plan->cfg.mask != SDP_MASK_BACKWARD) return 0;
@@ -117,6 +162,7 @@ static void sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *m
     s->rank = rank;
     s->world = world;
     s->mem = mem;
+    s->zero = plan->cfg.zero == 1;
     s->grad_index = sdp_xcalloc((size_t)map->nruns + 1, sizeof(size_t), "the gradients' index");
     s->buckets = sdp_xcalloc((size_t)plan->ngroups + 1, sizeof *s->buckets, "the sync's buckets");
     MPI_Comm world_comm = MPI_COMM_NULL;
@@ -140,6 +186,7 @@ static void sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *m
     }
     if (!simulate) MPI_Group_free(&world_group);
     assign_compact_offsets(s);
+    assign_shards(s);
     size_t publish = publish_buffer_elems(s);
     if (publish) s->pack = sdp_alloc(mem, SDP_MEM_BUFFERS, publish * sizeof(float));
 }
@@ -160,6 +207,8 @@ void sdp_sync_free(sdp_sync *s) {
         if (s->buckets[b].comm != MPI_COMM_NULL) MPI_Comm_free(&s->buckets[b].comm);
         free(s->buckets[b].runs);
         free(s->buckets[b].reqs);
+        free(s->buckets[b].shard_counts);
+        free(s->buckets[b].shard_displs);
     }
     free(s->buckets);
     free(s->grad_index);
@@ -169,23 +218,50 @@ void sdp_sync_free(sdp_sync *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* The bucket that holds trained run i's gradient. */
+static const sdp_bucket *bucket_of(const sdp_sync *s, int i) {
+    const size_t g = s->grad_index[i];
+    for (int b = 0; b < s->nbuckets; b++)
+        if (g >= s->buckets[b].start && g < s->buckets[b].start + s->buckets[b].count)
+            return &s->buckets[b];
+    return NULL;
+}
+
+/* The part of trained run i whose optimizer state this worker keeps (the whole run without
+ * --zero 1): returns its length, with *at its offset in the run and *state where its state lies
+ * in the compact state buffers. */
+static size_t state_part(const sdp_sync *s, int i, size_t *at, size_t *state) {
+    const sdp_bucket *b = run_at(s, i)->len ? bucket_of(s, i) : NULL;
+    *at = 0, *state = 0;
+    if (!b) return 0;
+    const size_t pos = s->grad_index[i] - b->start, end = pos + run_at(s, i)->len;
+    const size_t lo = pos > b->shard_lo ? pos : b->shard_lo;
+    const size_t hi = end < b->shard_hi ? end : b->shard_hi;
+    if (hi <= lo) return 0;
+    *at = lo - pos;
+    *state = b->state_start + (lo - b->shard_lo);
+    return hi - lo;
+}
+
 int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool decay_all,
                       sdp_opt_segment **segs) {
     *segs = sdp_xmalloc(sizeof **segs * (size_t)(s->map->nruns + 1), "the optimizer's segments");
     int n = 0;
     for (int i = 0; i < s->map->nruns; i++) {
         const sdp_run *r = run_at(s, i);
-        if (!trained(s, r)) continue;
-        bool decay = decay_all || local->params[r->param].decay;
-        size_t g = s->grad_index[i];
+        size_t at, st;
+        const size_t len = trained(s, r) ? state_part(s, i, &at, &st) : 0;
+        if (len == 0) continue;
+        const bool decay = decay_all || local->params[r->param].decay;
+        const size_t p = r->local + at, g = s->grad_index[i] + at;
         sdp_opt_segment *last = n ? &(*segs)[n - 1] : NULL;
         /* Merge neighbours that are contiguous in every buffer: fewer, longer loops. */
-        if (last && last->decay == decay && last->offset + last->count == r->local &&
-            last->grad_offset + last->count == g) {
-            last->count += r->len;
+        if (last && last->decay == decay && last->offset + last->count == p &&
+            last->grad_offset + last->count == g && last->state_offset + last->count == st) {
+            last->count += len;
             continue;
         }
-        (*segs)[n++] = (sdp_opt_segment){r->local, r->len, decay, g, g};
+        (*segs)[n++] = (sdp_opt_segment){p, len, decay, g, st};
     }
     return n;
 }
@@ -319,6 +395,8 @@ static size_t use_device_publishing(sdp_sync *s) {
 void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be) {
     s->be = be;
     if (!on_device(s)) return;
+    SDP_CHECK(!s->zero, "--zero 1 shards optimizer state in host memory only: use --zero 0 on a "
+                        "device, or --device cpu");
     size_t largest_staged = 0;
     /* Buckets are opened in group order on every rank, as their MPI communicators were made. */
     for (int b = 0; b < s->nbuckets; b++) {
@@ -353,7 +431,15 @@ static void count_ring_allreduce(sdp_sync *s, size_t elems, int members) {
 static void start_bucket(sdp_sync *s, sdp_bucket *b, float *grads) {
     if (b->started || !reduced(b) || staged(s, b)) return;
     b->started = true;
+    /* --zero 1: a ring reduce-scatter and, after the update, a ring all-gather each move
+     * (k - 1) / k of the bucket each way, together what one ring all-reduce moves: counted here
+     * once for both, so the bytes sdp plan predicts are the same with and without it. */
     count_ring_allreduce(s, b->count, b->nmembers);
+    if (s->zero) {
+        MPI_Ireduce_scatter(MPI_IN_PLACE, grads + b->start, b->shard_counts, MPI_FLOAT, MPI_SUM,
+                            b->comm, &b->reqs[b->nreq++]);
+        return;
+    }
     if (b->dev) {
         s->be->allreduce_start(s->be, b->dev, grads + b->start, b->count);
         return;
@@ -420,7 +506,11 @@ void sdp_sync_grads_end(sdp_sync *s, float *grads) {
         if (staged(s, bk)) reduce_staged(s, bk, grads);
         if (bk->nreq > 0) MPI_Waitall(bk->nreq, bk->reqs, MPI_STATUSES_IGNORE);
         bk->nreq = 0;
-        scale(s, grads + bk->start, bk->count, 1.0f / (float)bk->nmembers);
+        float *own = grads + bk->start + bk->shard_lo;
+        const size_t n = bk->shard_hi - bk->shard_lo;
+        /* An in-place reduce-scatter leaves a member's sum at the start of the region. */
+        if (s->zero) memmove(own, grads + bk->start, n * sizeof(float));
+        scale(s, own, n, 1.0f / (float)bk->nmembers);
     }
 }
 
@@ -433,8 +523,10 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
     double local = 0;
     for (int b = 0; b < s->nbuckets; b++) {
         const sdp_bucket *bk = &s->buckets[b];
-        /* each of the group's owners holds the same gradient */
-        local += sumsq(s, grads + bk->start, bk->count) / bk->nmembers;
+        if (s->zero) /* each element lies in one owner's shard */
+            local += sumsq(s, grads + bk->start + bk->shard_lo, bk->shard_hi - bk->shard_lo);
+        else /* each of the group's owners holds the same gradient */
+            local += sumsq(s, grads + bk->start, bk->count) / bk->nmembers;
     }
     /* Gather and add in rank order so every rank computes the bitwise same norm. */
     double *all = sdp_xmalloc(sizeof(double) * (size_t)s->world, "every rank's gradient norm");
@@ -446,6 +538,34 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
 }
 
 /* ---- parameters ----------------------------------------------------------------------------- */
+
+/* Copies a bucket's parameters between params (at their local offsets) and the bucket's region
+ * (at their compact places): into the region those inside [lo, hi) of it, or back all of them. */
+static void bucket_params(const sdp_sync *s, const sdp_bucket *b, float *params, float *region,
+                          bool into_region, size_t lo, size_t hi) {
+    for (size_t pos = 0, j = 0; j < (size_t)b->nruns; pos += run_at(s, b->runs[j])->len, j++) {
+        const sdp_run *r = run_at(s, b->runs[j]);
+        const size_t a = pos > lo ? pos : lo, e = pos + r->len < hi ? pos + r->len : hi;
+        if (!into_region)
+            memcpy(params + r->local, region + pos, r->len * sizeof(float));
+        else if (e > a)
+            memcpy(region + a, params + r->local + (a - pos), (e - a) * sizeof(float));
+    }
+}
+
+void sdp_sync_share_updates(sdp_sync *s, float *params, float *grads) {
+    if (!s->zero) return;
+    for (int b = 0; b < s->nbuckets; b++) {
+        sdp_bucket *bk = &s->buckets[b];
+        if (!reduced(bk)) continue;
+        float *region = grads + bk->start;
+        bucket_params(s, bk, params, region, true, bk->shard_lo, bk->shard_hi);
+        /* The bytes were counted with the reduce-scatter (start_bucket). */
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, bk->shard_counts,
+                       bk->shard_displs, MPI_FLOAT, bk->comm);
+        bucket_params(s, bk, params, region, false, 0, bk->count);
+    }
+}
 
 /* Runs of one plan group present in this worker's map, in global order (malloc'd). */
 static int *runs_of_group(const sdp_sync *s, int group, int *n) {
@@ -534,41 +654,105 @@ static size_t part_in_range(const sdp_run *r, size_t lo, size_t hi, size_t *firs
     return b > a ? b - a : 0;
 }
 
-static size_t run_in_range(const sdp_sync *s, int i, size_t lo, size_t hi, size_t *first) {
-    return part_in_range(run_at(s, i), lo, hi, first);
+/* Every piece this worker provides in a gather, as fn(ctx, its first global element, its length,
+ * its place in the local buffer): the runs it provides (sdp_sync_provides), or under --zero 1 for
+ * optimizer state the parts of its trained runs inside its shards. */
+static void for_each_provided(const sdp_sync *s, bool state_compact,
+                              void (*fn)(void *ctx, size_t global, size_t len, size_t from),
+                              void *ctx) {
+    for (int i = 0; i < s->map->nruns; i++) {
+        const sdp_run *r = run_at(s, i);
+        if (state_compact && s->zero) {
+            size_t at, st;
+            const size_t len = trained(s, r) ? state_part(s, i, &at, &st) : 0;
+            if (len) fn(ctx, r->global + at, len, st);
+        } else if (provides(s, i, state_compact)) {
+            fn(ctx, r->global, r->len, local_index(s, i, state_compact));
+        }
+    }
+}
+
+/* What a worker sends of [lo, hi): counted, or packed as (offset in the range, length) pairs and
+ * values when pairs is not NULL. */
+typedef struct {
+    size_t lo, hi;
+    const float *local;
+    uint64_t *pairs;
+    float *vals;
+    int np;
+    size_t nv;
+} range_pack;
+
+static void pack_piece(void *ctx, size_t global, size_t len, size_t from) {
+    range_pack *c = ctx;
+    const sdp_run piece = {.global = global, .len = len};
+    size_t first;
+    const size_t n = part_in_range(&piece, c->lo, c->hi, &first);
+    if (n == 0) return;
+    if (c->pairs) {
+        c->pairs[2 * c->np] = first - c->lo;
+        c->pairs[2 * c->np + 1] = n;
+        memcpy(c->vals + c->nv, c->local + from + (first - global), n * sizeof(float));
+    }
+    c->np++;
+    c->nv += n;
+}
+
+static int walk_range(const sdp_sync *s, const float *local, bool state_compact, size_t lo,
+                      size_t hi, uint64_t *pairs, float *vals, size_t *nvals) {
+    range_pack c = {lo, hi, local, pairs, vals, 0, 0};
+    for_each_provided(s, state_compact, pack_piece, &c);
+    *nvals = c.nv;
+    return c.np;
+}
+
+/* A sync of `rank`'s buckets and compact layout without communicators or buffers, for questions
+ * asked from the plan and a map alone. */
+static void sync_of(sdp_sync *s, const sdp_plan *p, const sdp_subnet_map *map, int rank,
+                    sdp_mem *dry) {
+    int nparams = 0;
+    for (int i = 0; i < map->nruns; i++)
+        if (map->runs[i].param + 1 > nparams) nparams = map->runs[i].param + 1;
+    int *layer_of = sdp_xcalloc((size_t)nparams + 1, sizeof(int), "the tensors' layers");
+    sync_init(s, p, map, layer_of, rank, p->cfg.world, dry, true);
+    free(layer_of);
 }
 
 int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, int rank,
                           bool state_compact, size_t lo, size_t hi, size_t *nvals) {
-    int np = 0;
-    size_t nv = 0, first;
-    for (int i = 0; i < map->nruns; i++) {
-        const sdp_run *r = &map->runs[i];
-        const size_t len =
-            sdp_sync_provides(p, r, rank, state_compact) ? part_in_range(r, lo, hi, &first) : 0;
-        np += len > 0;
-        nv += len;
-    }
-    *nvals = nv;
+    sdp_mem dry = {.dry = true};
+    sdp_sync s;
+    sync_of(&s, p, map, rank, &dry);
+    const int np = walk_range(&s, NULL, state_compact, lo, hi, NULL, NULL, nvals);
+    sdp_sync_free(&s);
     return np;
 }
 
-/* Packs what this rank provides of [lo, hi) as (offset in the range, length) pairs and values,
- * as many as sdp_sync_gather_count counts. */
-static void pack_range(const sdp_sync *s, const float *local, bool state_compact, size_t lo,
-                       size_t hi, uint64_t *pairs, float *vals) {
-    int np = 0;
-    size_t nv = 0;
-    for (int i = 0; i < s->map->nruns; i++) {
-        size_t first, len = provides(s, i, state_compact) ? run_in_range(s, i, lo, hi, &first) : 0;
-        if (len == 0) continue;
-        const size_t from = local_index(s, i, state_compact) + (first - run_at(s, i)->global);
-        pairs[2 * np] = first - lo;
-        pairs[2 * np + 1] = len;
-        memcpy(vals + nv, local + from, len * sizeof(float));
-        np++;
-        nv += len;
+typedef struct {
+    void (*fn)(void *ctx, size_t global, size_t len);
+    void *ctx;
+} provided_fn;
+
+static void call_provided(void *ctx, size_t global, size_t len, size_t from) {
+    (void)from;
+    const provided_fn *c = ctx;
+    c->fn(c->ctx, global, len);
+}
+
+void sdp_sync_provided(const sdp_plan *p, const sdp_subnet_map *map, int rank, bool state_compact,
+                       void (*fn)(void *ctx, size_t global, size_t len), void *ctx) {
+    if (!(state_compact && p->cfg.zero)) { /* whole runs: no layout needed */
+        for (int i = 0; i < map->nruns; i++)
+            if (sdp_sync_provides(p, &map->runs[i], rank, state_compact))
+                fn(ctx, map->runs[i].global, map->runs[i].len);
+        return;
     }
+    sdp_mem dry = {.dry = true};
+    sdp_sync s;
+    sync_of(&s, p, map, rank, &dry);
+    provided_fn c = {fn, ctx};
+    for_each_provided(&s, state_compact, call_provided, &c);
+    sdp_sync_free(&s);
 }
 
 /* Displacements of a gather from per-rank counts; returns the total. */
@@ -591,10 +775,10 @@ void sdp_sync_gather_range(sdp_sync *s, const float *local, bool state_compact, 
                            size_t hi, float *out, sdp_mem *io) {
     SDP_ASSERT(lo <= hi && hi - lo <= SDP_SYNC_GATHER_MAX);
     size_t nv;
-    const int np = sdp_sync_gather_count(s->plan, s->map, s->rank, state_compact, lo, hi, &nv);
+    const int np = walk_range(s, NULL, state_compact, lo, hi, NULL, NULL, &nv);
     uint64_t *pairs = sdp_alloc(io, SDP_MEM_BUFFERS, sizeof(uint64_t) * 2 * ((size_t)np + 1));
     float *vals = sdp_alloc(io, SDP_MEM_BUFFERS, sizeof(float) * (nv + 1));
-    pack_range(s, local, state_compact, lo, hi, pairs, vals);
+    walk_range(s, local, state_compact, lo, hi, pairs, vals, &nv);
     const int mine[2] = {2 * np, (int)nv};
     const int W = s->world;
     /* Rank 0's counts: (pairs, values) per rank as gathered, then pair counts, value counts and
@@ -640,8 +824,14 @@ void sdp_sync_for_each_run(const sdp_sync *s, float *local, bool state_compact,
                            void (*fn)(void *ctx, size_t global, size_t len, float *dst),
                            void *ctx) {
     for (int i = 0; i < s->map->nruns; i++) {
-        if (state_compact && !trained(s, run_at(s, i))) continue;
-        fn(ctx, run_at(s, i)->global, run_at(s, i)->len, local + local_index(s, i, state_compact));
+        const sdp_run *r = run_at(s, i);
+        if (!state_compact) {
+            fn(ctx, r->global, r->len, local + r->local);
+            continue;
+        }
+        size_t at, st;
+        const size_t len = trained(s, r) ? state_part(s, i, &at, &st) : 0;
+        if (len) fn(ctx, r->global + at, len, local + st);
     }
 }
 
@@ -670,6 +860,7 @@ void sdp_sync_check_replicas(sdp_sync *s, const float *params, const float *m, c
             int i = bk->runs[j];
             size_t len = run_at(s, i)->len * sizeof(float);
             h = fnv1a(h, params + run_at(s, i)->local, len);
+            if (s->zero) continue; /* each state element lives in one shard: nothing to compare */
             if (m) h = fnv1a(h, m + s->grad_index[i], len);
             if (v) h = fnv1a(h, v + s->grad_index[i], len);
         }

@@ -125,30 +125,46 @@ typedef struct {
     int n;
 } sent_runs;
 
+typedef struct {
+    size_t global, len;
+} piece;
+
 static int by_global(const void *a, const void *b) {
-    const size_t x = ((const sdp_run *)a)->global, y = ((const sdp_run *)b)->global;
+    const size_t x = ((const piece *)a)->global, y = ((const piece *)b)->global;
     return (x > y) - (x < y);
+}
+
+typedef struct {
+    piece *p;
+    int n, cap;
+} pieces;
+
+static void add_piece(void *ctx, size_t global, size_t len) {
+    pieces *ps = ctx;
+    if (len == 0) return;
+    if (ps->n == ps->cap) {
+        ps->cap = ps->cap ? 2 * ps->cap : 64;
+        ps->p = sdp_xrealloc(ps->p, sizeof *ps->p * (size_t)ps->cap, "the runs a rank sends");
+    }
+    ps->p[ps->n++] = (piece){global, len};
 }
 
 static sent_runs sent_runs_of(const sdp_plan *p, const sdp_subnet_map *map, int rank,
                               bool state_compact) {
     const char *what = "the runs a rank sends";
-    sdp_run *sorted = sdp_xmalloc(sizeof *sorted * ((size_t)map->nruns + 1), what);
-    sent_runs s = {sdp_xmalloc(sizeof(size_t) * ((size_t)map->nruns + 1), what),
-                   sdp_xmalloc(sizeof(size_t) * ((size_t)map->nruns + 1), what),
-                   sdp_xmalloc(sizeof(size_t) * ((size_t)map->nruns + 2), what), 0};
-    int n = 0;
-    for (int i = 0; i < map->nruns; i++)
-        if (map->runs[i].len > 0 && sdp_sync_provides(p, &map->runs[i], rank, state_compact))
-            sorted[n++] = map->runs[i];
-    qsort(sorted, (size_t)n, sizeof *sorted, by_global);
+    pieces ps = {0};
+    sdp_sync_provided(p, map, rank, state_compact, add_piece, &ps);
+    const int n = ps.n;
+    sent_runs s = {sdp_xmalloc(sizeof(size_t) * ((size_t)n + 1), what),
+                   sdp_xmalloc(sizeof(size_t) * ((size_t)n + 1), what),
+                   sdp_xmalloc(sizeof(size_t) * ((size_t)n + 2), what), n};
+    if (n) qsort(ps.p, (size_t)n, sizeof *ps.p, by_global);
     s.before[0] = 0;
     for (int j = 0; j < n; j++) {
-        s.start[j] = sorted[j].global, s.end[j] = sorted[j].global + sorted[j].len;
-        s.before[j + 1] = s.before[j] + sorted[j].len;
+        s.start[j] = ps.p[j].global, s.end[j] = ps.p[j].global + ps.p[j].len;
+        s.before[j + 1] = s.before[j] + ps.p[j].len;
     }
-    s.n = n;
-    free(sorted);
+    free(ps.p);
     return s;
 }
 
@@ -279,7 +295,11 @@ typedef struct {
     int first[NKINDS], nwin[NKINDS]; /* window ids of each kind: [first, first + nwin) */
     block_span *spans;               /* non-empty blocks, ascending */
     int nspans;
-    rank_window *rw;      /* [rank * NKINDS + kind] */
+    rank_window *rw; /* [rank * NKINDS + kind] */
+    /* --zero 1, optimizer state: per bucket (an owner group, or ngroups: every worker's), its
+     * trained elements and how many of them the sweep has passed */
+    const sdp_plan *p;
+    size_t *count, *cursor;
     int *np_all, *np0;    /* per window id: pieces from every rank, and from rank 0 */
     size_t *nv_all, *nv0; /* values */
 } run_sweep;
@@ -305,12 +325,47 @@ static void sweep_grid(run_sweep *s, int kind, int first, size_t base, size_t en
     }
 }
 
-/* A run [a, a + len) that `rank` sends; runs come in ascending order. */
-static void sweep_run(run_sweep *s, size_t a, size_t len, int rank, bool buffer) {
+static int sends(const sdp_plan *p, int unit) {
+    return unit < 0 ? 0 : p->groups[p->units[unit].owner_group].publisher;
+}
+
+/* The bucket of unit u's runs (-1: shared): its owner group's, or every worker's (ngroups). */
+static int bucket_of_unit(const sdp_plan *p, int u) {
+    if (u < 0) return p->ngroups;
+    const int g = p->units[u].owner_group;
+    return p->groups[g].nmembers == p->cfg.world ? p->ngroups : g;
+}
+
+/* --zero 1: the optimizer state of a trained run [a, a + len) of unit u comes from the members
+ * whose shards of its bucket hold it (the bucket's runs lie in ascending global order, as the
+ * sweep meets them). */
+static void sweep_shards(run_sweep *s, size_t a, size_t len, int u) {
+    const int b = bucket_of_unit(s->p, u);
+    const sdp_owner_group *og = b < s->p->ngroups ? &s->p->groups[b] : NULL;
+    const int k = og ? og->nmembers : s->world;
+    const size_t count = s->count[b], pos = s->cursor[b], end = pos + len;
+    s->cursor[b] = end;
+    size_t at = pos;
+    for (int j = (int)(pos * (size_t)k / count); at < end; j++) { /* shard j starts at or before */
+        size_t lo, hi;
+        sdp_sync_shard(count, k, j, &lo, &hi);
+        if (hi <= at) continue;
+        const size_t e = hi < end ? hi : end;
+        sweep_grid(s, WIN_STATE, s->first[WIN_STATE], 0, SIZE_MAX, a + (at - pos), a + (e - pos),
+                   og ? og->members[j] : j);
+        at = e;
+    }
+}
+
+/* A run [a, a + len) of unit u (-1: shared) that `rank` sends; runs come in ascending order. */
+static void sweep_run(run_sweep *s, size_t a, size_t len, int u, bool buffer) {
     if (len == 0) return;
     const size_t b = a + len;
+    const int rank = sends(s->p, u);
     if (s->on[WIN_PARAMS]) sweep_grid(s, WIN_PARAMS, s->first[WIN_PARAMS], 0, SIZE_MAX, a, b, rank);
-    if (s->on[WIN_STATE] && !buffer)
+    if (s->on[WIN_STATE] && !buffer && s->p->cfg.zero)
+        sweep_shards(s, a, len, u);
+    else if (s->on[WIN_STATE] && !buffer)
         sweep_grid(s, WIN_STATE, s->first[WIN_STATE], 0, SIZE_MAX, a, b, rank);
     if (s->on[WIN_BLOCK]) {
         int lo = 0, hi = s->nspans; /* the last span starting at or before a */
@@ -326,21 +381,17 @@ static void sweep_run(run_sweep *s, size_t a, size_t len, int rank, bool buffer)
     }
 }
 
-static int sends(const sdp_plan *p, int unit) {
-    return unit < 0 ? 0 : p->groups[p->units[unit].owner_group].publisher;
-}
-
 /* The runs of full tensor i, in ascending order (sdp_subnet_map_build cuts every worker's the
  * same way). */
 static void sweep_param(run_sweep *s, const sdp_plan *p, const sdp_layout *full, int i) {
     const sdp_param *fp = &full->params[i];
     if (fp->block < 0) {
-        sweep_run(s, fp->offset, fp->numel, sends(p, sdp_plan_shared_unit(p, full, i)), fp->buffer);
+        sweep_run(s, fp->offset, fp->numel, sdp_plan_shared_unit(p, full, i), fp->buffer);
         return;
     }
     if (fp->group < 0 || p->cfg.unit == SDP_UNIT_BLOCK) {
         const int u = p->cfg.unit == SDP_UNIT_BLOCK ? sdp_plan_unit_of(p, fp->block, -1, 0) : -1;
-        sweep_run(s, fp->offset, fp->numel, sends(p, u), fp->buffer);
+        sweep_run(s, fp->offset, fp->numel, u, fp->buffer);
         return;
     }
     const sdp_group *fg = &full->blocks[fp->block].groups[fp->group];
@@ -353,7 +404,7 @@ static void sweep_param(run_sweep *s, const sdp_plan *p, const sdp_layout *full,
         for (int sg = 0; sg < fp->segments; sg++)
             for (int c = 0; c < nchunks; c++)
                 sweep_run(s, fp->offset + ((size_t)sg * seg_full + (size_t)c * chunk) * inner,
-                          chunk * inner, sends(p, first < 0 ? -1 : first + c), fp->buffer);
+                          chunk * inner, first < 0 ? -1 : first + c, fp->buffer);
         return;
     }
     const size_t rows = (size_t)fp->shape[0];
@@ -364,7 +415,7 @@ static void sweep_param(run_sweep *s, const sdp_plan *p, const sdp_layout *full,
             for (int c = 0; c < nchunks; c++)
                 sweep_run(
                     s, fp->offset + r * gcols + ((size_t)sg * seg_full + (size_t)c * chunk) * trail,
-                    chunk * trail, sends(p, first < 0 ? -1 : first + c), fp->buffer);
+                    chunk * trail, first < 0 ? -1 : first + c, fp->buffer);
 }
 
 typedef struct {
@@ -412,11 +463,23 @@ static int *sweep_order(const sdp_layout *full, const block_span *spans, int nsp
     return ok ? order : NULL;
 }
 
+/* Every bucket's trained elements (s->count; the last is every worker's), for --zero 1. */
+static void bucket_counts(run_sweep *s, const sdp_layout *full) {
+    const sdp_plan *p = s->p;
+    const char *what = "the buckets' sizes";
+    s->count = sdp_xcalloc((size_t)p->ngroups + 1, sizeof(size_t), what);
+    s->cursor = sdp_xcalloc((size_t)p->ngroups + 1, sizeof(size_t), what);
+    size_t *unit_elems = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
+    sdp_plan_unit_elems(p, full, true, unit_elems, &s->count[p->ngroups]);
+    for (int u = 0; u < p->nunits; u++) s->count[bucket_of_unit(p, u)] += unit_elems[u];
+    free(unit_elems);
+}
+
 static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     const sdp_layout *full = run->full;
     const sdp_plan *p = run->plan;
     const int world = p->cfg.world;
-    run_sweep s = {.world = world, .W = train_ckpt_window_floats(full->numel)};
+    run_sweep s = {.world = world, .W = train_ckpt_window_floats(full->numel), .p = p};
     const char *what = "predicting the checkpoint's gathers";
     s.spans = sdp_xmalloc(sizeof *s.spans * ((size_t)full->nblocks + 1), what);
     size_t *lo = sdp_xmalloc(sizeof *lo * ((size_t)full->nblocks + 1), what),
@@ -455,7 +518,9 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     s.nv0 = sdp_xcalloc((size_t)nwin + 1, sizeof(size_t), what);
     double *peak = sdp_xcalloc((size_t)world * NKINDS, sizeof(double), what);
     for (size_t i = 0; i < (size_t)world * NKINDS; i++) s.rw[i] = (rank_window){.cur = -1};
+    bucket_counts(&s, full);
     for (int j = 0; j < full->nparams; j++) sweep_param(&s, p, full, order[j]);
+    free(s.count), free(s.cursor);
     for (int r = 0; r < world; r++)
         for (int k = 0; k < NKINDS; k++) {
             rank_window *w = &s.rw[(size_t)r * NKINDS + k];

@@ -125,5 +125,6 @@ sdp_plan_cfg train_run_plan_config(const train_opts *o, int world, const sdp_lay
     c.owners = train_run_owners(o, world);
     c.chunks = o->sdp_chunks;
     c.seed = (uint64_t)(o->sdp_seed ? o->sdp_seed : o->seed);
+    c.zero = train_opts_zero(o);
     return c;
 }

@@ -90,6 +90,11 @@ const opt_spec TRAIN_OPTS[] = {
      "forward masking: none, inverse (scale kept branches by 1/C), or auto: inverse for neuron "
      "units on models without batch norm, else none (the choice docs/results.md supports)",
      0},
+    {"zero", OPT_INT, F(zero), "0",
+     "ZeRO stage: 0, or 1 (optimizer state sharded over each unit's owners: each keeps about 1/k "
+     "of it; gradients are reduce-scattered and updated parameters all-gathered, the same bytes "
+     "as the all-reduce; --device cpu)",
+     0},
     {"check-replicas", OPT_INT, F(check_replicas), "0",
      "every S steps, check that all owners of a unit hold identical state; 0 = never", 0},
     {"log-every", OPT_INT, F(log_every), "10", "steps between progress lines", 1},
@@ -135,7 +140,7 @@ bool train_opt_may_change_on_resume(const char *name) {
                                "resume",        "check-replicas", "sdp-mask",   "sdp-unit",
                                "sdp-owners",    "sdp-coverage",   "sdp-assign", "sdp-chunks",
                                "sdp-seed",      "branch-scale",   "device",     "precision",
-                               "stall-timeout", "reschedule",     "recompute"};
+                               "stall-timeout", "reschedule",     "recompute",  "zero"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(ok[i], name) == 0) return true;
     return false;
@@ -146,6 +151,24 @@ bool train_opts_recompute(const train_opts *o) {
     SDP_CHECK(strcmp(o->recompute, "layer") == 0, "unknown --recompute '%s': use none or layer",
               o->recompute);
     return true;
+}
+
+int train_opts_zero(const train_opts *o) {
+    SDP_CHECK(o->zero != 2,
+              "--zero 2 (sharded gradients) is not implemented yet: use --zero 1, which shards "
+              "the optimizer state");
+    SDP_CHECK(o->zero == 0 || o->zero == 1, "unknown --zero %d: use 0 or 1", o->zero);
+    return o->zero;
+}
+
+void train_opts_check_zero(const train_opts *o) {
+    if (train_opts_zero(o) == 0) return;
+    SDP_CHECK(strcmp(o->device, "cpu") == 0,
+              "--zero 1 shards optimizer state in host memory only: use --zero 0 with --device %s",
+              o->device);
+    SDP_CHECK(o->sim_world == 0,
+              "--zero 1 needs the other owners to all-gather each update, which a --sim-world run "
+              "does not have: use --zero 0");
 }
 
 sdp_precision train_opts_precision(const train_opts *o) {

@@ -31,6 +31,7 @@ typedef struct {
     char sdp_mask[OPT_STR_MAX], sdp_unit[OPT_STR_MAX], sdp_assign[OPT_STR_MAX];
     char branch_scale[OPT_STR_MAX];
     int sdp_owners, sdp_chunks, sdp_seed, check_replicas;
+    int zero; /* ZeRO stage: 0, or 1 (optimizer state sharded over each bucket's members) */
     double sdp_coverage;
     /* run */
     int log_every, val_every, val_batches, ckpt_every, stop_after, seed, threads;
@@ -55,6 +56,12 @@ void train_opts_check_precision(const train_opts *o);
 /* --recompute: whether training recomputes each layer's (block's) activations in the backward;
  * fails with one line on an unknown name. */
 bool train_opts_recompute(const train_opts *o);
+
+/* --zero as a ZeRO stage (0 or 1); fails with one line on 2 (not implemented) or anything else. */
+int train_opts_zero(const train_opts *o);
+/* Fails with one line where --zero 1 cannot run: off host memory (--device other than cpu), or a
+ * --sim-world worker, which has no owners to all-gather with. */
+void train_opts_check_zero(const train_opts *o);
 
 /* Options that a resumed run may change; every other one comes from the run's config.json. */
 bool train_opt_may_change_on_resume(const char *name);

@@ -62,7 +62,8 @@ static void load_data(trainer *t) {
 }
 
 /* The worker's subnetwork: its shape from the plan, its map onto the full model, the
- * owner-group communicators, and gradients and optimizer state for what it owns. */
+ * owner-group communicators, and gradients and optimizer state for what it owns (the state, under
+ * --zero 1, for its shard of each owner group's gradients only). */
 static void build_worker(trainer *t) {
     run_data_shape shape = {.vocab = train_batches_vocab(&t->data)};
     train_batches_image_shape(&t->data, &shape.channels, &shape.image_size, &shape.classes);
@@ -100,7 +101,7 @@ static void build_worker(trainer *t) {
     t->grads = train_device_alloc(t, SDP_MEM_GRADS, t->ngrads);
     t->model.ops->use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
     sdp_opt_cfg oc = optimizer_config(&t->o);
-    train_device_optim_init(t, &oc, t->sync.owned);
+    train_device_optim_init(t, &oc, t->sync.state); /* under --zero 1, its shards only */
     t->nsegs = sdp_sync_segments(&t->sync, t->model.layout, t->o.decay_all, &t->segs);
 }
 
@@ -194,6 +195,7 @@ trainer_step_result trainer_step(trainer *t) {
     const int span = t->o.schedule_steps > 0 ? t->o.schedule_steps : t->o.steps;
     r.lr = sdp_lr_at(t->step, t->o.warmup, span, (float)t->o.lr, (float)t->o.lr_min);
     train_device_optim_step(t, r.lr);
+    if (sync) sdp_sync_share_updates(&t->sync, m->params, t->grads); /* --zero 1 */
     train_device_sample_peak(t);
     if (t->plan.cfg.mask == SDP_MASK_BACKWARD && sync) sdp_sync_publish(&t->sync, m->params);
     sdp_watchdog_beat(t->watchdog);
