@@ -168,3 +168,28 @@ for N in 8 64 256 1024; do
     done
   done
 done
+
+echo
+echo "## (e) ZeRO stage 1 beside SDP and with it: the 1B model, fp32, batch 4 x 2048, N = 8, AdamW"
+echo
+echo "\`--zero 1\` shards the optimizer state over the workers that hold each parameter: all N under"
+echo "DDP, each unit's k owners under SDP. Changes are against plain DDP."
+echo
+echo "$MODES_HEAD"
+model=("${LLAMA1B[@]}" --dtype fp32 --world 8)
+row "DDP | 8 (1)" "$MODES_CELLS" ddp -- "${model[@]}"
+row "DDP + ZeRO-1 | 8 (1)" "$MODES_CELLS" -- "${model[@]}" --zero 1
+for mask in forward backward; do
+  for unit in block neuron; do
+    for zero in 0 1; do
+      label="$mask-$unit"
+      [ "$zero" = 1 ] && label="$label + ZeRO-1"
+      row "$label | 4 (0.5)" "$MODES_CELLS" -- "${model[@]}" --sdp-mask "$mask" --sdp-unit "$unit" \
+        --sdp-owners 4 --zero "$zero"
+    done
+  done
+done
+# And with activation recomputation, the lever for what dominates here.
+row "DDP + ZeRO-1 + recompute | 8 (1)" "$MODES_CELLS" -- "${model[@]}" --zero 1 --recompute layer
+row "forward-block + ZeRO-1 + recompute | 4 (0.5)" "$MODES_CELLS" -- "${model[@]}" \
+  --sdp-mask forward --sdp-unit block --sdp-owners 4 --zero 1 --recompute layer
