@@ -4,6 +4,7 @@
 # the model of docs/network.md) trained STEPS steps on tinyshakespeare by
 #   sdp-ddp               sdp, data parallelism (--sdp-mask none)
 #   sdp-ddp-recompute     the same with --recompute layer
+#   sdp-ddp-zero          the same with --zero 1 (ZeRO stage 1: optimizer state sharded over N)
 #   sdp-fwd               sdp forward masking, neuron units, C = 0.5
 #   sdp-fwd-recompute     the same with --recompute layer
 #   torch-ddp             PyTorch DistributedDataParallel + AdamW (bench/torch_peer.py)
@@ -70,6 +71,7 @@ SHAPE=(--layers "$LAYERS" --width "$WIDTH" --heads "$HEADS" --seq-len "$SEQ_LEN"
 FWD="--sdp-mask forward --sdp-unit neuron --sdp-coverage $COVERAGE"
 RUNS=("sdp-ddp:--sdp-mask none"
       "sdp-ddp-recompute:--sdp-mask none --recompute layer"
+      "sdp-ddp-zero:--sdp-mask none --zero 1"
       "sdp-fwd:$FWD"
       "sdp-fwd-recompute:$FWD --recompute layer"
       "torch-ddp:"
