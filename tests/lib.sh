@@ -11,6 +11,15 @@ FAILED=0
 pass() { PASSED=$((PASSED + 1)); echo "ok: $*"; }
 fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
 
+# train N DIR ARGS...: sdp train on N ranks (0: one process, without mpiexec) into DIR, with the
+# calling test's COMMON options first; its output goes to DIR.log.
+train() {
+  local n=$1 dir=$2; shift 2
+  local run=("$SDP_BIN")
+  [ "$n" -gt 0 ] && run=("$MPIEXEC" -n "$n" --oversubscribe "$SDP_BIN")
+  timeout 300 "${run[@]}" train "${COMMON[@]}" "$@" --out "$dir" --overwrite >"$dir.log" 2>&1
+}
+
 # expect_error "description" "needle" command...: the command must exit non-zero within 60 s,
 # print exactly one line to stderr that contains needle, and not crash (no signal exit).
 expect_error() {

@@ -28,14 +28,6 @@ strip() {
   sed -E 's/"(tokens_per_s|images_per_s|ms_[a-z_]+|elapsed_s|mem_bytes)":[^,}]*,?//g; s/,}/}/g' "$1"
 }
 
-# train N DIR ARGS...: sdp train on N ranks (0: one process, without mpiexec) into DIR.
-train() {
-  local n=$1 dir=$2; shift 2
-  local run=("$SDP_BIN")
-  [ "$n" -gt 0 ] && run=("$MPIEXEC" -n "$n" --oversubscribe "$SDP_BIN")
-  timeout 300 "${run[@]}" train "${COMMON[@]}" "$@" --out "$dir" --overwrite >"$dir.log" 2>&1
-}
-
 # same NAME N ARGS...: the run with --recompute none and layer; equal files, fewer activations on
 # every worker.
 same() {

@@ -22,14 +22,6 @@ GPT=(--model gpt --data "$WORK/text.txt" --layers 4 --heads 4 --width 32 --d-ff 
      --batch 2)
 COMMON=(--steps 20 --warmup 2 --log-every 1 --val-every 10 --val-batches 2 --threads 1 --seed 7)
 
-# train N DIR ARGS...: sdp train on N ranks (0: one process, without mpiexec) into DIR.
-train() {
-  local n=$1 dir=$2; shift 2
-  local run=("$SDP_BIN")
-  [ "$n" -gt 0 ] && run=("$MPIEXEC" -n "$n" --oversubscribe "$SDP_BIN")
-  timeout 300 "${run[@]}" train "${COMMON[@]}" "$@" --out "$dir" --overwrite >"$dir.log" 2>&1
-}
-
 # resume N DIR ARGS...: the run in DIR resumed on N ranks.
 resume() {
   local n=$1 dir=$2; shift 2

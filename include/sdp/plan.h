@@ -52,6 +52,10 @@ typedef struct {
     int publisher;
 } sdp_owner_group;
 
+/* Where rank stands among g's members (the order of the group's communicator), or -1 when it is
+ * not one: a binary search, as planners ask it of every group for each of N workers. */
+int sdp_owner_group_index(const sdp_owner_group *g, int rank);
+
 typedef struct {
     sdp_plan_cfg cfg;
     int nunits;

@@ -6,18 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Members ascend (sdp_plan_build): a binary search, as sdp plan asks this of every group for
- * every one of N workers. */
 static bool member(const sdp_owner_group *g, int rank) {
-    int lo = 0, hi = g->nmembers;
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (g->members[mid] < rank)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < g->nmembers && g->members[lo] == rank;
+    return sdp_owner_group_index(g, rank) >= 0;
 }
 
 /* The size of member j's shard of a bucket of `count` elements and k members: its optimizer
@@ -27,13 +17,6 @@ static size_t shard_elems(const sdp_plan *p, size_t count, int k, int j) {
     size_t lo, hi;
     sdp_sync_shard(count, k, j, &lo, &hi);
     return hi - lo;
-}
-
-/* Member j's index in a group: its place among the members (the communicator's order). */
-static int index_in(const sdp_owner_group *g, int rank) {
-    for (int i = 0; i < g->nmembers; i++)
-        if (g->members[i] == rank) return i;
-    return -1;
 }
 
 static uint64_t ring_bytes(size_t elems, int members) {
@@ -89,7 +72,8 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
     for (int g = 0; g < p->ngroups; g++) {
         const sdp_owner_group *og = &p->groups[g];
         if (og->nmembers != N && member(og, rank))
-            out->state_elems += shard_elems(p, group_elems[g], og->nmembers, index_in(og, rank));
+            out->state_elems +=
+                shard_elems(p, group_elems[g], og->nmembers, sdp_owner_group_index(og, rank));
     }
     free(group_elems);
 }

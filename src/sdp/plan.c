@@ -331,16 +331,25 @@ static bool movable(const sdp_owner_group *g, int N) {
     return g->nmembers < N && g->elems > 0;
 }
 
-static bool has_member(const sdp_owner_group *g, int rank) {
-    int lo = 0, hi = g->nmembers; /* members ascend */
+/* The index of x in the ascending a[0, n), or -1. */
+static int find_ascending(const int *a, int n, int x) {
+    int lo = 0, hi = n;
     while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (g->members[mid] < rank)
+        const int mid = (lo + hi) / 2;
+        if (a[mid] < x)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < g->nmembers && g->members[lo] == rank;
+    return lo < n && a[lo] == x ? lo : -1;
+}
+
+int sdp_owner_group_index(const sdp_owner_group *g, int rank) {
+    return find_ascending(g->members, g->nmembers, rank); /* members ascend */
+}
+
+static bool has_member(const sdp_owner_group *g, int rank) {
+    return sdp_owner_group_index(g, rank) >= 0;
 }
 
 static void move_group(balancer *b, int group, int to) {
@@ -536,16 +545,7 @@ void sdp_plan_free(sdp_plan *p) {
 
 bool sdp_plan_owns(const sdp_plan *p, int unit, int rank) {
     SDP_ASSERT(unit >= 0 && unit < p->nunits);
-    const int *o = p->units[unit].owners;
-    int lo = 0, hi = p->cfg.owners; /* owners are ascending: binary search */
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (o[mid] < rank)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < p->cfg.owners && o[lo] == rank;
+    return find_ascending(p->units[unit].owners, p->cfg.owners, rank) >= 0; /* owners ascend */
 }
 
 /* Units are listed in (block, group) order, so the first unit of a (block, group) is found by

@@ -47,9 +47,7 @@ static void sort_by_global(const sdp_subnet_map *map, int *runs, int n) {
 }
 
 static bool is_member(const sdp_owner_group *g, int rank) {
-    for (int i = 0; i < g->nmembers; i++)
-        if (g->members[i] == rank) return true;
-    return false;
+    return sdp_owner_group_index(g, rank) >= 0;
 }
 
 static int bucket_ready_after(const sdp_sync *s, const sdp_bucket *b, const int *layer_of) {
@@ -102,11 +100,7 @@ void sdp_sync_shard(size_t count, int k, int j, size_t *lo, size_t *hi) {
 /* This worker's index in a bucket's communicator: its place in the group's members, in whose
  * order MPI_Group_incl ranked the communicator, or its world rank in the shared bucket. */
 static int member_index(const sdp_sync *s, const sdp_bucket *b) {
-    if (b->group < 0) return s->rank;
-    const sdp_owner_group *g = &s->plan->groups[b->group];
-    for (int i = 0; i < g->nmembers; i++)
-        if (g->members[i] == s->rank) return i;
-    return -1;
+    return b->group < 0 ? s->rank : sdp_owner_group_index(&s->plan->groups[b->group], s->rank);
 }
 
 /* The optimizer state, bucket after bucket: each bucket's shard of it (all of it without --zero
