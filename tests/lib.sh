@@ -63,7 +63,10 @@ expect_job_error() {
 make_text() {
   local out=$1 bytes=${2:-60000}
   if [ -f "${SDP_TEST_TEXT:-}" ]; then head -c "$bytes" "$SDP_TEST_TEXT" >"$out"
-  else for i in $(seq 1 $((bytes / 40))); do echo "the quick brown fox $i jumps over dogs"; done >"$out"; fi
+  else # exactly $bytes bytes, as the shared text gives: every line is longer than 30 bytes
+    for i in $(seq 1 $((bytes / 30 + 1))); do echo "the quick brown fox $i jumps over dogs"; done >"$out"
+    truncate -s "$bytes" "$out"
+  fi
 }
 
 # checkpoint_whole WHAT DIR: DIR's last checkpoint loads and its CRCs verify (needs

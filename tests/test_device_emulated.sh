@@ -83,7 +83,7 @@ fi
 
 # A simulated worker on the emulated device holds, in the device's tally, the bytes `sdp plan`
 # predicts for its rank.
-"$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world 4 --sdp-mask forward --sdp-unit block --json \
+"$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world 4 --threads 1 --sdp-mask forward --sdp-unit block --json \
   >"$WORK/plan.json" 2>/dev/null || sed -n 1p "$WORK/plan.json"
 timeout 60 "$SDP_BIN" train "${GPT[@]}" --sdp-mask forward --sdp-unit block --sim-world 4 \
   --sim-rank 3 --device emulated --out "$WORK/sim" >"$WORK/sim.log" 2>&1 ||

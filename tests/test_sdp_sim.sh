@@ -12,7 +12,7 @@ RUN=(--steps 2 --val-every 0 --val-batches 1 --threads 1)
 check_memory() {
   local n=$1; shift
   local name="N=$n $*"
-  "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --json "$@" >"$WORK/plan.json" 2>&1 \
+  "$SDP_BIN" plan "${MODEL[@]}" --vocab 256 --world "$n" --threads 1 --json "$@" >"$WORK/plan.json" 2>&1 \
     || { fail "$name: plan failed"; cat "$WORK/plan.json"; return; }
   for ((r = 0; r < n; r++)); do
     timeout 120 "$SDP_BIN" train "${DATA[@]}" "${MODEL[@]}" "${RUN[@]}" --out "$WORK/sim$r" --overwrite \
