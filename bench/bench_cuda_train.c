@@ -20,8 +20,13 @@
  * of a worker before communication. A step is trainer_step (zero the gradients, forward,
  * backward, the global norm and clipping, AdamW on the device), then a wait for the device.
  *
+ * The timed steps run between cudaProfilerStart and cudaProfilerStop, so that ncu
+ * --profile-from-start off profiles them alone.
+ *
  * Without a CUDA device it prints "no CUDA device" and exits 0. */
 #include "train/trainer.h"
+
+#include <cuda_profiler_api.h>
 
 #include "sdp/backend.h"
 #include "sdp/bench.h"
@@ -318,6 +323,9 @@ int main(int argc, char **argv) {
     size_t used_peak = device_used();
     for (int s = -WARMUP_STEPS; s < o.steps; s++) {
         t.be->sync(t.be);
+        /* A profiler started with --profile-from-start off (scripts/gpu_check.sh profile) sees
+         * the timed steps alone: not the GEMM peaks, the set-up or the warm-up. */
+        if (s == 0) cudaProfilerStart();
         const double t0 = sdp_bench_now_ms();
         loss = trainer_step(&t).loss;
         t.be->sync(t.be);
@@ -325,6 +333,7 @@ int main(int argc, char **argv) {
         const size_t used = device_used();
         if (used > used_peak) used_peak = used;
     }
+    cudaProfilerStop();
     const double med = sdp_bench_median(ms, o.steps);
     printf("%d steps after %d warm-up: last loss %.3f, median step %.1f ms (fastest %.1f)\n",
            o.steps, WARMUP_STEPS, loss, med, ms[0]);

@@ -13,6 +13,7 @@
 #                                      what does not fit is listed as SKIP with the part to run
 #   bash scripts/gpu_check.sh test     the parity and training tests and compute-sanitizer
 #   bash scripts/gpu_check.sh bench    bench_cuda_train, bench/cuda_memory.sh, two ranks on one GPU
+#   bash scripts/gpu_check.sh profile  ncu over the bf16 GPT-2 step: device time per kernel
 #   bash scripts/gpu_check.sh ctest    the whole ctest suite (CPU tests too) against the GPU build
 #   bash scripts/gpu_check.sh build    configure and build only
 #
@@ -191,8 +192,8 @@ help | -h | --help)
     usage
     exit 0
     ;;
-all | test | bench | ctest | build) ;;
-*) die "unknown part '$MODE': stage, all, test, bench, ctest or build (see --help)" ;;
+all | test | bench | profile | ctest | build) ;;
+*) die "unknown part '$MODE': stage, all, test, bench, profile, ctest or build (see --help)" ;;
 esac
 [ "${SDP_GPU_CHECK_BUILD_ONLY:-0}" = 1 ] && MODE=build && SDP_GPU_CHECK_FORCE=1
 
@@ -291,6 +292,7 @@ part_of() {
     case "$1" in
     bench-* | cuda-memory | train-2ranks*) echo bench ;;
     ctest) echo ctest ;;
+    profile-*) echo profile ;;
     *) echo test ;;
     esac
 }
@@ -509,6 +511,50 @@ bench() { # bench PRECISION [--sim-world 8 --sim-rank 0]: GPT-2 124M, T = 1024, 
 
 cuda_memory() { no_device_skip bash bench/cuda_memory.sh "$BUILD"; }
 
+# Where the bf16 step's time goes: ncu times every kernel of the bench's timed steps (it brackets
+# them with cudaProfilerStart/Stop), one after another at the card's own clocks; the kernels are
+# summed per step by name, and cuBLAS's GEMMs apart from sdp's own kernels.
+profile() { # profile [BENCH ARGS...]
+    local ncu steps=2 csv=$WORK/logs/profile-ddp.csv # in logs.tar.gz, whole
+    [ $# -gt 0 ] && csv=$WORK/logs/profile-sdp.csv
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null) || {
+        echo "skip: ncu is not installed (Nsight Compute ships with the CUDA toolkit)"
+        return 77
+    }
+    "$ncu" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
+        --csv --page raw --print-units base "$BUILD/bench_cuda_train" --precision bf16 --batch 8 \
+        --steps "$steps" "$@" >"$csv" || return 1
+    grep -v '^"' "$csv" # the bench's own lines: its step times are the profiler's
+    python3 - "$csv" "$steps" <<'PY'
+import csv, re, sys
+from collections import defaultdict
+rows = list(csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')))
+steps = int(sys.argv[2])
+head, units = rows[0], rows[1]
+k = next(i for i, h in enumerate(head) if h in ("Kernel Name", "Function Name", "Name"))
+t = next(i for i, h in enumerate(head) if h.startswith("gpu__time_duration"))
+scales = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0}
+if units[t] not in scales:
+    print("ncu: unit %r of %s not known: taken as ns" % (units[t], head[t]))
+scale = scales.get(units[t], 1e-6)
+ms, calls = defaultdict(float), defaultdict(int)
+for r in rows[2:]:
+    name = re.sub(r"^void |[(<].*", "", r[k]).strip() or r[k]
+    ms[name] += float(r[t].replace(",", "")) * scale / steps
+    calls[name] += 1
+total = sum(ms.values())
+gemm = re.compile(r"gemm|nvjet|cutlass|xmma|gemv", re.I)
+g = sum(v for n, v in ms.items() if gemm.search(n))
+print("ncu: %d kernel launches per step; device time per step %.2f ms (the kernels alone, run one "
+      "after another)" % (sum(calls.values()) // steps, total))
+print("  cuBLAS GEMMs %.2f ms (%.1f%%), sdp's own kernels %.2f ms (%.1f%%)"
+      % (g, 100 * g / total, total - g, 100 * (total - g) / total))
+print("  %-58s %7s %9s %6s" % ("kernel", "calls", "ms/step", "share"))
+for n, v in sorted(ms.items(), key=lambda x: -x[1])[:20]:
+    print("  %-58s %7d %9.3f %5.1f%%" % (n[:58], calls[n] // steps, v, 100 * v / total))
+PY
+}
+
 # Two ranks on the one GPU (the staged reduction through host memory): a 4-layer GPT of width
 # 256, data parallel and SDP with forward masking, owners compared every 20 steps.
 train_2ranks() {
@@ -535,7 +581,7 @@ run_ctest() {
     ctest --output-on-failure --timeout 300 -j "${SDP_GPU_CHECK_CTEST_JOBS:-4}" ${SDP_GPU_CHECK_CTEST_ARGS:-}
 }
 
-export -f build sanitize no_device_skip bench cuda_memory train_2ranks run_ctest
+export -f build sanitize no_device_skip bench cuda_memory profile train_2ranks run_ctest
 export REPO BUILD WORK
 
 part_test() {
@@ -550,6 +596,10 @@ part_sanitize() {
     needs_build racecheck-ops && step racecheck-ops 240 sanitize racecheck test_backend_ops cuda
     needs_build memcheck-model && step memcheck-model 240 sanitize memcheck test_cuda_model
     needs_build test_cuda_memplan.sh && step test_cuda_memplan.sh 240 bash tests/gpu/test_cuda_memplan.sh
+}
+part_profile() {
+    needs_build profile-ddp-bf16 && step profile-ddp-bf16 150 profile
+    needs_build profile-sdp-bf16 && step profile-sdp-bf16 150 profile --sim-world 8 --sim-rank 0
 }
 part_bench() {
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
@@ -671,6 +721,7 @@ test)
     part_sanitize
     ;;
 bench) part_bench ;;
+profile) part_profile ;;
 ctest) needs_build ctest && step ctest "$BUDGET" run_ctest ;;
 all) # the most telling first: parity, speed, then what is slow or repeats
     needs_build backend-ops-cuda && step backend-ops-cuda 150 "$BUILD/test_backend_ops" cuda
@@ -685,6 +736,7 @@ all) # the most telling first: parity, speed, then what is slow or repeats
     needs_build train-2ranks && step train-2ranks 180 train_2ranks
     needs_build cuda-memory && step cuda-memory 300 cuda_memory
     part_sanitize
+    part_profile
     needs_build ctest && step ctest "$BUDGET" run_ctest
     ;;
 esac
