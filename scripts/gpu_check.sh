@@ -521,7 +521,8 @@ profile() { # profile [BENCH ARGS...]
         echo "skip: ncu is not installed (Nsight Compute ships with the CUDA toolkit)"
         return 77
     }
-    "$ncu" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
+    "$ncu" --profile-from-start off --clock-control none --replay-mode application \
+        --cache-control none --metrics gpu__time_duration.sum \
         --csv --page raw --print-units base "$BUILD/bench_cuda_train" --precision bf16 --batch 8 \
         --steps "$steps" "$@" >"$csv" || return 1
     grep -v '^"' "$csv" # the bench's own lines: its step times are the profiler's
@@ -736,7 +737,6 @@ all) # the most telling first: parity, speed, then what is slow or repeats
     needs_build train-2ranks && step train-2ranks 180 train_2ranks
     needs_build cuda-memory && step cuda-memory 300 cuda_memory
     part_sanitize
-    part_profile
     needs_build ctest && step ctest "$BUDGET" run_ctest
     ;;
 esac

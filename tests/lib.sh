@@ -86,3 +86,14 @@ finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]
 }
+
+# ddp_row_is_worker0 LOG: a data-parallel run's summary (LOG) compares its workers with a DDP row
+# counted apart (what data parallelism's largest worker holds): under --sdp-mask none that row
+# must be worker 0's, column for column, peak RSS aside (the DDP row has none). The columns are
+# fixed-width: a 12-character name, then 11 characters a column.
+ddp_row_is_worker0() {
+  local w d
+  w=$(grep -m1 '^  0  ' "$1") && d=$(grep -m1 '^  DDP  ' "$1") || { echo "no summary table in $1"; return 1; }
+  [ "${w:12:88}${w:111:11}" = "${d:12:88}${d:111:11}" ] && return 0
+  echo "worker 0 and the DDP row differ:"; echo "$w"; echo "$d"; return 1
+}

@@ -55,6 +55,12 @@ compare() {
 
 compare "1 rank" 1 "${GPT[@]}" --grad-accum 2
 compare "data parallelism, 2 ranks, sgd" 2 "${GPT[@]}" --model llama --optimizer sgd --lr 0.05
+# The summary's DDP row is counted in the bytes the worker rows are: the device's, on a device.
+for dev in cpu emulated emulated-shared; do
+  if ddp_row_is_worker0 "$WORK/data parallelism, 2 ranks, sgd-$dev.log"; then
+    pass "--device $dev, data parallelism: the summary's DDP row is worker 0's"
+  else fail "--device $dev, data parallelism: the summary's DDP row is not worker 0's"; fi
+done
 compare "backward block k=2 of 4" 4 "${GPT[@]}" --sdp-mask backward --sdp-unit block \
   --sdp-owners 2 --check-replicas 1
 compare "backward neuron k=1 of 3" 3 "${GPT[@]}" --sdp-mask backward --sdp-unit neuron \

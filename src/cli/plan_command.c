@@ -82,29 +82,10 @@ static bool on_cuda(const plan_opts *o) {
     return strcmp(o->t.device, "cuda") == 0;
 }
 
-/* The CUDA backend's attention and convolution scratch, for counting. */
-static size_t cuda_attention_scratch(const sdp_backend *be, int B, int T, int H, int hs) {
-    (void)be;
-    (void)hs;
-    return sdp_cuda_attention_scratch_bytes(B, T, H);
-}
-
-static size_t cuda_conv_scratch(const sdp_backend *be, const void *plan) {
-    (void)be;
-    (void)plan;
-    return 0; /* cuDNN's lives in the context's workspace */
-}
-
 /* A backend that allocates nothing and counts what the model would allocate on the device the
- * plan is for. The model code asks the backend for its scratch sizes and nothing else differs
- * between devices, so the CPU table with CUDA's two scratch sizes counts the CUDA worker. */
+ * plan is for. */
 static sdp_backend *counting_backend(const plan_opts *o, sdp_mem *dry) {
-    sdp_backend *be = sdp_backend_cpu(SDP_GEMM_DNNL, dry);
-    if (on_cuda(o)) {
-        be->attention_scratch_bytes = cuda_attention_scratch;
-        be->conv_scratch_bytes = cuda_conv_scratch;
-    }
-    return be;
+    return train_counting_backend(on_cuda(o), SDP_GEMM_DNNL, dry);
 }
 
 static sdp_opt_cfg opt_cfg_of(const plan_opts *o) {

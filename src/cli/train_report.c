@@ -4,10 +4,12 @@
 #include "train/eval_progress.h"
 #include "train/io_memplan.h"
 #include "train/run_history.h"
+#include "train/worker_count.h"
 #include "train_report.h"
 
 #include "sdp/check.h"
 #include "sdp/atomic_file.h"
+#include "sdp/cuda_scratch.h"
 #include "sdp/safetensors.h"
 
 #include <math.h>
@@ -242,11 +244,13 @@ static double ddp_eval_ckpt_bytes(const trainer *t) {
 
 /* What the largest data-parallel worker (rank 0) holds for the same model and batch: the same
  * allocation code run in counting mode, plus gradients, optimizer state, one bucket of the whole
- * model, and its checkpoint buffers. */
+ * model, and its checkpoint buffers. On the CUDA device it is counted as the worker rows are, in
+ * device bytes: CUDA's scratch sizes and the context's own, and no data (it stays on the host). */
 static void ddp_reference(const trainer *t, double *row) {
+    const bool cuda = strcmp(t->be->name, "cuda") == 0;
     sdp_mem dry = {.dry = true};
     sdp_model_config counted = t->cfg;
-    counted.backend = sdp_backend_cpu(t->gemm, &dry);
+    counted.backend = train_counting_backend(cuda, t->gemm, &dry);
     sdp_model m;
     train_run_family(&counted)->create(&m, &counted, NULL, t->data.B, t->data.T,
                                        SDP_MODEL_TRAIN_BARE);
@@ -257,7 +261,8 @@ static void ddp_reference(const trainer *t, double *row) {
     row[SDP_MEM_GRADS] = n * 4;
     row[SDP_MEM_OPTIM] = n * (double)sdp_optim_state_bytes_per_param(&t->opt.cfg);
     row[SDP_MEM_BUFFERS] = 0; /* buckets reduce in place */
-    row[SDP_MEM_DATA] = (double)t->mem.peak[SDP_MEM_DATA];
+    if (cuda) row[SDP_MEM_SCRATCH] += (double)sdp_cuda_context_scratch_bytes();
+    row[SDP_MEM_DATA] = (double)train_device_mem(t)->peak[SDP_MEM_DATA];
     row[COL_EVAL_CKPT] = ddp_eval_ckpt_bytes(t);
     row[COL_TOTAL] = row[COL_EVAL_CKPT];
     for (int c = 0; c < SDP_MEM_NCAT; c++) row[COL_TOTAL] += row[c];

@@ -5,11 +5,33 @@
 #include "run.h"
 
 #include "sdp/check.h"
+#include "sdp/cuda_scratch.h"
 #include "sdp/subnet.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+static size_t cuda_attention_scratch(const sdp_backend *be, int B, int T, int H, int hs) {
+    (void)be;
+    (void)hs;
+    return sdp_cuda_attention_scratch_bytes(B, T, H);
+}
+
+static size_t cuda_conv_scratch(const sdp_backend *be, const void *plan) {
+    (void)be;
+    (void)plan;
+    return 0; /* cuDNN's lives in the context's workspace */
+}
+
+sdp_backend *train_counting_backend(bool cuda, sdp_gemm_provider gemm, sdp_mem *dry) {
+    sdp_backend *be = sdp_backend_cpu(gemm, dry);
+    if (cuda) {
+        be->attention_scratch_bytes = cuda_attention_scratch;
+        be->conv_scratch_bytes = cuda_conv_scratch;
+    }
+    return be;
+}
 
 sdp_backend *train_worker_count_cpu(const void *ctx, sdp_mem *dry) {
     return sdp_backend_cpu(*(const sdp_gemm_provider *)ctx, dry);

@@ -8,6 +8,7 @@
 #ifndef SDP_TRAIN_WORKER_COUNT_H
 #define SDP_TRAIN_WORKER_COUNT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "sdp/backend.h"
@@ -23,6 +24,13 @@ typedef struct {
 
 /* A backend that allocates nothing and counts into dry (the caller's choice of device). */
 typedef sdp_backend *(*worker_count_backend)(const void *ctx, sdp_mem *dry);
+
+/* A backend that allocates nothing and counts into dry what a model allocates on the CUDA device
+ * (cuda) or on the host: the model asks its backend for scratch sizes and nothing else differs
+ * between devices, so the CPU table with CUDA's attention and convolution scratch sizes counts a
+ * CUDA worker. The context's own scratch (sdp_cuda_context_scratch_bytes) is the caller's to add.
+ */
+sdp_backend *train_counting_backend(bool cuda, sdp_gemm_provider gemm, sdp_mem *dry);
 
 /* Worker `rank`'s model, built in counting mode (SDP_MODEL_TRAIN_BARE) on make(ctx)'s backend:
  * the reference that train_worker_count_all equals. */
