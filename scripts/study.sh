@@ -212,7 +212,7 @@ import json, sys
 mask, unit = sys.argv[1], sys.argv[2]
 for m in json.load(sys.stdin)["modes"]:
     if m["mask"] == mask and (mask == "none" or m["unit"] == unit) and m.get("fits"):
-        print(m["fit"]["width"])' "$mask" "$unit"
+        print(m["fit"].get("width", m["fit"].get("channels")))  # channels: the ResNet' "$mask" "$unit"
 }
 
 # The two SDP modes the GPT rows put forward: backward masking with neuron units (the lowest loss
