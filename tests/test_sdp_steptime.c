@@ -3,7 +3,8 @@
  * from the model's output. Collectives: a ring all-reduce, libnbc's binomial all-reduce across two
  * hosts, concurrent all-reduces sharing a link, the chain and ring broadcasts. Steps: data
  * parallelism's exposed sync, overlap with the backward, backward masking's compute and
- * publishing, and the publishing broadcasts' own transport rate. */
+ * publishing, the publishing broadcasts' own transport rate, and --zero 1's reduce-scatter,
+ * sharded optimizer and all-gather. */
 #include "testutil.h"
 
 #include "sdp/netcost.h"
@@ -46,6 +47,18 @@ static void test_ring_allreduce_one_group(void **state) {
     assert_close(sdp_net_ring_allreduce(&net, &alone), 0);
 }
 
+/* Its halves (--zero 1's sync and all-gather): (p-1)/p S/B + (p-1) alpha each. */
+static void test_ring_halves(void **state) {
+    (void)state;
+    const sdp_net net = net_of(8, 1, 0);
+    const int members[4] = {1, 3, 4, 6};
+    const double p = 4, S = 12 * MB;
+    const sdp_coll c = {members, 4, S};
+    const double half = (p - 1) / p * S / B_LINK + (p - 1) * ALPHA;
+    assert_close(sdp_net_ring_reduce_scatter(&net, &c), half);
+    assert_close(sdp_net_ring_allgather(&net, &c), half);
+}
+
 /* The same group inside one host: no link, no latency, each step moves S/p out of and S/p into
  * every rank's transport: 2(p-1) * 2 (S/p) / H. */
 static void test_ring_allreduce_within_a_host(void **state) {
@@ -70,6 +83,21 @@ static void test_mpi_allreduce_across_two_hosts(void **state) {
     double end;
     const double t = sdp_net_mpi_allreduce_together(&net, &c, 1, &end);
     assert_close(t, 3 * S / B_LINK + 2 * ALPHA + 4 * S / H_RATE);
+    assert_close(end, t);
+}
+
+/* The same setting, libnbc's reduce-scatter (--zero 1): the binomial reduce, 1->0 and 3->2 (S/H),
+ * then 2->0 (alpha + S/B + S/H); then rank 0 scatters S/4 to each of 1, 2 and 3 at once: 2 and 3
+ * across (alpha + (S/2)/B), 3S/4 out of rank 0's transport. 2 alpha + 1.5 S/B + 2.75 S/H. */
+static void test_mpi_reduce_scatter_across_two_hosts(void **state) {
+    (void)state;
+    const sdp_net net = net_of(4, 2, H_RATE);
+    const int everyone[4] = {0, 1, 2, 3};
+    const double S = 40 * MB;
+    const sdp_coll c = {everyone, 4, S};
+    double end;
+    const double t = sdp_net_mpi_reduce_scatter_together(&net, &c, 1, &end);
+    assert_close(t, 2 * ALPHA + 1.5 * S / B_LINK + 2.75 * S / H_RATE);
     assert_close(end, t);
 }
 
@@ -329,11 +357,47 @@ static void test_recompute_adds_forwards(void **state) {
     sdp_layout_free(&L);
 }
 
+/* --zero 1, data parallelism over 2 workers: the bucket's ring reduce-scatter is exposed after
+ * the backward, (1/2) 4 numel / B + alpha; each worker's optimizer sweeps its shard alone (the two
+ * shards partition the model); then, after the slower optimizer, the ring all-gather, the same
+ * time again. The wire moves what the all-reduce did: the step is the plain one plus the slower
+ * optimizer. */
+static void test_zero_step(void **state) {
+    (void)state;
+    sdp_layout L;
+    gpt_layout(&L, 2);
+    sdp_plan p;
+    const sdp_plan_cfg c = {
+        .mask = SDP_MASK_NONE, .unit = SDP_UNIT_BLOCK, .world = 2, .owners = 2, .zero = 1};
+    sdp_plan_build(&p, &c, &L);
+    sdp_steptime_cfg cfg = step_cfg(2, true);
+    cfg.mem_Bps = 1e11;
+    cfg.update_bytes = 16;
+    const double F = 3e9, flops[2] = {F, F}, n = (double)L.numel;
+    sdp_step_times t[2];
+    const double job = sdp_steptime_predict(&p, &L, flops, &cfg, t);
+    const double half = 0.5 * 4 * n / B_LINK + ALPHA;
+    assert_close(t[0].optimizer + t[1].optimizer, n * 16 / 1e11);
+    const double slower = fmax(t[0].optimizer, t[1].optimizer);
+    assert_true(slower < n * 16 / 1e11);
+    for (int r = 0; r < 2; r++) {
+        assert_close(t[r].exposed, half);
+        assert_close(t[r].gather, half);
+        assert_close(t[r].update, slower + half);
+        assert_close(t[r].step, F / 1e12 + 2 * half + slower);
+    }
+    assert_close(job, F / 1e12 + 2 * half + slower);
+    sdp_plan_free(&p);
+    sdp_layout_free(&L);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_allreduce_one_group),
+        cmocka_unit_test(test_ring_halves),
         cmocka_unit_test(test_ring_allreduce_within_a_host),
         cmocka_unit_test(test_mpi_allreduce_across_two_hosts),
+        cmocka_unit_test(test_mpi_reduce_scatter_across_two_hosts),
         cmocka_unit_test(test_mpi_allreduces_share_the_link),
         cmocka_unit_test(test_mpi_broadcast_chain),
         cmocka_unit_test(test_ring_broadcast),
@@ -343,6 +407,7 @@ int main(void) {
         cmocka_unit_test(test_recompute_adds_forwards),
         cmocka_unit_test(test_publish_transport_rate),
         cmocka_unit_test(test_mpi_steps_end_together),
+        cmocka_unit_test(test_zero_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,12 @@ typedef struct {
  * 2(n-1) alpha + 2(n-1)/n bytes/B. */
 double sdp_net_ring_allreduce(const sdp_net *net, const sdp_coll *c);
 
+/* Its two halves, each (n-1) of those steps: a ring reduce-scatter (NCCL's, and --zero 1's sync
+ * under NCCL), and a ring all-gather of shards of bytes/n (NCCL's; Open MPI 4.1 picks a ring or
+ * neighbour exchange for a large MPI_Allgatherv, which move the same bytes per rank). */
+double sdp_net_ring_reduce_scatter(const sdp_net *net, const sdp_coll *c);
+double sdp_net_ring_allgather(const sdp_net *net, const sdp_coll *c);
+
 /* A pipelined ring broadcast (NCCL) from root to every world rank: each hop's latency that
  * crosses hosts, plus the message once through the links (bytes/B) and, at each relaying rank,
  * in and out (2 bytes/H). */
@@ -53,5 +59,11 @@ double sdp_net_mpi_broadcast(const sdp_net *net, int root, double bytes);
  * collective runs at once and shares the links and the ranks' transports. ends[i] (may be NULL)
  * gets the time collective i finishes; returns when the last one does. */
 double sdp_net_mpi_allreduce_together(const sdp_net *net, const sdp_coll *c, int n, double *ends);
+
+/* The same for Open MPI's MPI_Ireduce_scatter (--zero 1's sync): libnbc reduces to group rank 0
+ * by the binomial tree of the all-reduce's first half, then scatters: rank 0 sends every other
+ * member its shard of bytes/n, all in one step. */
+double sdp_net_mpi_reduce_scatter_together(const sdp_net *net, const sdp_coll *c, int n,
+                                           double *ends);
 
 #endif

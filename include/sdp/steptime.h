@@ -22,7 +22,13 @@
  * worker's optimizer and outside any overlap. They are blocking calls, and may be given their own
  * transport rate (bcast_host_Bps): a rank inside a blocking MPI_Bcast drives its transfers without
  * pause, where the non-blocking all-reduces that net.host_Bps is fitted to advance only as the
- * library is polled and do their reductions and copies on the same CPU. */
+ * library is polled and do their reductions and copies on the same CPU.
+ *
+ * ZeRO stage 1 (the plan's cfg.zero). Each bucket's all-reduce becomes a reduce-scatter, issued
+ * and overlapped as the all-reduce was (NCCL: a ring's first half; Open MPI: libnbc's binomial
+ * reduce and a scatter from group rank 0). The optimizer sweeps the worker's shards alone. Then
+ * every bucket's blocking all-gather of the updated shards (sdp_sync_share_updates), one after
+ * another, after every worker's optimizer, before any publishing. */
 #ifndef SDP_STEPTIME_H
 #define SDP_STEPTIME_H
 
@@ -52,7 +58,9 @@ typedef struct {
     double exposed;   /* from the end of its backward to the end of the sync, waits included */
     double optimizer; /* its own optimizer sweep */
     double publish;   /* backward masking: the publishing broadcasts */
-    double update;    /* optimizer, then (publishing) the wait for the slowest one and publishing */
+    double gather;    /* --zero 1: the all-gathers of the updated shards */
+    double update;    /* optimizer, then (gathering or publishing) the wait for the slowest one,
+                         the all-gathers and publishing */
     double step;      /* forward + backward + exposed + update */
 } sdp_step_times;
 

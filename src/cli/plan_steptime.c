@@ -149,15 +149,18 @@ void plan_steptime_print(const sdp_steptime_cfg *cfg, const plan_calibration *ca
     print_row("slowest", slowest(t, world));
     print_row("DDP", ddp);
     printf("  step vs DDP: %.2fx; exposed: the wait for the gradient sync after the backward; "
-           "update: optimizer%s\n",
-           slowest(t, world)->step / ddp->step, t[0].publish > 0 ? " and publishing" : "");
+           "update: optimizer%s%s\n",
+           slowest(t, world)->step / ddp->step,
+           t[0].gather > 0 ? ", all-gathers of the updated shards (--zero 1)" : "",
+           t[0].publish > 0 ? " and publishing" : "");
 }
 
 void plan_steptime_json_fields(const sdp_step_times *t, double flops) {
     printf(", \"flops\": %.6g, \"forward_s\": %.6g, \"backward_s\": %.6g, \"exposed_s\": %.6g, "
-           "\"optimizer_s\": %.6g, \"publish_s\": %.6g, \"update_s\": %.6g, \"step_s\": %.6g",
-           flops, t->forward, t->backward, t->exposed, t->optimizer, t->publish, t->update,
-           t->step);
+           "\"optimizer_s\": %.6g, \"gather_s\": %.6g, \"publish_s\": %.6g, \"update_s\": %.6g, "
+           "\"step_s\": %.6g",
+           flops, t->forward, t->backward, t->exposed, t->optimizer, t->gather, t->publish,
+           t->update, t->step);
 }
 
 void plan_steptime_json_summary(const sdp_steptime_cfg *cfg, const plan_calibration *cal,

@@ -90,15 +90,29 @@ static int ceil_log2(int n) {
 
 /* ---- NCCL ------------------------------------------------------------------------------------ */
 
-double sdp_net_ring_allreduce(const sdp_net *net, const sdp_coll *c) {
-    if (c->n <= 1 || c->bytes <= 0) return 0;
+/* One step of a ring over the group: bytes/n along every edge. Every step of a ring's
+ * reduce-scatter and all-gather moves the same. */
+static double ring_step(const sdp_net *net, const sdp_coll *c) {
     step_load l;
     load_init(&l, net);
     for (int i = 0; i < c->n; i++)
         load_add(&l, c->members[i], c->members[(i + 1) % c->n], c->bytes / c->n);
-    const double step = load_time(&l); /* every step of the ring moves the same */
+    const double step = load_time(&l);
     load_free(&l);
-    return 2.0 * (c->n - 1) * step;
+    return step;
+}
+
+double sdp_net_ring_reduce_scatter(const sdp_net *net, const sdp_coll *c) {
+    if (c->n <= 1 || c->bytes <= 0) return 0;
+    return (c->n - 1) * ring_step(net, c);
+}
+
+double sdp_net_ring_allgather(const sdp_net *net, const sdp_coll *c) {
+    return sdp_net_ring_reduce_scatter(net, c); /* the same steps, the other way round */
+}
+
+double sdp_net_ring_allreduce(const sdp_net *net, const sdp_coll *c) {
+    return sdp_net_ring_reduce_scatter(net, c) + sdp_net_ring_allgather(net, c);
 }
 
 double sdp_net_ring_broadcast(const sdp_net *net, int root, double bytes) {
@@ -145,14 +159,20 @@ double sdp_net_mpi_broadcast(const sdp_net *net, int root, double bytes) {
                           : binomial_broadcast(net, root, bytes);
 }
 
-static int allreduce_steps(const sdp_coll *c) {
-    return c->n > 1 && c->bytes > 0 ? 2 * ceil_log2(c->n) : 0;
+/* libnbc's schedules, as steps of the whole group: the all-reduce's binomial reduce then binomial
+ * broadcast (2 ceil(log2 n) steps), or the reduce-scatter's binomial reduce then one scatter. */
+typedef enum { MPI_ALLREDUCE, MPI_REDUCE_SCATTER } mpi_coll_kind;
+
+static int coll_steps(const sdp_coll *c, mpi_coll_kind kind) {
+    if (c->n <= 1 || c->bytes <= 0) return 0;
+    return kind == MPI_ALLREDUCE ? 2 * ceil_log2(c->n) : ceil_log2(c->n) + 1;
 }
 
-/* Step j of libnbc's binomial all-reduce (group ranks v, root 0). Reduce steps j < log: the
- * ranks v = 2^j (mod 2^(j+1)) send their partial sums to v - 2^j. Broadcast steps r = j - log:
- * ranks v in [2^r, 2^(r+1)) receive the result from v - 2^r. */
-static void add_allreduce_step(step_load *l, const sdp_coll *c, int j) {
+/* Step j (group ranks v, root 0). Reduce steps j < log: the ranks v = 2^j (mod 2^(j+1)) send
+ * their partial sums to v - 2^j. All-reduce, broadcast steps r = j - log: ranks v in
+ * [2^r, 2^(r+1)) receive the result from v - 2^r. Reduce-scatter, step log: rank 0 sends each
+ * other rank its shard. */
+static void add_coll_step(step_load *l, const sdp_coll *c, int j, mpi_coll_kind kind) {
     const int log = ceil_log2(c->n);
     if (j < log) {
         const int half = 1 << j;
@@ -160,15 +180,20 @@ static void add_allreduce_step(step_load *l, const sdp_coll *c, int j) {
             load_add(l, c->members[v], c->members[v - half], c->bytes);
         return;
     }
+    if (kind == MPI_REDUCE_SCATTER) {
+        for (int v = 1; v < c->n; v++) load_add(l, c->members[0], c->members[v], c->bytes / c->n);
+        return;
+    }
     const int lo = 1 << (j - log);
     for (int v = lo; v < 2 * lo && v < c->n; v++)
         load_add(l, c->members[v - lo], c->members[v], c->bytes);
 }
 
-double sdp_net_mpi_allreduce_together(const sdp_net *net, const sdp_coll *c, int n, double *ends) {
+static double mpi_together(const sdp_net *net, const sdp_coll *c, int n, double *ends,
+                           mpi_coll_kind kind) {
     int steps = 0;
     for (int i = 0; i < n; i++) {
-        if (allreduce_steps(&c[i]) > steps) steps = allreduce_steps(&c[i]);
+        if (coll_steps(&c[i], kind) > steps) steps = coll_steps(&c[i], kind);
         if (ends) ends[i] = 0;
     }
     step_load l;
@@ -177,11 +202,20 @@ double sdp_net_mpi_allreduce_together(const sdp_net *net, const sdp_coll *c, int
     for (int j = 0; j < steps; j++) {
         load_clear(&l);
         for (int i = 0; i < n; i++)
-            if (j < allreduce_steps(&c[i])) add_allreduce_step(&l, &c[i], j);
+            if (j < coll_steps(&c[i], kind)) add_coll_step(&l, &c[i], j, kind);
         t += load_time(&l);
         for (int i = 0; i < n; i++)
-            if (ends && j == allreduce_steps(&c[i]) - 1) ends[i] = t;
+            if (ends && j == coll_steps(&c[i], kind) - 1) ends[i] = t;
     }
     load_free(&l);
     return t;
+}
+
+double sdp_net_mpi_allreduce_together(const sdp_net *net, const sdp_coll *c, int n, double *ends) {
+    return mpi_together(net, c, n, ends, MPI_ALLREDUCE);
+}
+
+double sdp_net_mpi_reduce_scatter_together(const sdp_net *net, const sdp_coll *c, int n,
+                                           double *ends) {
+    return mpi_together(net, c, n, ends, MPI_REDUCE_SCATTER);
 }

@@ -221,7 +221,7 @@ static int by_ready(const void *a, const void *b) {
  * whole backward, without overlap) and is free; a worker runs one at a time. Returns when the
  * last one ends. done is [world][nblocks + 1], end [world]. */
 static double sync_nccl(const sdp_steptime_cfg *cfg, const bucket_list *l, const double *done,
-                        const double *end, int nb, sdp_mem *mem) {
+                        const double *end, int nb, bool zero, sdp_mem *mem) {
     const int N = cfg->net.world;
     ready_key *order = sdp_alloc(mem, SDP_MEM_SCRATCH, ((size_t)l->n + 1) * sizeof(ready_key));
     double *free_at = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)N * sizeof(double));
@@ -242,7 +242,8 @@ static double sync_nccl(const sdp_steptime_cfg *cfg, const bucket_list *l, const
         double start = order[j].ready;
         for (int i = 0; i < c->n; i++)
             if (free_at[c->members[i]] > start) start = free_at[c->members[i]];
-        const double finish = start + sdp_net_ring_allreduce(&cfg->net, c);
+        const double finish = start + (zero ? sdp_net_ring_reduce_scatter(&cfg->net, c)
+                                            : sdp_net_ring_allreduce(&cfg->net, c));
         for (int i = 0; i < c->n; i++) free_at[c->members[i]] = finish;
         if (finish > last) last = finish;
     }
@@ -251,13 +252,14 @@ static double sync_nccl(const sdp_steptime_cfg *cfg, const bucket_list *l, const
     return last;
 }
 
-/* Open MPI over TCP: nothing moves between MPI calls, so every all-reduce starts when the
- * slowest backward ends and they all run together. */
-static double sync_mpi(const sdp_steptime_cfg *cfg, const bucket_list *l, double slowest,
+/* Open MPI over TCP: nothing moves between MPI calls, so every all-reduce (reduce-scatter under
+ * zero) starts when the slowest backward ends and they all run together. */
+static double sync_mpi(const sdp_steptime_cfg *cfg, const bucket_list *l, double slowest, bool zero,
                        sdp_mem *mem) {
     sdp_coll *c = sdp_alloc(mem, SDP_MEM_SCRATCH, ((size_t)l->n + 1) * sizeof(sdp_coll));
     for (int k = 0; k < l->n; k++) c[k] = l->b[k].c;
-    const double t = sdp_net_mpi_allreduce_together(&cfg->net, c, l->n, NULL);
+    const double t = zero ? sdp_net_mpi_reduce_scatter_together(&cfg->net, c, l->n, NULL)
+                          : sdp_net_mpi_allreduce_together(&cfg->net, c, l->n, NULL);
     sdp_free(mem, c);
     return slowest + t;
 }
@@ -281,12 +283,20 @@ static double publish_time(const sdp_plan *p, const sdp_steptime_cfg *cfg) {
     return t;
 }
 
+/* --zero 1: every bucket's blocking all-gather of the updated shards, in bucket order. */
+static double gather_time(const sdp_steptime_cfg *cfg, const bucket_list *l) {
+    double t = 0;
+    for (int k = 0; k < l->n; k++) t += sdp_net_ring_allgather(&cfg->net, &l->b[k].c);
+    return t;
+}
+
+/* Its own optimizer sweep: over what it owns, or under zero its shards of it. */
 static double optimizer_time(const sdp_plan *p, const sdp_layout *full, const sdp_steptime_cfg *cfg,
                              int r) {
     if (cfg->mem_Bps <= 0) return 0;
     sdp_worker_plan w;
     sdp_memplan_worker(p, full, r, &w);
-    return (double)w.owned * cfg->update_bytes / cfg->mem_Bps;
+    return (double)(p->cfg.zero ? w.state_elems : w.owned) * cfg->update_bytes / cfg->mem_Bps;
 }
 
 /* ---- the step -------------------------------------------------------------------------------- */
@@ -314,11 +324,12 @@ static double compute_all(const sdp_plan *p, const sdp_layout *full, const model
 }
 
 /* Exposed sync, update and step of every worker once the sync ends; returns the job's step.
- * Publishing waits for every worker's optimizer. */
+ * The all-gathers (zero) and publishing wait for every worker's optimizer. */
 static double finish_steps(const sdp_plan *p, const sdp_steptime_cfg *cfg, double sync_end,
-                           const double *end, sdp_step_times *out) {
+                           const double *end, double gather, sdp_step_times *out) {
     const int N = p->cfg.world;
     const bool publishes = p->cfg.mask == SDP_MASK_BACKWARD && N > 1;
+    const bool waits = (publishes || gather > 0) && N > 1;
     const double publish = publish_time(p, cfg);
     double max_opt = 0, job = 0;
     for (int r = 0; r < N; r++)
@@ -327,7 +338,8 @@ static double finish_steps(const sdp_plan *p, const sdp_steptime_cfg *cfg, doubl
         sdp_step_times *o = &out[r];
         o->exposed = N > 1 ? sync_end - end[r] : 0;
         o->publish = publish;
-        o->update = publishes ? max_opt + publish : o->optimizer;
+        o->gather = gather;
+        o->update = waits ? max_opt + gather + publish : o->optimizer;
         o->step = o->forward + o->backward + o->exposed + o->update;
         if (o->step > job) job = o->step;
     }
@@ -350,10 +362,11 @@ double sdp_steptime_predict(const sdp_plan *p, const sdp_layout *full, const dou
     const double slowest = compute_all(p, full, &s, flops, cfg, done, end, out);
     bucket_list l;
     buckets_build(&l, p, full, cfg->wire_bytes, &mem);
-    double sync_end = cfg->lib == SDP_COMM_NCCL ? sync_nccl(cfg, &l, done, end, nb, &mem)
-                                                : sync_mpi(cfg, &l, slowest, &mem);
+    const bool zero = p->cfg.zero && N > 1;
+    double sync_end = cfg->lib == SDP_COMM_NCCL ? sync_nccl(cfg, &l, done, end, nb, zero, &mem)
+                                                : sync_mpi(cfg, &l, slowest, zero, &mem);
     if (sync_end < slowest) sync_end = slowest; /* the norm's all-gather waits for everyone */
-    const double job = finish_steps(p, cfg, sync_end, end, out);
+    const double job = finish_steps(p, cfg, sync_end, end, zero ? gather_time(cfg, &l) : 0, out);
     sdp_free(&mem, l.b);
     sdp_free(&mem, l.everyone);
     sdp_free(&mem, done);
