@@ -23,7 +23,7 @@ def plan(mode, dim, value):
     a += ["--sdp-mask", mode["mask"], "--sdp-unit", mode["unit"], "--" + dim, str(value)]
     out = json.loads(subprocess.run([sdp, "plan", "--json"] + a, check=True,
                                     capture_output=True, text=True).stdout)
-    if mode["mask"] == "none":
+    if mode["mask"] == "none" and "--zero" not in a:  # the DDP row is plain DDP, zero aside
         return out["ddp"]["total"], 0, out["parameters"]
     totals = [w["total"] for w in out["workers"]]
     return max(totals), totals.index(max(totals)), out["parameters"]
@@ -51,6 +51,15 @@ PY
 
 GPT=(--model gpt --layers 4 --heads 4 --seq-len 32 --batch 2 --vocab 256 --threads 1)
 check_fit "gpt by width, N=4" 64MiB "${GPT[@]}" --world 4
+check_fit "gpt by width, N=4, --zero 1 --recompute layer" 64MiB "${GPT[@]}" --world 4 --zero 1 \
+  --recompute layer
+# --fit knows the levers: each widens the DDP model that fits, and the header names them.
+"$SDP_BIN" plan --fit 20MiB "${GPT[@]}" --world 4 >"$WORK/plain" 2>&1
+"$SDP_BIN" plan --fit 20MiB "${GPT[@]}" --world 4 --zero 1 >"$WORK/zero" 2>&1
+if [ "$(awk '$1 == "DDP" {print $2}' "$WORK/zero")" -gt "$(awk '$1 == "DDP" {print $2}' "$WORK/plain")" ] &&
+   grep -q -- '--zero 1: optimizer state sharded' "$WORK/zero"; then
+  pass "--fit --zero 1: a wider DDP model fits, and the header says why"
+else fail "--fit --zero 1: $(sed -n 1,3p "$WORK/zero")"; fi
 check_fit "gpt by width, N=8, C=0.25, random, --sdp-chunks 4" 96MiB "${GPT[@]}" --world 8 \
   --sdp-coverage 0.25 --sdp-assign random --sdp-chunks 4
 check_fit "llama by layers, N=4, --d-ff 96" 40MiB --model llama --heads 4 --width 64 --d-ff 96 \

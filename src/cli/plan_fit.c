@@ -402,8 +402,9 @@ static void print_point(const char *key, const fit_result *f, int m, const plan_
 
 static void print_json(const plan_fit_request *r, double limit, const fit_result *res, int n) {
     printf("{\n  \"fit_bytes\": %.0f,\n  \"fit_by\": \"%s\",\n  \"model\": \"%s\",\n  \"world\": "
-           "%d,\n  \"modes\": [\n",
-           limit, r->fit_by, r->t->model, r->world);
+           "%d,\n  \"zero\": %d,\n  \"recompute\": %s,\n  \"modes\": [\n",
+           limit, r->fit_by, r->t->model, r->world, train_opts_zero(r->t),
+           train_opts_recompute(r->t) ? "true" : "false");
     for (int i = 0; i < n; i++) {
         const fit_result *f = &res[i];
         printf("    {\"mode\": \"%s\", \"mask\": \"%s\", \"unit\": \"%s\", ", f->mode->name,
@@ -464,8 +465,11 @@ static void print_title(const plan_fit_request *r, double limit, const sdp_model
         printf(" | batch %d images", r->t->batch);
     else
         printf(" | batch %d x %d", r->t->batch, r->t->arch.seq_len);
-    printf(" | %s, %s, %d thread%s per worker\n", r->device, r->dtype, r->threads,
+    printf(" | %s, %s, %d thread%s per worker", r->device, r->dtype, r->threads,
            r->threads == 1 ? "" : "s");
+    if (train_opts_zero(r->t)) printf(" | --zero 1: optimizer state sharded in every mode");
+    if (train_opts_recompute(r->t)) printf(" | --recompute layer in every mode");
+    printf("\n");
 }
 
 static void print_table(const plan_fit_request *r, double limit, const sdp_model_config *base,
