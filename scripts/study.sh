@@ -34,6 +34,9 @@
 #               no SDP mode grown a channel step fits DDP's memory here (docs/results.md)
 #               Its runs are 5-9 minutes each: SEEDS=1 first gives every configuration's
 #               learning-rate grid, and a second pass adds seeds 2 and 3.
+#   gpt-levers  the reference GPT's DDP and forward/neuron C = 0.5 rows (best learning rate, seed
+#               1) again with --zero 1 --recompute layer: the losses and the memory of the levers
+#               measured, beside what study_report.py derives from sdp plan
 #
 # Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
 # FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
@@ -382,6 +385,24 @@ resnet() {
   [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "forward-block-c0.5-lr$LR" "ddp-lr$ddp_lr" 2345 "${fwd[@]}"
 }
 
+# The levers measured, not only planned: the reference GPT's DDP and forward/neuron C = 0.5 at
+# their best learning rates, seed 1, with --zero 1 and --recompute layer. The same training as the
+# rows of docs/study/gpt.tsv they repeat, in the memory sdp plan predicts (study_report.py sets
+# the two side by side).
+gpt_levers() {
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  local lrs=(5e-4 1e-3 2e-3) w=gpt-levers
+  local base=("${GPT_REF[@]}" --batch 3 --val-batches 200)
+  for mode in ddp forward-neuron; do
+    local prefix=$mode; [ "$mode" = ddp ] || prefix=$mode-c0.5
+    local lr; lr=$(best_lr gpt "$prefix" "${lrs[@]}")
+    [ -n "$lr" ] || { echo "$w: run 'scripts/study.sh gpt' first (no $prefix rows)"; continue; }
+    # shellcheck disable=SC2046
+    run $w "$prefix-lr$lr-zero1-recompute" 1 4 "${base[@]}" --lr "$lr" $(mode_flags "$mode" 0.5) \
+      --zero 1 --recompute layer
+  done
+}
+
 calibrate() {
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
   for seed in $SEEDS; do
@@ -403,7 +424,8 @@ for w in "$@"; do
     gpt-overfit3) gpt_overfit gpt-overfit3 3 ;;
     gpt-large) gpt_large ;;
     resnet) resnet ;;
-    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3, gpt-large or resnet" >&2
+    gpt-levers) gpt_levers ;;
+    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3, gpt-large, resnet or gpt-levers" >&2
        exit 1 ;;
   esac
   echo "== $w: $((SECONDS - t0)) s"

@@ -234,39 +234,125 @@ def time_block(workload, rows):
     return "\n".join(lines)
 
 
-def plan_total(workload, r, recompute):
+def plan_total(workload, r, recompute, zero=0):
     """The largest worker's total bytes that sdp plan predicts for row r's configuration (exact:
     tests/test_sdp_memplan.sh holds it to the measured bytes)."""
     import json
     args = [SDP_BIN, "plan", *TIME_MODELS[workload], "--layers", r["layers"], "--width",
             r["width"], "--world", r["N"], "--sdp-mask", r["mask"], "--val-batches", "200",
-            "--recompute", recompute, "--json"]
+            "--recompute", recompute, "--zero", str(zero), "--json"]
     if r["mask"] != "none":
         args += ["--sdp-unit", r["unit"], "--sdp-coverage", r["C"]]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     return max(w["total"] for w in json.loads(out)["workers"])
 
 
-def recompute_block(workload, rows):
-    """Each configuration run on several seeds, with --recompute layer: the same training bit for
-    bit (tests/test_recompute.sh), so the same losses, in less memory. The memory is the row's
-    measured total less what sdp plan says recomputation saves on its largest worker."""
+# The levers beside each configuration: (column, --recompute, --zero, point suffix).
+LEVERS = [("with --recompute layer", "layer", 0, " +recompute"),
+          ("with --zero 1", "none", 1, " +zero1"),
+          ("with both", "layer", 1, " +recompute +zero1")]
+
+
+def lever_points(workload, rows):
+    """Each configuration run on several seeds, and the same with each lever: (name, loss, MiB,
+    [MiB with each lever of LEVERS]). A lever's memory is the row's measured total less what
+    sdp plan says the lever saves on its largest worker; its loss is the row's."""
     groups = {n: rs for n, rs in by_config(rows).items() if len(rs) > 1}
-    out = ["| configuration | val loss | accounted MiB | with --recompute layer |",
-           "|---|---|---|---|"]
-    points = []
+    out = []
     for name, rs in groups.items():
         r0 = rs[0]
-        loss = statistics.mean(float(r["val_loss"]) for r in rs)
+        loss = statistics.mean(quality(r) for r in rs)
         mem = statistics.mean(float(r["total_bytes"]) for r in rs)
-        saved = plan_total(workload, r0, "none") - plan_total(workload, r0, "layer")
-        out.append(f"| {name} | {loss:.4f} | {mib(mem):.1f} | {mib(mem - saved):.1f} |")
-        points += [(mib(mem), loss, name), (mib(mem - saved), loss, name + " +recompute")]
+        plain = plan_total(workload, r0, "none")
+        out.append((name, loss, mib(mem),
+                    [mib(mem - (plain - plan_total(workload, r0, rc, z))) for _, rc, z, _ in LEVERS]))
+    return out
+
+
+def levers_checked(workload):
+    """The measured runs of docs/study/<workload>-levers.tsv (scripts/study.sh
+    <workload>-levers) beside the rows they repeat with the levers on: the same configuration and
+    seed in docs/study/<workload>.tsv, its name without the lever suffix."""
+    path = os.path.join(STUDY, workload + "-levers.tsv")
+    if not os.path.exists(path):
+        return ""
+    with open(path, newline="") as f:
+        runs = list(csv.DictReader(f, delimiter="\t"))
+    with open(os.path.join(STUDY, workload + ".tsv"), newline="") as f:
+        base = {(r["config"], r["seed"]): r for r in csv.DictReader(f, delimiter="\t")}
+    out = ["| measured run | seed | val loss | without the levers | accounted MiB | predicted |",
+           "|---|---|---|---|---|---|"]
+    for r in runs:
+        name = r["config"].replace("-zero1", "").replace("-recompute", "")
+        b = base.get((name, r["seed"]))
+        if not b:
+            continue
+        rc = "layer" if "-recompute" in r["config"] else "none"
+        z = 1 if "-zero1" in r["config"] else 0
+        predicted = float(b["total_bytes"]) - (plan_total(workload, b, "none") -
+                                               plan_total(workload, b, rc, z))
+        out.append(f"| {r['config']} | {r['seed']} | {float(r['val_loss']):.6f} | "
+                   f"{float(b['val_loss']):.6f} | {mib(float(r['total_bytes'])):.1f} | "
+                   f"{mib(predicted):.1f} |")
+    return ("\n\nMeasured, from `docs/study/" + workload + "-levers.tsv`: the levers on, beside the "
+            "same configuration and seed without them (`bash scripts/study.sh " + workload +
+            "-levers`).\n\n" + "\n".join(out))
+
+
+def levers_block(workload, rows):
+    """The configurations with activation recomputation, ZeRO stage 1 and both: the same
+    training (bit for bit under recomputation, tests/test_recompute.sh; up to floating-point
+    reordering under ZeRO-1, tests/test_zero.sh), so the same losses, in less memory."""
+    pts = lever_points(workload, rows)
+    out = ["| configuration | val loss | accounted MiB | " + " | ".join(c for c, *_ in LEVERS) + " |",
+           "|---|---|---|" + "---|" * len(LEVERS)]
+    points = []
+    for name, loss, mem, levered in pts:
+        out.append(f"| {name} | {loss:.4f} | {mem:.1f} | " +
+                   " | ".join(f"{m:.1f}" for m in levered) + " |")
+        points.append((mem, loss, name))
+        points += [(m, loss, name + suffix) for m, (*_, suffix) in zip(levered, LEVERS)]
     front = pareto(points)
-    return ("From `docs/study/" + workload + ".tsv` and `sdp plan --recompute layer`; regenerate "
-            "with `python3 scripts/study_report.py`.\n\n" + "\n".join(out) + "\n\n" +
-            "On the Pareto front of loss against memory, with and without recomputation: " +
-            ", ".join(f"{n} ({m:.1f} MiB, {l:.4f})" for m, l, n in front) + ".")
+    svg = levers_plot(workload, pts, front)
+    return ("From `docs/study/" + workload + ".tsv` and `sdp plan --recompute layer --zero 1`; "
+            "regenerate with `python3 scripts/study_report.py`.\n\n" + "\n".join(out) + "\n\n" +
+            "On the Pareto front of loss against memory, with and without the levers: " +
+            ", ".join(f"{n} ({m:.1f} MiB, {l:.4f})" for m, l, n in front) + "." +
+            (f"\n\n![{workload}: the levers]({svg})" if svg else "") +
+            levers_checked(workload))
+
+
+def levers_plot(workload, pts, front):
+    """docs/study/<workload>-levers.svg: each configuration's point and its points with each
+    lever, one series each, and the front over all of them. Needs gnuplot."""
+    svg = os.path.join(STUDY, workload + "-levers.svg")
+    with tempfile.TemporaryDirectory() as tmp:
+        series = []
+        for i, title in enumerate(["as run"] + [c for c, *_ in LEVERS]):
+            path = os.path.join(tmp, f"s{i}.dat")
+            with open(path, "w") as f:
+                for name, loss, mem, levered in pts:
+                    f.write(f"{(mem if i == 0 else levered[i - 1]):.4f} {loss:.6f}\n")
+            series.append(f'"{path}" using 1:2 with points pt {i + 5} ps 1.2 title "{title}"')
+        fr = os.path.join(tmp, "front.dat")
+        with open(fr, "w") as f:
+            for mem, loss, _ in front:
+                f.write(f"{mem:.4f} {loss:.6f}\n")
+        series.append(f'"{fr}" using 1:2 with lines lw 2 title "Pareto front"')
+        script = f"""set terminal svg size 900,600 font "sans,11"
+set output "{svg}"
+set title "{workload}: each configuration with activation recomputation and ZeRO-1"
+set xlabel "largest worker's accounted memory, MiB (all ranks; levers: sdp plan's saving)"
+set ylabel "validation loss (nats per byte)"
+set key top right
+set grid
+plot {", ".join(series)}
+"""
+        try:
+            subprocess.run(["gnuplot"], input=script, text=True, check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError):
+            return None
+    return os.path.relpath(svg, os.path.dirname(RESULTS))
 
 
 def time_plot(workload, points):
@@ -351,7 +437,7 @@ def main():
         text = f.read()
     new = text
     for name in sorted(os.listdir(STUDY)):
-        if not name.endswith(".tsv"):
+        if not name.endswith(".tsv") or name.endswith("-levers.tsv"):  # in the levers block
             continue
         w = name[:-4]
         pattern = re.compile(
@@ -372,7 +458,7 @@ def main():
         if w in TIME_MODELS and rc.search(new):
             with open(os.path.join(STUDY, name), newline="") as f:
                 rows = list(csv.DictReader(f, delimiter="\t"))
-            new = rc.sub(lambda m: m.group(1) + recompute_block(w, rows) + "\n" + m.group(2), new)
+            new = rc.sub(lambda m: m.group(1) + levers_block(w, rows) + "\n" + m.group(2), new)
     with open(README) as f:
         readme = f.read()
     new_readme = re.sub(r"(<!-- study:which-mode -->\n)(?:.*?\n)?(<!-- /study:which-mode -->)",
