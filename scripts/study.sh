@@ -98,6 +98,9 @@ cfg = json.load(open(f"{d}/config.json"))
 res = cfg.get("resolved", {})
 mem = json.load(open(f"{d}/memory.json"))["workers"]
 lines = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.strip()]
+# A resumed run's invocation saw only its own part: metrics.jsonl's elapsed_s counts the whole
+# run, every invocation of it (sdp train carries it across a resume).
+wall = max([int(wall)] + [round(l["elapsed_s"]) for l in lines if "elapsed_s" in l])
 train = [l for l in lines if "loss" in l]
 val = [l for l in lines if "val_loss" in l]
 state = max(w_["params"] + w_["grads"] + w_["optimizer"] for w_ in mem)
