@@ -7,6 +7,9 @@
  *
  *   bench_cuda_train [--precision fp32|bf16] [--batch B] [--steps S]   a DDP-equivalent worker
  *                                                                      (the full model)
+ *   bench_cuda_train ... --breakdown 1                                 then as many steps again,
+ *                                                                      each backend entry's
+ *                                                                      device time (CUDA events)
  *   bench_cuda_train --sim-world N --sim-rank r [...]                  worker r of a simulated
  *                                                                      SDP job of N workers:
  *                                                                      forward masking, block
@@ -26,6 +29,8 @@
  * Without a CUDA device it prints "no CUDA device" and exits 0. */
 #include "train/trainer.h"
 
+#include "cuda_op_times.h"
+
 #include <cuda_profiler_api.h>
 
 #include "sdp/backend.h"
@@ -43,12 +48,13 @@ enum { VOCAB = 50257 };
 
 typedef struct {
     int batch, steps, world, rank; /* world 0: the full model */
+    int breakdown;                 /* 1: then as many steps again, timed per backend entry */
     sdp_precision precision;
 } options;
 
 _Noreturn static void usage_fail(const char *what) {
     sdp_fatal("bench_cuda_train: %s: usage: bench_cuda_train [--precision fp32|bf16] [--batch B] "
-              "[--steps 1..%d] [--sim-world N --sim-rank r]",
+              "[--steps 1..%d] [--sim-world N --sim-rank r] [--breakdown 0|1]",
               what, MAX_STEPS);
 }
 
@@ -76,6 +82,8 @@ static options parse(int argc, char **argv) {
             o.world = v;
         else if (strcmp(k, "--sim-rank") == 0)
             o.rank = v;
+        else if (strcmp(k, "--breakdown") == 0 && (v == 0 || v == 1))
+            o.breakdown = v;
         else
             usage_fail("unknown option");
     }
@@ -224,7 +232,7 @@ static void build(trainer *t, feed *f, const options *o, const sdp_world *world)
     set_int(to, "batch", o->batch);
     set(to, "device", "cuda");
     set(to, "precision", precision_name(o->precision));
-    set_int(to, "steps", MAX_STEPS + WARMUP_STEPS);
+    set_int(to, "steps", 2 * MAX_STEPS + WARMUP_STEPS); /* --breakdown runs the steps twice */
     set_int(to, "warmup", 0);
     set_int(to, "sim-world", o->world > 0 ? o->world : 1);
     set_int(to, "sim-rank", o->world > 0 ? o->rank : 0);
@@ -283,6 +291,22 @@ static void print_speed(const sdp_model *m, const options *o, const char *device
            100.0 * tflops / peaks[own], PATHS[own].name, peaks[own]);
 }
 
+/* As many steps again with every backend entry timed (cuda_op_times.h), against the median. */
+static void print_breakdown(trainer *t, const options *o, double median_ms) {
+    op_times *ot = malloc(sizeof *ot);
+    SDP_CHECK(ot, "out of host memory");
+    op_times_install(ot, t->be);
+    for (int s = 0; s < o->steps; s++) {
+        t->be->sync(t->be);
+        trainer_step(t);
+        t->be->sync(t->be);
+        op_times_collect(ot);
+    }
+    op_times_uninstall(ot, t->be);
+    op_times_print(ot, median_ms);
+    free(ot);
+}
+
 int main(int argc, char **argv) {
     const options o = parse(argc, argv);
     if (!sdp_backend_cuda_available()) {
@@ -338,6 +362,7 @@ int main(int argc, char **argv) {
     printf("%d steps after %d warm-up: last loss %.3f, median step %.1f ms (fastest %.1f)\n",
            o.steps, WARMUP_STEPS, loss, med, ms[0]);
     print_speed(&t.model, &o, prop.name, peaks, med);
+    if (o.breakdown) print_breakdown(&t, &o, med);
     printf("device memory by category (this model's buffers, the CUDA context's workspace and "
            "cuBLAS's):\n");
     sdp_bench_print_memory(t.be->mem);

@@ -290,7 +290,7 @@ needs_build() { # needs_build NAME: records a SKIP and returns 1 when the build 
 
 part_of() {
     case "$1" in
-    bench-* | cuda-memory | train-2ranks*) echo bench ;;
+    bench-* | breakdown-* | cuda-memory | train-2ranks*) echo bench ;;
     ctest) echo ctest ;;
     profile-*) echo profile ;;
     *) echo test ;;
@@ -605,6 +605,7 @@ part_profile() {
 part_bench() {
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
     needs_build bench-sdp-bf16 && step bench-sdp-bf16 120 bench bf16 --sim-world 8 --sim-rank 0
+    needs_build breakdown-ddp-bf16 && step breakdown-ddp-bf16 120 bench bf16 --breakdown 1
     needs_build bench-ddp-fp32 && step bench-ddp-fp32 120 bench fp32
     needs_build bench-sdp-fp32 && step bench-sdp-fp32 120 bench fp32 --sim-world 8 --sim-rank 0
     needs_build cuda-memory && step cuda-memory 300 cuda_memory
@@ -730,6 +731,7 @@ all) # the most telling first: parity, speed, then what is slow or repeats
     needs_build test_cuda_model && step test_cuda_model 240 "$BUILD/test_cuda_model"
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
     needs_build bench-sdp-bf16 && step bench-sdp-bf16 120 bench bf16 --sim-world 8 --sim-rank 0
+    needs_build breakdown-ddp-bf16 && step breakdown-ddp-bf16 120 bench bf16 --breakdown 1
     needs_build test_cuda_reduce && step test_cuda_reduce 90 "$BUILD/test_cuda_reduce"
     needs_build test_cuda_train.sh && step test_cuda_train.sh 300 bash tests/gpu/test_cuda_train.sh
     needs_build bench-ddp-fp32 && step bench-ddp-fp32 120 bench fp32
