@@ -101,6 +101,21 @@ static void test_mpi_reduce_scatter_across_two_hosts(void **state) {
     assert_close(end, t);
 }
 
+/* Open MPI's all-gather of --zero 1. Two members across the hosts exchange their halves at
+ * once: alpha + (S/2)/B + S/H. Four on 2 hosts: the gather to rank 0 (2 and 3 across: alpha +
+ * (S/2)/B; 3S/4 into rank 0) and the chain broadcast 0 -> 1 -> 2 -> 3 (one hop across, each
+ * S through the transport): 2 alpha + 1.5 S/B + 3.75 S/H. */
+static void test_mpi_allgather(void **state) {
+    (void)state;
+    const sdp_net net = net_of(4, 2, H_RATE);
+    const double S = 8 * MB;
+    const int pair[2] = {1, 2}, everyone[4] = {0, 1, 2, 3};
+    const sdp_coll two = {pair, 2, S}, four = {everyone, 4, S};
+    assert_close(sdp_net_mpi_allgather(&net, &two), ALPHA + S / 2 / B_LINK + S / H_RATE);
+    assert_close(sdp_net_mpi_allgather(&net, &four),
+                 2 * ALPHA + 1.5 * S / B_LINK + 3.75 * S / H_RATE);
+}
+
 /* Groups {1, 2} and {0, 3} (p = 2: reduce to the lower rank, then send back). Alone, one takes
  * 2 (alpha + S/B). Together both reductions go from host 1 to host 0 at once, then both
  * broadcasts back: 2 (alpha + 2S/B). */
@@ -398,6 +413,7 @@ int main(void) {
         cmocka_unit_test(test_ring_allreduce_within_a_host),
         cmocka_unit_test(test_mpi_allreduce_across_two_hosts),
         cmocka_unit_test(test_mpi_reduce_scatter_across_two_hosts),
+        cmocka_unit_test(test_mpi_allgather),
         cmocka_unit_test(test_mpi_allreduces_share_the_link),
         cmocka_unit_test(test_mpi_broadcast_chain),
         cmocka_unit_test(test_ring_broadcast),

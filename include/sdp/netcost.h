@@ -36,9 +36,8 @@ typedef struct {
  * 2(n-1) alpha + 2(n-1)/n bytes/B. */
 double sdp_net_ring_allreduce(const sdp_net *net, const sdp_coll *c);
 
-/* Its two halves, each (n-1) of those steps: a ring reduce-scatter (NCCL's, and --zero 1's sync
- * under NCCL), and a ring all-gather of shards of bytes/n (NCCL's; Open MPI 4.1 picks a ring or
- * neighbour exchange for a large MPI_Allgatherv, which move the same bytes per rank). */
+/* Its two halves, each (n-1) of those steps: a ring reduce-scatter and a ring all-gather of
+ * shards of bytes/n (NCCL's, and --zero 1's under NCCL). */
 double sdp_net_ring_reduce_scatter(const sdp_net *net, const sdp_coll *c);
 double sdp_net_ring_allgather(const sdp_net *net, const sdp_coll *c);
 
@@ -59,6 +58,15 @@ double sdp_net_mpi_broadcast(const sdp_net *net, int root, double bytes);
  * collective runs at once and shares the links and the ranks' transports. ends[i] (may be NULL)
  * gets the time collective i finishes; returns when the last one does. */
 double sdp_net_mpi_allreduce_together(const sdp_net *net, const sdp_coll *c, int n, double *ends);
+
+/* Open MPI 4.1's blocking MPI_Allgatherv of shards of bytes/n (--zero 1's sharing of the updated
+ * shards). Two members: each sends its shard to the other at once (its two_proc algorithm).
+ * More: priced as a gather to group rank 0 (every member sends its shard at once) and a
+ * broadcast of the whole buffer from it over the group, a chain below 8 members and a binomial
+ * tree from 8, as sdp_net_mpi_broadcast. That is a fit to one measurement (4 ranks on 2 hosts,
+ * docs/network.md), not Open MPI's own schedule, which it picks by size among neighbour
+ * exchange, Bruck and ring. */
+double sdp_net_mpi_allgather(const sdp_net *net, const sdp_coll *c);
 
 /* The same for Open MPI's MPI_Ireduce_scatter (--zero 1's sync): libnbc reduces to group rank 0
  * by the binomial tree of the all-reduce's first half, then scatters: rank 0 sends every other

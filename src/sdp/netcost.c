@@ -129,34 +129,63 @@ double sdp_net_ring_broadcast(const sdp_net *net, int root, double bytes) {
 
 /* ---- Open MPI -------------------------------------------------------------------------------- */
 
-static double chain_broadcast(const sdp_net *net, int root, double bytes) {
+/* Broadcasts over a group: the i-th rank from the root is members[(root + i) % n] (without
+ * members, the world's ranks in order). */
+static int member_from(const sdp_coll *g, int root, int i) {
+    const int v = (root + i) % g->n;
+    return g->members ? g->members[v] : v;
+}
+
+static double chain_broadcast(const sdp_net *net, const sdp_coll *g, int root, double bytes) {
     double t = 0;
-    for (int h = 0; h + 1 < net->world; h++)
-        t += transfer_time(net, (root + h) % net->world, (root + h + 1) % net->world, bytes);
+    for (int h = 0; h + 1 < g->n; h++)
+        t += transfer_time(net, member_from(g, root, h), member_from(g, root, h + 1), bytes);
     return t;
 }
 
 /* Round k: every rank that has the message (virtual ranks below 2^k, counted from the root)
  * sends it to the one 2^k further on. */
-static double binomial_broadcast(const sdp_net *net, int root, double bytes) {
-    const int W = net->world;
+static double binomial_broadcast(const sdp_net *net, const sdp_coll *g, int root, double bytes) {
     step_load l;
     load_init(&l, net);
     double t = 0;
-    for (int k = 0; k < ceil_log2(W); k++) {
+    for (int k = 0; k < ceil_log2(g->n); k++) {
         load_clear(&l);
-        for (int v = 0; v < (1 << k) && v + (1 << k) < W; v++)
-            load_add(&l, (v + root) % W, (v + (1 << k) + root) % W, bytes);
+        for (int v = 0; v < (1 << k) && v + (1 << k) < g->n; v++)
+            load_add(&l, member_from(g, root, v), member_from(g, root, v + (1 << k)), bytes);
         t += load_time(&l);
     }
     load_free(&l);
     return t;
 }
 
+/* Open MPI's choice for a large message: group rank root broadcasts to the group. */
+static double group_broadcast(const sdp_net *net, const sdp_coll *g, int root, double bytes) {
+    if (g->n <= 1 || bytes <= 0) return 0;
+    return g->n < 8 ? chain_broadcast(net, g, root, bytes)
+                    : binomial_broadcast(net, g, root, bytes);
+}
+
 double sdp_net_mpi_broadcast(const sdp_net *net, int root, double bytes) {
-    if (net->world <= 1 || bytes <= 0) return 0;
-    return net->world < 8 ? chain_broadcast(net, root, bytes)
-                          : binomial_broadcast(net, root, bytes);
+    const sdp_coll world = {NULL, net->world, bytes};
+    return group_broadcast(net, &world, root, bytes);
+}
+
+double sdp_net_mpi_allgather(const sdp_net *net, const sdp_coll *c) {
+    if (c->n <= 1 || c->bytes <= 0) return 0;
+    step_load l;
+    load_init(&l, net);
+    double t;
+    if (c->n == 2) { /* two_proc: each sends its shard to the other, at once */
+        load_add(&l, c->members[0], c->members[1], c->bytes / 2);
+        load_add(&l, c->members[1], c->members[0], c->bytes / 2);
+        t = load_time(&l);
+    } else {
+        for (int v = 1; v < c->n; v++) load_add(&l, c->members[v], c->members[0], c->bytes / c->n);
+        t = load_time(&l) + group_broadcast(net, c, 0, c->bytes);
+    }
+    load_free(&l);
+    return t;
 }
 
 /* libnbc's schedules, as steps of the whole group: the all-reduce's binomial reduce then binomial

@@ -286,7 +286,9 @@ static double publish_time(const sdp_plan *p, const sdp_steptime_cfg *cfg) {
 /* --zero 1: every bucket's blocking all-gather of the updated shards, in bucket order. */
 static double gather_time(const sdp_steptime_cfg *cfg, const bucket_list *l) {
     double t = 0;
-    for (int k = 0; k < l->n; k++) t += sdp_net_ring_allgather(&cfg->net, &l->b[k].c);
+    for (int k = 0; k < l->n; k++)
+        t += cfg->lib == SDP_COMM_NCCL ? sdp_net_ring_allgather(&cfg->net, &l->b[k].c)
+                                       : sdp_net_mpi_allgather(&cfg->net, &l->b[k].c);
     return t;
 }
 
