@@ -102,6 +102,15 @@ def pareto(points):
     return front
 
 
+def run_gnuplot(script):
+    """Runs a gnuplot script; False where gnuplot is missing or fails (the plot is then left out)."""
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True, capture_output=True)
+        return True
+    except (OSError, subprocess.CalledProcessError):
+        return False
+
+
 def plot(workload, rows):
     """docs/study/<workload>.svg: final validation loss (test error for the image models) against
     the largest worker's accounted bytes, one point per configuration run on several seeds (seed mean, with the seeds' spread), and
@@ -142,9 +151,7 @@ plot "{pts}" using 1:2:3 with yerrorbars title "configuration (mean, seed sd)", 
      "{pts}" using 1:2:4 with labels offset 0,1 font ",8" notitle, \\
      "{front}" using 1:2 with lines lw 2 title "Pareto front"
 """
-        try:
-            subprocess.run(["gnuplot"], input=script, text=True, check=True, capture_output=True)
-        except (OSError, subprocess.CalledProcessError):
+        if not run_gnuplot(script):
             return None
     # gnuplot stamps nothing variable into the file, so a re-run with the same rows is identical.
     return os.path.relpath(svg, os.path.dirname(RESULTS))
@@ -351,9 +358,7 @@ set key top right
 set grid
 plot {", ".join(series)}
 """
-        try:
-            subprocess.run(["gnuplot"], input=script, text=True, check=True, capture_output=True)
-        except (OSError, subprocess.CalledProcessError):
+        if not run_gnuplot(script):
             return None
     return os.path.relpath(svg, os.path.dirname(RESULTS))
 
@@ -386,9 +391,7 @@ set key top right
 set grid
 plot {", ".join(plots)}
 """
-        try:
-            subprocess.run(["gnuplot"], input=script, text=True, check=True, capture_output=True)
-        except (OSError, subprocess.CalledProcessError):
+        if not run_gnuplot(script):
             return None
     return os.path.relpath(svg, os.path.dirname(RESULTS))
 
