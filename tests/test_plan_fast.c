@@ -84,7 +84,10 @@ static void check_one(const model_case *mc, const mode_case *md, int N, int k, i
                        .owners = md->mask == SDP_MASK_NONE ? N : k,
                        .chunks = md->mask == SDP_MASK_NONE ? 0 : chunks_for(N, variant),
                        .seed = 7,
-                       .zero = variant == 3}; /* --zero 1: state gathered shard by shard */
+                       /* --zero 1 and 2: state gathered shard by shard */
+                       .zero = variant == 3   ? 1
+                               : variant == 4 ? 2
+                                              : 0};
     /* The default chunk count is one per worker: beyond the 4 heads, ask for 4 or 2. */
     if (md->unit == SDP_UNIT_NEURON && md->mask != SDP_MASK_NONE && pc.chunks == 0 && N > 4)
         pc.chunks = chunks_for(N, 1);
@@ -135,16 +138,16 @@ static void check_one(const model_case *mc, const mode_case *md, int N, int k, i
                      mc->name, sdp_mask_mode_name(md->mask), sdp_unit_kind_name(md->unit), N, r,
                      shares[r].owned, w.owned);
     }
-    /* --zero 1 keeps each trained element's optimizer state on exactly one worker. */
+    /* --zero 1 and 2 keep each trained element's optimizer state on exactly one worker. */
     size_t trained = 0, state = 0;
     for (int i = 0; i < full.nparams; i++)
         trained += full.params[i].buffer ? 0 : full.params[i].numel;
     for (int r = 0; r < N; r++) state += shares[r].state_elems;
     if (pc.zero && state != trained)
-        fail_msg("%s, mask %s, unit %s, N = %d, k = %d: --zero 1 keeps state for %zu elements of "
-                 "%zu trained",
-                 mc->name, sdp_mask_mode_name(md->mask), sdp_unit_kind_name(md->unit), N, k, state,
-                 trained);
+        fail_msg("%s, mask %s, unit %s, N = %d, k = %d: --zero %d keeps state for %zu elements "
+                 "of %zu trained",
+                 mc->name, sdp_mask_mode_name(md->mask), sdp_unit_kind_name(md->unit), N, k,
+                 pc.zero, state, trained);
     free(shares);
     t->plans++, t->ranks += N;
     free(fast), free(ref), free(all);
@@ -164,10 +167,10 @@ static void sweep_models(const char *window, tally *t) {
                 const int N = WORLDS[w];
                 for (int k = 1; k <= N; k += (N > 4 ? 3 : 1)) {
                     if (MODES[d].mask == SDP_MASK_NONE && k != N) continue;
-                    for (int variant = 0; variant < 4; variant++)
+                    for (int variant = 0; variant < 5; variant++)
                         check_one(&MODELS[m], &MODES[d], N, k, variant, variant == 1,
                                   variant == 2   ? 0
-                                  : variant == 3 ? 2
+                                  : variant >= 3 ? 2
                                                  : variant + 1,
                                   t);
                 }

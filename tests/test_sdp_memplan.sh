@@ -78,6 +78,13 @@ check 4 --sdp-mask forward --sdp-unit neuron --zero 1
 check 4 --sdp-mask forward --sdp-unit block --zero 1 --sdp-assign random --model llama
 check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 1
 check 3 --sdp-mask backward --sdp-unit neuron --sdp-owners 2 --zero 1 --optimizer sgd
+# --zero 2: the gradient buffer holds the shards, the stem and head, and two layers' slots.
+check 2 --sdp-mask none --zero 2
+check 4 --sdp-mask none --zero 2 --layers 5
+check 4 --sdp-mask forward --sdp-unit neuron --zero 2
+check 4 --sdp-mask forward --sdp-unit block --zero 2 --sdp-assign random --model llama
+check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 2
+check 3 --sdp-mask backward --sdp-unit neuron --sdp-owners 2 --zero 2 --optimizer sgd
 # Checkpoints and blocks sent in windows smaller than the model, as for any large model.
 export SDP_CKPT_WINDOW=5000
 check 4 --sdp-mask forward --sdp-unit block
@@ -103,6 +110,10 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   check 4 --sdp-mask forward --sdp-unit neuron --bn-recal-batches 0
   # --zero 1: running statistics have no optimizer state, so no shard covers them.
   check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3 --zero 1
+  # --zero 2: the stem's channels belong to units; stages give blocks of three sizes.
+  check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3 --zero 2
+  check 4 --sdp-mask forward --sdp-unit block --depth 14 --zero 2
+  check 2 --sdp-mask none --zero 2 --depth 14
   # The ViT: patch stem and class token shared, layers split into blocks or heads and neurons.
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
   DATA=()
@@ -114,6 +125,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --depth 14
   check 4 --sdp-mask forward --sdp-unit neuron --dropout 0.1
   check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --recompute layer --dropout 0.1
+  check 4 --sdp-mask forward --sdp-unit neuron --zero 2 --recompute layer
 else
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi

@@ -1,15 +1,19 @@
 # ZeRO stage 1 (`--zero 1`): each owner keeps the optimizer state of its shard of every bucket,
-# gradients are reduce-scattered instead of all-reduced and the updated shards all-gathered. It
-# must train what --zero 0 trains and hold less:
+# gradients are reduce-scattered instead of all-reduced and the updated shards all-gathered.
+# Stage 2 (`--zero 2`) also keeps only the shards' gradients: each layer's are reduce-scattered
+# piece by piece as its backward ends, in one of two slots. Each stage must train what --zero 0
+# trains and hold less:
 # - DDP and every SDP mode (forward and backward masking, block and neuron units, C = 0.5) on 4
 #   ranks: every logged loss and gradient norm of --zero 1 within a relative 1e-4 of --zero 0's
 #   (BOUND below), with --check-replicas 1 (owners hold the same parameters after every step),
-#   and each rank's optimizer bytes (memory.json) between 1/N and 1/k of --zero 0's;
+#   and each rank's optimizer bytes (memory.json) between 1/N and 1/k of --zero 0's; under stage
+#   2 its gradient bytes too fall below --zero 0's (a 6-layer model: two slots are a third of it);
 # - one worker: --zero 1 is bitwise --zero 0 (every bucket has one member, the shard is all of
 #   it), and the banner says so;
 # - checkpoints keep their format: a run checkpointed under --zero 1 resumes under --zero 0 and
 #   the reverse, giving the uninterrupted run's losses, and both resume on 2 ranks alike;
-# - --zero 2, an unknown stage, a device and --sim-world are refused with one line.
+# - stage 2 with --grad-accum above 1, an unknown stage, a device and --sim-world are refused with
+#   one line.
 # Why a bound and not bitwise: a reduce-scatter may add the k owners' gradients of an element in
 # another order than the all-reduce does (MPI picks each collective's algorithm), a float32
 # rounding of about 1e-7 per step, and the norm adds the squares shard by shard instead of bucket by
@@ -50,62 +54,99 @@ sys.exit(0 if worst <= bound else 1)
 PY
 }
 
-# pair NAME N K ARGS...: the run with --zero 0 and --zero 1 on N ranks whose owner groups have K
-# members: the same losses, replicas checked after every step, optimizer bytes cut to 1/K..1/N.
+# pair STAGE NAME N K ARGS...: the run with --zero 0 and --zero STAGE on N ranks whose owner
+# groups have K members: the same losses, replicas checked after every step, optimizer bytes cut
+# to 1/K..1/N, and under stage 2 gradient bytes cut on every rank. The --zero 0 run is shared by
+# both stages.
 pair() {
-  local name=$1 n=$2 k=$3; shift 3
-  local a="$WORK/$name-z0" b="$WORK/$name-z1" how
-  train "$n" "$a" "$@" --zero 0 || { fail "$name: --zero 0 failed"; tail -3 "$a.log"; return; }
-  train "$n" "$b" "$@" --zero 1 --check-replicas 1 ||
-    { fail "$name: --zero 1 failed"; tail -3 "$b.log"; return; }
+  local stage=$1 name=$2 n=$3 k=$4; shift 4
+  local a="$WORK/$name-z0" b="$WORK/$name-z$stage" how
+  [ -f "$a/metrics.jsonl" ] || train "$n" "$a" "$@" --zero 0 ||
+    { fail "$name: --zero 0 failed"; tail -3 "$a.log"; return; }
+  train "$n" "$b" "$@" --zero "$stage" --check-replicas 1 ||
+    { fail "$name: --zero $stage failed"; tail -3 "$b.log"; return; }
   how=$(close "$a/metrics.jsonl" "$b/metrics.jsonl") ||
-    { fail "$name: --zero 1's losses are not within $BOUND of --zero 0's: $how"; return; }
+    { fail "$name: --zero $stage's losses are not within $BOUND of --zero 0's: $how"; return; }
   local bytes
-  bytes=$(python3 - "$a/memory.json" "$b/memory.json" "$n" "$k" <<'PY'
-import json, sys
+  bytes=$(python3 - "$a/memory.json" "$b/memory.json" "$n" "$k" "$stage" <<'PY'
+import json, os, sys
 a, b = (json.load(open(p))["workers"] for p in sys.argv[1:3])
-n, k = int(sys.argv[3]), int(sys.argv[4])
-print(" ".join("%d->%d" % (x["optimizer"], y["optimizer"]) for x, y in zip(a, b)))
+n, k, stage = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+print(" ".join("%d->%d" % (x["optimizer"], y["optimizer"]) for x, y in zip(a, b)),
+      "; gradient bytes " + " ".join("%d->%d" % (x["grads"], y["grads"]) for x, y in zip(a, b))
+      if stage == 2 else "")
 # Each shard is within one element (8 bytes of AdamW state) of 1/k of its bucket (1/N of the
 # shared one), and a worker has at most N + 1 buckets.
 slack = 8 * (n + 1)
-sys.exit(0 if len(a) == len(b) == n and
-         all(x["optimizer"] / n - slack <= y["optimizer"] <= x["optimizer"] / k + slack
-             for x, y in zip(a, b)) else 1)
+ok = len(a) == len(b) == n and all(
+    x["optimizer"] / n - slack <= y["optimizer"] <= x["optimizer"] / k + slack for x, y in zip(a, b))
+# GRADS=more: stage 2's two layer slots outweigh what it saves (few layers per worker), and the
+# banner must say so.
+more = os.environ.get("GRADS") == "more"
+grads_ok = stage != 2 or all((y["grads"] > x["grads"]) if more else (y["grads"] < x["grads"])
+                             for x, y in zip(a, b))
+sys.exit(0 if ok and grads_ok else 1)
 PY
-  ) || { fail "$name: optimizer bytes per rank not cut to between 1/$n and 1/$k: $bytes"; return; }
-  pass "$name: losses and norms $how, replicas checked every step, optimizer bytes per rank $bytes"
+  ) || { fail "$name: --zero $stage: optimizer bytes per rank not cut to between 1/$n and 1/$k, or gradient bytes not as expected (${GRADS:-less}): $bytes"; return; }
+  if [ "${GRADS:-}" = more ] && ! grep -q -- "--zero 2 holds more gradient memory here than --zero 1" "$b.log"; then
+    fail "$name: --zero 2 holds more gradient memory, and the banner does not say so"; return
+  fi
+  pass "$name --zero $stage: losses and norms $how, replicas checked every step, optimizer bytes per rank $bytes"
 }
 
-pair ddp 4 4 "${GPT[@]}" --sdp-mask none
-pair forward-block 4 2 "${GPT[@]}" --sdp-mask forward --sdp-unit block --sdp-coverage 0.5
-pair forward-neuron 4 2 "${GPT[@]}" --sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5
-pair backward-block 4 2 "${GPT[@]}" --sdp-mask backward --sdp-unit block --sdp-coverage 0.5
-pair backward-neuron 4 2 "${GPT[@]}" --sdp-mask backward --sdp-unit neuron --sdp-coverage 0.5 \
+pair 1 ddp 4 4 "${GPT[@]}" --sdp-mask none
+pair 1 forward-block 4 2 "${GPT[@]}" --sdp-mask forward --sdp-unit block --sdp-coverage 0.5
+pair 1 forward-neuron 4 2 "${GPT[@]}" --sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5
+pair 1 backward-block 4 2 "${GPT[@]}" --sdp-mask backward --sdp-unit block --sdp-coverage 0.5
+pair 1 backward-neuron 4 2 "${GPT[@]}" --sdp-mask backward --sdp-unit neuron --sdp-coverage 0.5 \
   --dropout 0.1 --grad-accum 2
-pair backward-neuron-sgd 3 2 "${GPT[@]}" --sdp-mask backward --sdp-unit neuron --sdp-owners 2 \
+pair 1 backward-neuron-sgd 3 2 "${GPT[@]}" --sdp-mask backward --sdp-unit neuron --sdp-owners 2 \
   --optimizer sgd --lr 0.05
-
-# One worker: nothing to shard, bitwise the same run.
-if train 0 "$WORK/one-z0" "${GPT[@]}" --zero 0 && train 0 "$WORK/one-z1" "${GPT[@]}" --zero 1; then
-  if cmp -s "$WORK/one-z0/model.safetensors" "$WORK/one-z1/model.safetensors" &&
-    cmp -s "$WORK/one-z0/optim.safetensors" "$WORK/one-z1/optim.safetensors" &&
-    [ "$(close "$WORK/one-z0/metrics.jsonl" "$WORK/one-z1/metrics.jsonl")" = bitwise ] &&
-    grep -q -- "--zero 1 changes nothing here" "$WORK/one-z1.log"; then
-    pass "one worker: --zero 1 is bitwise --zero 0, and the banner says it changes nothing"
-  else
-    fail "one worker: --zero 1 differs from --zero 0, or the banner does not say it changes nothing"
-  fi
-else
-  fail "one worker: a run failed"; tail -3 "$WORK/one-z1.log"
+# Stage 2 on 6 layers, so that its two gradient slots hold less than every layer.
+GPT6=("${GPT[@]}" --layers 6)
+pair 2 ddp6 4 4 "${GPT6[@]}" --sdp-mask none
+# Block units: each worker has 3 of the 6 layers, and two slots of one are more than its shards
+# save.
+GRADS=more pair 2 forward-block6 4 2 "${GPT6[@]}" --sdp-mask forward --sdp-unit block --sdp-coverage 0.5
+pair 2 forward-neuron6 4 2 "${GPT6[@]}" --sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5
+GRADS=more pair 2 backward-block6 4 2 "${GPT6[@]}" --sdp-mask backward --sdp-unit block --sdp-coverage 0.5
+pair 2 backward-neuron6 4 2 "${GPT6[@]}" --sdp-mask backward --sdp-unit neuron \
+  --sdp-coverage 0.5 --dropout 0.1
+pair 2 backward-neuron6-sgd 3 2 "${GPT6[@]}" --sdp-mask backward --sdp-unit neuron \
+  --sdp-owners 2 --optimizer sgd --lr 0.05
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  # The last stage's blocks hold most of a ResNet's weights: two slots of one outweigh the
+  # shards' saving.
+  GRADS=more pair 2 resnet-backward-neuron 4 2 --model resnet --depth 14 --channels 4 --batch 4 \
+    --optimizer sgd --lr 0.05 --sdp-mask backward --sdp-unit neuron --sdp-coverage 0.5 \
+    --bn-recal-batches 2 --val-batches 2
 fi
 
-# Checkpoints: written under one setting, resumed under the other, the uninterrupted run's losses.
+# One worker: nothing to shard, bitwise the same run (under stage 2 each layer's gradient passes
+# through a slot to its place in the shard, unchanged).
+train 0 "$WORK/one-z0" "${GPT[@]}" --zero 0 || { fail "one worker: --zero 0 failed"; tail -3 "$WORK/one-z0.log"; }
+for stage in 1 2; do
+  if train 0 "$WORK/one-z$stage" "${GPT[@]}" --zero "$stage"; then
+    if cmp -s "$WORK/one-z0/model.safetensors" "$WORK/one-z$stage/model.safetensors" &&
+      cmp -s "$WORK/one-z0/optim.safetensors" "$WORK/one-z$stage/optim.safetensors" &&
+      [ "$(close "$WORK/one-z0/metrics.jsonl" "$WORK/one-z$stage/metrics.jsonl")" = bitwise ] &&
+      grep -q -- "--zero $stage changes nothing here" "$WORK/one-z$stage.log"; then
+      pass "one worker: --zero $stage is bitwise --zero 0, and the banner says it shares nothing"
+    else
+      fail "one worker: --zero $stage differs from --zero 0, or the banner does not say it shares nothing"
+    fi
+  else
+    fail "one worker: --zero $stage failed"; tail -3 "$WORK/one-z$stage.log"
+  fi
+done
+
+# Checkpoints: written under one setting, resumed under another, the uninterrupted run's losses.
 R=("${GPT[@]}" --sdp-mask backward --sdp-unit block --sdp-coverage 0.5)
-for from in 0 1; do
-  to=$((1 - from)) part="$WORK/part-$from"
+for fromto in "0 1" "1 0" "0 2" "2 1"; do
+  read -r from to <<<"$fromto"
+  part="$WORK/part-$from-$to"
   if train 4 "$part" "${R[@]}" --zero "$from" --stop-after 10 && resume 4 "$part" --zero "$to"; then
-    if how=$(close "$WORK/backward-block-z$to/metrics.jsonl" "$part/metrics.jsonl") &&
+    if how=$(close "$WORK/backward-block-z0/metrics.jsonl" "$part/metrics.jsonl") &&
       grep -q "\"zero\":[[:space:]]*$to" "$part/config.json"; then
       pass "checkpoint of --zero $from resumed under --zero $to: the uninterrupted run's losses, $how"
     else
@@ -116,29 +157,32 @@ for from in 0 1; do
   fi
 done
 
-# ... and on another N: 4 ranks checkpoint at step 10 under each setting, 2 ranks resume under the
-# other; both resumed runs must agree.
-for from in 0 1; do
-  to=$((1 - from)) part="$WORK/half-$from"
+# ... and on another N: 4 ranks checkpoint at step 10 under each setting, 2 ranks resume under
+# another; the resumed runs must agree.
+for fromto in "0 1" "1 0" "2 0"; do
+  read -r from to <<<"$fromto"
+  part="$WORK/half-$from-$to"
   train 4 "$part" "${R[@]}" --zero "$from" --stop-after 10 && resume 2 "$part" --zero "$to" ||
     { fail "checkpoint of --zero $from on 4 ranks resumed on 2 under --zero $to failed"; tail -3 "$part.resume.log"; }
 done
-if how=$(close "$WORK/half-0/metrics.jsonl" "$WORK/half-1/metrics.jsonl"); then
-  pass "4 ranks to 2: --zero 0 to 1 and --zero 1 to 0 give the same losses, $how"
-else
-  fail "4 ranks to 2: the two resumed runs differ: $how"
-fi
+for other in half-1-0 half-2-0; do
+  if how=$(close "$WORK/half-0-1/metrics.jsonl" "$WORK/$other/metrics.jsonl"); then
+    pass "4 ranks to 2: --zero 0 to 1 and $other give the same losses, $how"
+  else
+    fail "4 ranks to 2: --zero 0 to 1 and $other differ: $how"
+  fi
+done
 
-expect_job_error "--zero 2" "--zero 2 (sharded gradients) is not implemented yet: use --zero 1" 0 \
-  "$SDP_BIN" train --data "$WORK/text.txt" --zero 2 --out "$WORK/never"
-expect_job_error "unknown --zero" "unknown --zero 3: use 0 or 1" 0 \
+expect_job_error "--zero 2 with --grad-accum 2" "use --grad-accum 1, or --zero 1 with --grad-accum 2" 0 \
+  "$SDP_BIN" train --data "$WORK/text.txt" --zero 2 --grad-accum 2 --out "$WORK/never"
+expect_job_error "unknown --zero" "unknown --zero 3: use 0, 1 or 2" 0 \
   "$SDP_BIN" train --data "$WORK/text.txt" --zero 3 --out "$WORK/never"
 expect_job_error "--zero 1 on a device" "use --zero 0 with --device emulated" 2 \
   "$SDP_BIN" train --data "$WORK/text.txt" --zero 1 --device emulated --out "$WORK/never"
 expect_job_error "--zero 1 simulated" "--sim-world run does not have: use --zero 0" 0 \
   "$SDP_BIN" train --data "$WORK/text.txt" --zero 1 --sim-world 4 --out "$WORK/never"
-expect_error "sdp plan --zero 2" "--zero 2 (sharded gradients) is not implemented yet: use --zero 1" \
-  "$SDP_BIN" plan --world 4 --vocab 256 --zero 2
+expect_job_error "--zero 2 on a device" "use --zero 0 with --device emulated" 2 \
+  "$SDP_BIN" train --data "$WORK/text.txt" --zero 2 --device emulated --out "$WORK/never"
 expect_error "sdp plan --zero 1 on cuda" "use --zero 0 with --device cuda" \
   "$SDP_BIN" plan --world 4 --vocab 256 --zero 1 --device cuda
 # sdp plan --zero 1 counts the shards and keeps the bytes sent: under data parallelism each of 4

@@ -13,7 +13,8 @@
 
 typedef struct {
     size_t owned;           /* parameter elements whose gradients and state the worker keeps */
-    size_t grad_elems;      /* elements of its gradient buffer */
+    size_t grad_elems;      /* elements of its gradient buffer: owned, or under --zero 2 its
+                               shards, its stem and head, and two slots of its largest layer */
     size_t state_elems;     /* elements it keeps optimizer state for: owned, or under --zero 1
                                its shard of each bucket (sdp_sync_shard) */
     size_t bucket_elems;    /* largest buffer used to pack a bucket or a publication */

@@ -41,6 +41,23 @@ typedef struct {
     int *shard_displs; /* it starts in the region, as MPI takes them */
 } sdp_bucket;
 
+/* --zero 2: the part of a bucket's region [lo, hi) that lies in one local layer (-1: stem and
+ * head). Its gradient is computed into a slot of the gradient buffer shared with every other layer
+ * of the same parity (or, for the stem and head, a place of its own), reduce-scattered as soon as
+ * the layer's backward is done, each member's part of its shard copied out, and the slot cleared
+ * for the layer two below. counts and displs are each member's part of [lo, hi) (its shard cut to
+ * it, often empty) as MPI takes them; the all-gather of the updated parameters goes piece by piece
+ * through the same slot. */
+typedef struct {
+    int bucket;
+    int layer;
+    size_t lo, hi; /* in the bucket's region */
+    size_t store;  /* where its gradient lies in the gradient buffer */
+    int *counts, *displs;
+    MPI_Request req;
+    bool started, done;
+} sdp_piece;
+
 typedef struct {
     uint64_t sent, recv; /* bytes, cumulative */
 } sdp_comm_bytes;
@@ -54,9 +71,16 @@ typedef struct {
     float *pack;         /* SDP_MEM_BUFFERS: publishing buffer (backward masking only) */
     size_t owned;        /* elements of the local buffer this worker owns */
     size_t state;        /* elements of its optimizer state: owned, or its shards' under --zero 1 */
-    bool zero;           /* --zero 1 (plan->cfg.zero): buckets are reduce-scattered, not
+    bool zero;           /* --zero 1 or 2 (plan->cfg.zero): buckets are reduce-scattered, not
                             all-reduced, and the updated shards all-gathered */
+    bool zero2;          /* --zero 2: the gradient buffer holds the shards, the stem's and head's
+                            pieces and two layer slots, not every owned gradient (sdp_piece) */
+    size_t grad_elems;   /* elements of the gradient buffer: owned, or under --zero 2 as above */
     size_t *grad_index;  /* per run: offset of its gradient (and state) in the compact buffers */
+    int *run_bucket;     /* per run: its bucket (-1: not trained here) */
+    size_t *run_pos;     /* per run: its place in that bucket's region */
+    int npieces;
+    sdp_piece *pieces; /* --zero 2 only: every bucket's, bucket after bucket, in region order */
     sdp_comm_bytes bytes;
     sdp_mem *mem;
     /* Where the gradients and parameters passed in live (sdp_sync_use_backend) */
@@ -118,7 +142,10 @@ void sdp_sync_grads(sdp_sync *s, float *grads);
 
 /* Under --zero 1 each bucket is reduce-scattered instead (the same bytes as a ring all-reduce):
  * after sdp_sync_grads_end a worker holds the averaged gradient of its own shards only, and the
- * rest of the gradient buffer is spent. */
+ * rest of the gradient buffer is spent. Under --zero 2 each bucket goes piece by piece, a layer's
+ * pieces started by layer_done (which the backward pass must call after every layer: the layer two
+ * below reuses the slot) and the stem's and head's by grads_end; the shards lie at the start of
+ * the gradient buffer (state order: sdp_bucket.state_start). One micro-batch per step only. */
 
 /* Global gradient norm with every unit counted once (each owner contributes 1/k of its units'
  * squares; under --zero 1 each owner its shards' squares), identical on every rank. Call after

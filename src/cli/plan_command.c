@@ -257,7 +257,7 @@ static void print_title(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
     else
         printf(" | batch %d x %d", o->t.batch, o->t.arch.seq_len);
     if (cfg->recompute) printf(", recompute layer");
-    if (pc->zero) printf(", zero 1");
+    if (pc->zero) printf(", zero %d", pc->zero);
     printf(" | %s, %s, %d thread%s per worker\n", o->t.device, dtype, threads,
            threads == 1 ? "" : "s");
 }

@@ -467,7 +467,9 @@ static void print_title(const plan_fit_request *r, double limit, const sdp_model
         printf(" | batch %d x %d", r->t->batch, r->t->arch.seq_len);
     printf(" | %s, %s, %d thread%s per worker", r->device, r->dtype, r->threads,
            r->threads == 1 ? "" : "s");
-    if (train_opts_zero(r->t)) printf(" | --zero 1: optimizer state sharded in every mode");
+    if (train_opts_zero(r->t) == 1) printf(" | --zero 1: optimizer state sharded in every mode");
+    if (train_opts_zero(r->t) == 2)
+        printf(" | --zero 2: optimizer state and gradients sharded in every mode");
     if (train_opts_recompute(r->t)) printf(" | --recompute layer in every mode");
     printf("\n");
 }

@@ -151,7 +151,7 @@ void plan_steptime_print(const sdp_steptime_cfg *cfg, const plan_calibration *ca
     printf("  step vs DDP: %.2fx; exposed: the wait for the gradient sync after the backward; "
            "update: optimizer%s%s\n",
            slowest(t, world)->step / ddp->step,
-           t[0].gather > 0 ? ", all-gathers of the updated shards (--zero 1)" : "",
+           t[0].gather > 0 ? ", all-gathers of the updated shards (--zero)" : "",
            t[0].publish > 0 ? " and publishing" : "");
 }
 

@@ -75,21 +75,42 @@ double open_metrics(trainer *t) {
     return elapsed;
 }
 
-/* --zero 1: how much of its owned elements' optimizer state a worker keeps, or that nothing is
- * shared with anyone (one worker: every bucket has one member). */
+/* --zero 2: what the gradient buffer holds instead of every owned gradient; with few layers per
+ * worker, two layers' slots and the shards can hold more than all of them. */
+static void print_zero_grads(const trainer *t) {
+    const double have = (double)t->sync.grad_elems / 1e6, owned = (double)t->sync.owned / 1e6;
+    if (t->sync.grad_elems > t->sync.owned) {
+        printf("  --zero 2 holds more gradient memory here than --zero 1: worker %d's gradient "
+               "buffer (its shards, two slots of its largest layer, stem and head) is %.2fM "
+               "elements against the %.2fM it owns; use --zero 1, or stage 2 with more layers per "
+               "worker\n",
+               job_rank(t), have, owned);
+        return;
+    }
+    printf("  --zero 2: gradients kept for the shards and two layers at a time: worker %d's "
+           "gradient buffer is %.2fM elements, against %.2fM owned\n",
+           job_rank(t), have, owned);
+}
+
+/* --zero 1 or 2: how much of its owned elements' optimizer state (and under stage 2 gradients) a
+ * worker keeps, or that nothing is shared with anyone (one worker: every bucket has one member). */
 static void print_zero(const trainer *t) {
+    const int stage = t->plan.cfg.zero;
     bool shared = false;
     for (int b = 0; b < t->sync.nbuckets; b++)
         shared |= t->sync.buckets[b].nmembers > 1 && t->sync.buckets[b].count > 0;
     if (!shared) {
-        printf("  --zero 1 changes nothing here: no worker shares an owner group with another, so "
-               "each keeps all of its optimizer state\n");
+        printf("  --zero %d changes nothing here: no worker shares an owner group with another, so "
+               "each keeps all of its optimizer state\n",
+               stage);
+        if (stage == 2) print_zero_grads(t);
         return;
     }
-    printf("  --zero 1: optimizer state sharded over each owner group's members: worker %d keeps "
+    printf("  --zero %d: optimizer state sharded over each owner group's members: worker %d keeps "
            "the state of %.2fM of its %.2fM owned elements; gradients reduce-scattered, updates "
            "all-gathered\n",
-           job_rank(t), (double)t->sync.state / 1e6, (double)t->sync.owned / 1e6);
+           stage, job_rank(t), (double)t->sync.state / 1e6, (double)t->sync.owned / 1e6);
+    if (stage == 2) print_zero_grads(t);
 }
 
 void print_start(const trainer *t) {

@@ -36,6 +36,56 @@ static size_t *trained_group_elems(const sdp_plan *p, const sdp_layout *full, si
     return group_elems;
 }
 
+/* --zero 2: the gradient buffer (sdp_sync, place_pieces) holds the shards (state_elems), the
+ * stem's and head's gradients whole, and two slots as large as the largest layer's gradients.
+ * For ranks [r0, r1), out[r - r0] gets the stem and head's elements plus twice the largest
+ * layer's: what every worker owns of each block, plus its units' parts of it. */
+static void zero2_extra_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r1,
+                              size_t *out) {
+    const char *what = "a worker's memory plan";
+    const size_t nb = (size_t)full->nblocks + 1, nr = (size_t)(r1 - r0);
+    size_t *unit_elems = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
+    size_t *stem = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
+    size_t *shared_block = sdp_xcalloc(nb, sizeof(size_t), what);
+    size_t *layer = sdp_xcalloc(nr * nb, sizeof(size_t), what); /* per rank and block */
+    size_t stem_all = 0;
+    sdp_plan_unit_elems(p, full, true, unit_elems, NULL);
+    for (int i = 0; i < full->nparams; i++) {
+        const sdp_param *t = &full->params[i];
+        if (t->buffer) continue;
+        if (t->block >= 0) {
+            shared_block[t->block] += t->numel; /* units' parts taken off below */
+            continue;
+        }
+        const int u = sdp_plan_shared_unit(p, full, i);
+        if (u >= 0)
+            stem[u] += t->numel;
+        else
+            stem_all += t->numel;
+    }
+    for (int u = 0; u < p->nunits; u++) shared_block[p->units[u].block] -= unit_elems[u] - stem[u];
+    for (size_t r = 0; r < nr; r++) {
+        out[r] = stem_all;
+        for (size_t b = 0; b < nb; b++) layer[r * nb + b] = shared_block[b];
+    }
+    for (int u = 0; u < p->nunits; u++) {
+        const sdp_unit *un = &p->units[u];
+        for (int j = 0; j < p->cfg.owners; j++) {
+            const int r = un->owners[j];
+            if (r < r0 || r >= r1) continue;
+            out[r - r0] += stem[u];
+            layer[(size_t)(r - r0) * nb + (size_t)un->block] += unit_elems[u] - stem[u];
+        }
+    }
+    for (size_t r = 0; r < nr; r++) {
+        size_t largest = 0;
+        for (size_t b = 0; b < nb; b++)
+            if (layer[r * nb + b] > largest) largest = layer[r * nb + b];
+        out[r] += 2 * largest;
+    }
+    free(unit_elems), free(stem), free(shared_block), free(layer);
+}
+
 void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp_worker_plan *out) {
     const int N = p->cfg.world;
     size_t shared;
@@ -76,6 +126,11 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
                 shard_elems(p, group_elems[g], og->nmembers, sdp_owner_group_index(og, rank));
     }
     free(group_elems);
+    if (p->cfg.zero == 2) {
+        size_t extra;
+        zero2_extra_elems(p, full, rank, rank + 1, &extra);
+        out->grad_elems = out->state_elems + extra;
+    }
 }
 
 void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_plan *out) {
@@ -115,4 +170,9 @@ void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_p
             out[og->members[j]].state_elems += shard_elems(p, group_elems[g], og->nmembers, j);
     }
     free(group_elems);
+    if (p->cfg.zero != 2) return;
+    size_t *extra = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
+    zero2_extra_elems(p, full, 0, N, extra);
+    for (int r = 0; r < N; r++) out[r].grad_elems = out[r].state_elems + extra[r];
+    free(extra);
 }

@@ -86,6 +86,8 @@ static void assign_compact_offsets(sdp_sync *s) {
         bk->start = s->owned;
         for (int j = 0; j < bk->nruns; j++) {
             s->grad_index[bk->runs[j]] = s->owned;
+            s->run_bucket[bk->runs[j]] = b;
+            s->run_pos[bk->runs[j]] = s->owned - bk->start;
             s->owned += run_at(s, bk->runs[j])->len;
         }
     }
@@ -117,9 +119,9 @@ static void assign_shards(sdp_sync *s) {
         s->state += bk->shard_hi - bk->shard_lo;
         if (!s->zero || bk->nmembers == 1) continue;
         SDP_CHECK(bk->count <= INT_MAX,
-                  "--zero 1: an owner group's gradients (%zu elements) exceed what one MPI "
+                  "--zero %d: an owner group's gradients (%zu elements) exceed what one MPI "
                   "reduce-scatter takes (%d): use --zero 0",
-                  bk->count, INT_MAX);
+                  s->plan->cfg.zero, bk->count, INT_MAX);
         const size_t k = (size_t)bk->nmembers;
         bk->shard_counts = sdp_xmalloc(sizeof(int) * k, "a bucket's shards");
         bk->shard_displs = sdp_xmalloc(sizeof(int) * k, "a bucket's shards");
@@ -128,6 +130,86 @@ static void assign_shards(sdp_sync *s) {
             sdp_sync_shard(bk->count, bk->nmembers, j, &lo, &hi);
             bk->shard_counts[j] = (int)(hi - lo);
             bk->shard_displs[j] = (int)lo;
+        }
+    }
+}
+
+/* ---- --zero 2: pieces of buckets, one local layer each ------------------------------------- */
+
+/* Member j's part of [lo, hi) of a bucket: its shard cut to it. */
+static size_t member_part(const sdp_bucket *b, int j, size_t lo, size_t hi, size_t *first) {
+    size_t slo, shi;
+    sdp_sync_shard(b->count, b->nmembers, j, &slo, &shi);
+    const size_t a = slo > lo ? slo : lo, e = shi < hi ? shi : hi;
+    *first = a;
+    return e > a ? e - a : 0;
+}
+
+static void add_piece(sdp_sync *s, int b, int layer, size_t lo, size_t hi) {
+    const sdp_bucket *bk = &s->buckets[b];
+    sdp_piece *p = &s->pieces[s->npieces++];
+    *p = (sdp_piece){.bucket = b, .layer = layer, .lo = lo, .hi = hi, .req = MPI_REQUEST_NULL};
+    if (bk->nmembers == 1) return;
+    const size_t k = (size_t)bk->nmembers;
+    p->counts = sdp_xmalloc(sizeof(int) * k, "a piece's shards");
+    p->displs = sdp_xmalloc(sizeof(int) * k, "a piece's shards");
+    for (int j = 0; j < bk->nmembers; j++) {
+        size_t first;
+        p->counts[j] = (int)member_part(bk, j, lo, hi, &first);
+        p->displs[j] = p->counts[j] ? (int)(first - lo) : 0;
+    }
+}
+
+/* Cuts every bucket where the local layer of its runs changes. */
+static void cut_pieces(sdp_sync *s, const int *layer_of) {
+    s->pieces = sdp_xcalloc((size_t)s->map->nruns + 1, sizeof *s->pieces, "the gradients' pieces");
+    for (int b = 0; b < s->nbuckets; b++) {
+        const sdp_bucket *bk = &s->buckets[b];
+        size_t lo = 0, pos = 0;
+        for (int j = 0; j < bk->nruns; j++) {
+            const int layer = layer_of[run_at(s, bk->runs[j])->param];
+            const bool last = j + 1 == bk->nruns;
+            pos += run_at(s, bk->runs[j])->len;
+            if (last || layer_of[run_at(s, bk->runs[j + 1])->param] != layer) {
+                add_piece(s, b, layer < 0 ? -1 : layer, lo, pos);
+                lo = pos;
+            }
+        }
+    }
+}
+
+/* The gradient buffer under --zero 2: the shards (in state order), then the stem's and head's
+ * pieces, then two slots as large as the largest layer's pieces; a layer's pieces lie in slot
+ * (layer & 1), one after the other. */
+static void place_pieces(sdp_sync *s) {
+    int layers = 0;
+    for (int i = 0; i < s->npieces; i++)
+        if (s->pieces[i].layer + 1 > layers) layers = s->pieces[i].layer + 1;
+    size_t *fill = sdp_xcalloc((size_t)layers + 1, sizeof(size_t), "the gradients' slots");
+    size_t at = s->state, slot = 0;
+    for (int i = 0; i < s->npieces; i++) {
+        sdp_piece *p = &s->pieces[i];
+        if (p->layer < 0) {
+            p->store = at;
+            at += p->hi - p->lo;
+        } else {
+            p->store = fill[p->layer]; /* within the slot, for now */
+            fill[p->layer] += p->hi - p->lo;
+            if (fill[p->layer] > slot) slot = fill[p->layer];
+        }
+    }
+    for (int i = 0; i < s->npieces; i++)
+        if (s->pieces[i].layer >= 0)
+            s->pieces[i].store += at + (size_t)(s->pieces[i].layer & 1) * slot;
+    s->grad_elems = at + 2 * slot;
+    free(fill);
+    /* Each run's gradient moves to its piece. */
+    for (int i = 0; i < s->npieces; i++) {
+        const sdp_piece *p = &s->pieces[i];
+        const sdp_bucket *bk = &s->buckets[p->bucket];
+        for (int j = 0; j < bk->nruns; j++) {
+            const size_t pos = s->run_pos[bk->runs[j]];
+            if (pos >= p->lo && pos < p->hi) s->grad_index[bk->runs[j]] = p->store + (pos - p->lo);
         }
     }
 }
@@ -156,8 +238,12 @@ static void sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *m
     s->rank = rank;
     s->world = world;
     s->mem = mem;
-    s->zero = plan->cfg.zero == 1;
+    s->zero = plan->cfg.zero >= 1;
+    s->zero2 = plan->cfg.zero == 2;
     s->grad_index = sdp_xcalloc((size_t)map->nruns + 1, sizeof(size_t), "the gradients' index");
+    s->run_pos = sdp_xcalloc((size_t)map->nruns + 1, sizeof(size_t), "the gradients' index");
+    s->run_bucket = sdp_xmalloc(sizeof(int) * (size_t)(map->nruns + 1), "the gradients' index");
+    for (int i = 0; i < map->nruns; i++) s->run_bucket[i] = -1;
     s->buckets = sdp_xcalloc((size_t)plan->ngroups + 1, sizeof *s->buckets, "the sync's buckets");
     MPI_Comm world_comm = MPI_COMM_NULL;
     if (!simulate) MPI_Comm_dup(MPI_COMM_WORLD, &world_comm);
@@ -181,6 +267,11 @@ static void sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *m
     if (!simulate) MPI_Group_free(&world_group);
     assign_compact_offsets(s);
     assign_shards(s);
+    s->grad_elems = s->owned;
+    if (s->zero2) {
+        cut_pieces(s, layer_of_param);
+        place_pieces(s);
+    }
     size_t publish = publish_buffer_elems(s);
     if (publish) s->pack = sdp_alloc(mem, SDP_MEM_BUFFERS, publish * sizeof(float));
 }
@@ -205,7 +296,14 @@ void sdp_sync_free(sdp_sync *s) {
         free(s->buckets[b].shard_displs);
     }
     free(s->buckets);
+    for (int i = 0; i < s->npieces; i++) {
+        free(s->pieces[i].counts);
+        free(s->pieces[i].displs);
+    }
+    free(s->pieces);
     free(s->grad_index);
+    free(s->run_pos);
+    free(s->run_bucket);
     sdp_free(s->mem, s->pack);
     sdp_free(s->mem, s->stage);
     if (s->dev_pack) s->be->free(s->be, s->dev_pack);
@@ -214,11 +312,7 @@ void sdp_sync_free(sdp_sync *s) {
 
 /* The bucket that holds trained run i's gradient. */
 static const sdp_bucket *bucket_of(const sdp_sync *s, int i) {
-    const size_t g = s->grad_index[i];
-    for (int b = 0; b < s->nbuckets; b++)
-        if (g >= s->buckets[b].start && g < s->buckets[b].start + s->buckets[b].count)
-            return &s->buckets[b];
-    return NULL;
+    return s->run_bucket[i] < 0 ? NULL : &s->buckets[s->run_bucket[i]];
 }
 
 /* The part of trained run i whose optimizer state this worker keeps (the whole run without
@@ -228,7 +322,7 @@ static size_t state_part(const sdp_sync *s, int i, size_t *at, size_t *state) {
     const sdp_bucket *b = run_at(s, i)->len ? bucket_of(s, i) : NULL;
     *at = 0, *state = 0;
     if (!b) return 0;
-    const size_t pos = s->grad_index[i] - b->start, end = pos + run_at(s, i)->len;
+    const size_t pos = s->run_pos[i], end = pos + run_at(s, i)->len;
     const size_t lo = pos > b->shard_lo ? pos : b->shard_lo;
     const size_t hi = end < b->shard_hi ? end : b->shard_hi;
     if (hi <= lo) return 0;
@@ -247,7 +341,8 @@ int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool decay_all
         const size_t len = trained(s, r) ? state_part(s, i, &at, &st) : 0;
         if (len == 0) continue;
         const bool decay = decay_all || local->params[r->param].decay;
-        const size_t p = r->local + at, g = s->grad_index[i] + at;
+        /* Under --zero 2 a shard's gradient lies where its state does. */
+        const size_t p = r->local + at, g = s->zero2 ? st : s->grad_index[i] + at;
         sdp_opt_segment *last = n ? &(*segs)[n - 1] : NULL;
         /* Merge neighbours that are contiguous in every buffer: fewer, longer loops. */
         if (last && last->decay == decay && last->offset + last->count == p &&
@@ -389,8 +484,10 @@ static size_t use_device_publishing(sdp_sync *s) {
 void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be) {
     s->be = be;
     if (!on_device(s)) return;
-    SDP_CHECK(!s->zero, "--zero 1 shards optimizer state in host memory only: use --zero 0 on a "
-                        "device, or --device cpu");
+    SDP_CHECK(
+        !s->zero,
+        "--zero %d shards state in host memory only: use --zero 0 on a device, or --device cpu",
+        s->plan->cfg.zero);
     size_t largest_staged = 0;
     /* Buckets are opened in group order on every rank, as their MPI communicators were made. */
     for (int b = 0; b < s->nbuckets; b++) {
@@ -471,14 +568,90 @@ static double sumsq(const sdp_sync *s, const float *x, size_t n) {
     return sdp_sumsq(s->be, x, n);
 }
 
+/* Where this worker's averaged gradient of a bucket's shard lies after the sync. */
+static float *own_grads(const sdp_sync *s, float *grads, const sdp_bucket *b) {
+    return s->zero2 ? grads + b->state_start : grads + b->start + b->shard_lo;
+}
+
+static void start_piece(sdp_sync *s, sdp_piece *p, float *grads) {
+    if (p->started) return;
+    p->started = true;
+    const sdp_bucket *b = &s->buckets[p->bucket];
+    if (!reduced(b)) return;
+    count_ring_allreduce(s, p->hi - p->lo, b->nmembers); /* as start_bucket counts it */
+    MPI_Ireduce_scatter(MPI_IN_PLACE, grads + p->store, p->counts, MPI_FLOAT, MPI_SUM, b->comm,
+                        &p->req);
+}
+
+/* Waits for a piece's reduce-scatter, copies this worker's part of its shard to the shards' area
+ * and clears the piece's place for the next layer that uses it. */
+static void finish_piece(sdp_sync *s, sdp_piece *p, float *grads) {
+    if (!p->started || p->done) return;
+    p->done = true;
+    const sdp_bucket *b = &s->buckets[p->bucket];
+    size_t first = p->lo, n = p->hi - p->lo; /* one member: its shard is all of it */
+    if (reduced(b)) {
+        MPI_Wait(&p->req, MPI_STATUS_IGNORE);
+        n = (size_t)p->counts[member_index(s, b)];
+        first = p->lo + (size_t)p->displs[member_index(s, b)];
+    }
+    if (n)
+        memcpy(grads + b->state_start + (first - b->shard_lo), grads + p->store, n * sizeof(float));
+    memset(grads + p->store, 0, (p->hi - p->lo) * sizeof(float));
+}
+
+static void progress_pieces(sdp_sync *s) {
+    for (int i = 0; i < s->npieces; i++) {
+        int flag; /* lets the library progress outstanding reductions */
+        if (s->pieces[i].started && !s->pieces[i].done && s->pieces[i].req != MPI_REQUEST_NULL)
+            MPI_Test(&s->pieces[i].req, &flag, MPI_STATUS_IGNORE);
+    }
+}
+
+/* After layer l's backward: its pieces start, and the pieces in the slot layer l - 1 is about to
+ * use (those of layer l + 1) finish. */
+static void layer_done_pieces(sdp_sync *s, float *grads, int layer) {
+    for (int i = 0; i < s->npieces; i++)
+        if (s->pieces[i].layer == layer) start_piece(s, &s->pieces[i], grads);
+    for (int i = 0; i < s->npieces; i++) {
+        sdp_piece *p = &s->pieces[i];
+        if (p->layer >= 0 && (p->layer & 1) != (layer & 1)) finish_piece(s, p, grads);
+    }
+    progress_pieces(s);
+}
+
+static void grads_end_pieces(sdp_sync *s, float *grads) {
+    for (int i = 0; i < s->npieces; i++) {
+        sdp_piece *p = &s->pieces[i];
+        SDP_CHECK(p->layer < 0 || p->started,
+                  "--zero 2: layer %d's gradients were never handed over (the backward pass must "
+                  "call layer_done after every layer); this is a bug in sdp, please report it",
+                  p->layer);
+        start_piece(s, p, grads);
+    }
+    for (int i = 0; i < s->npieces; i++) finish_piece(s, &s->pieces[i], grads);
+    for (int b = 0; b < s->nbuckets; b++) {
+        const sdp_bucket *bk = &s->buckets[b];
+        scale(s, own_grads(s, grads, bk), bk->shard_hi - bk->shard_lo, 1.0f / (float)bk->nmembers);
+    }
+}
+
 void sdp_sync_grads_begin(sdp_sync *s) {
     for (int b = 0; b < s->nbuckets; b++) {
         s->buckets[b].started = false;
         s->buckets[b].nreq = 0;
     }
+    for (int i = 0; i < s->npieces; i++) {
+        s->pieces[i].started = s->pieces[i].done = false;
+        s->pieces[i].req = MPI_REQUEST_NULL;
+    }
 }
 
 void sdp_sync_layer_done(sdp_sync *s, float *grads, int layer) {
+    if (s->zero2) {
+        layer_done_pieces(s, grads, layer);
+        return;
+    }
     for (int b = 0; b < s->nbuckets; b++) {
         sdp_bucket *bk = &s->buckets[b];
         if (bk->ready_after == layer) start_bucket(s, bk, grads);
@@ -488,6 +661,10 @@ void sdp_sync_layer_done(sdp_sync *s, float *grads, int layer) {
 }
 
 void sdp_sync_grads_end(sdp_sync *s, float *grads) {
+    if (s->zero2) {
+        grads_end_pieces(s, grads);
+        return;
+    }
     bool device_comms = false;
     for (int b = 0; b < s->nbuckets; b++) {
         start_bucket(s, &s->buckets[b], grads);
@@ -518,7 +695,7 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
     for (int b = 0; b < s->nbuckets; b++) {
         const sdp_bucket *bk = &s->buckets[b];
         if (s->zero) /* each element lies in one owner's shard */
-            local += sumsq(s, grads + bk->start + bk->shard_lo, bk->shard_hi - bk->shard_lo);
+            local += sumsq(s, own_grads(s, (float *)grads, bk), bk->shard_hi - bk->shard_lo);
         else /* each of the group's owners holds the same gradient */
             local += sumsq(s, grads + bk->start, bk->count) / bk->nmembers;
     }
@@ -533,31 +710,53 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
 
 /* ---- parameters ----------------------------------------------------------------------------- */
 
-/* Copies a bucket's parameters between params (at their local offsets) and the bucket's region
- * (at their compact places): into the region those inside [lo, hi) of it, or back all of them. */
+/* Copies the parameters of [lo, hi) of a bucket's region between params (at their local offsets)
+ * and `region`, which holds the region's places from `region_lo` on. */
 static void bucket_params(const sdp_sync *s, const sdp_bucket *b, float *params, float *region,
-                          bool into_region, size_t lo, size_t hi) {
+                          size_t region_lo, bool into_region, size_t lo, size_t hi) {
     for (size_t pos = 0, j = 0; j < (size_t)b->nruns; pos += run_at(s, b->runs[j])->len, j++) {
         const sdp_run *r = run_at(s, b->runs[j]);
         const size_t a = pos > lo ? pos : lo, e = pos + r->len < hi ? pos + r->len : hi;
-        if (!into_region)
-            memcpy(params + r->local, region + pos, r->len * sizeof(float));
-        else if (e > a)
-            memcpy(region + a, params + r->local + (a - pos), (e - a) * sizeof(float));
+        if (e <= a) continue;
+        float *in_params = params + r->local + (a - pos), *in_region = region + (a - region_lo);
+        if (into_region)
+            memcpy(in_region, in_params, (e - a) * sizeof(float));
+        else
+            memcpy(in_params, in_region, (e - a) * sizeof(float));
+    }
+}
+
+/* --zero 2: the all-gather piece by piece, through each piece's own (spent) place. */
+static void share_pieces(sdp_sync *s, float *params, float *grads) {
+    for (int i = 0; i < s->npieces; i++) {
+        const sdp_piece *p = &s->pieces[i];
+        const sdp_bucket *bk = &s->buckets[p->bucket];
+        if (!reduced(bk)) continue;
+        float *region = grads + p->store;
+        const size_t lo = bk->shard_lo > p->lo ? bk->shard_lo : p->lo;
+        const size_t hi = bk->shard_hi < p->hi ? bk->shard_hi : p->hi;
+        bucket_params(s, bk, params, region, p->lo, true, lo, hi);
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, p->counts, p->displs, MPI_FLOAT,
+                       bk->comm);
+        bucket_params(s, bk, params, region, p->lo, false, p->lo, p->hi);
     }
 }
 
 void sdp_sync_share_updates(sdp_sync *s, float *params, float *grads) {
     if (!s->zero) return;
+    if (s->zero2) {
+        share_pieces(s, params, grads);
+        return;
+    }
     for (int b = 0; b < s->nbuckets; b++) {
         sdp_bucket *bk = &s->buckets[b];
         if (!reduced(bk)) continue;
         float *region = grads + bk->start;
-        bucket_params(s, bk, params, region, true, bk->shard_lo, bk->shard_hi);
+        bucket_params(s, bk, params, region, 0, true, bk->shard_lo, bk->shard_hi);
         /* The bytes were counted with the reduce-scatter (start_bucket). */
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, bk->shard_counts,
                        bk->shard_displs, MPI_FLOAT, bk->comm);
-        bucket_params(s, bk, params, region, false, 0, bk->count);
+        bucket_params(s, bk, params, region, 0, false, 0, bk->count);
     }
 }
 

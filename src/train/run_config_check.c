@@ -138,7 +138,7 @@ static void check_choices(const train_opts *o, const char *path) {
         BAD_STR("recompute", o->recompute, "is not none or layer");
     if (!one_of(o->precision, PRECISIONS))
         BAD_STR("precision", o->precision, "is not fp32 or bf16");
-    if (o->zero != 0 && o->zero != 1) BAD_INT("zero", o->zero, "is not 0 or 1");
+    if (o->zero < 0 || o->zero > 2) BAD_INT("zero", o->zero, "is not 0, 1 or 2");
     if (!strcmp(o->precision, "bf16") && strcmp(o->device, "cuda"))
         BAD_STR("precision", o->precision, "needs \"device\" \"cuda\", and \"device\" is \"%s\"",
                 o->device);

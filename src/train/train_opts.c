@@ -91,9 +91,11 @@ const opt_spec TRAIN_OPTS[] = {
      "units on models without batch norm, else none (the choice docs/results.md supports)",
      0},
     {"zero", OPT_INT, F(zero), "0",
-     "ZeRO stage: 0, or 1 (optimizer state sharded over each unit's owners: each keeps about 1/k "
+     "ZeRO stage: 0; 1 (optimizer state sharded over each unit's owners: each keeps about 1/k "
      "of it; gradients are reduce-scattered and updated parameters all-gathered, the same bytes "
-     "as the all-reduce; --device cpu)",
+     "as the all-reduce; --device cpu); or 2 (gradients sharded too: each layer's are "
+     "reduce-scattered as its backward ends, and the buffer keeps two layers and the shards; "
+     "--grad-accum 1)",
      0},
     {"check-replicas", OPT_INT, F(check_replicas), "0",
      "every S steps, check that all owners of a unit hold identical state; 0 = never", 0},
@@ -154,21 +156,25 @@ bool train_opts_recompute(const train_opts *o) {
 }
 
 int train_opts_zero(const train_opts *o) {
-    SDP_CHECK(o->zero != 2,
-              "--zero 2 (sharded gradients) is not implemented yet: use --zero 1, which shards "
-              "the optimizer state");
-    SDP_CHECK(o->zero == 0 || o->zero == 1, "unknown --zero %d: use 0 or 1", o->zero);
+    SDP_CHECK(o->zero >= 0 && o->zero <= 2, "unknown --zero %d: use 0, 1 or 2", o->zero);
     return o->zero;
 }
 
 void train_opts_check_zero(const train_opts *o) {
-    if (train_opts_zero(o) == 0) return;
+    const int stage = train_opts_zero(o);
+    if (stage == 0) return;
     SDP_CHECK(strcmp(o->device, "cpu") == 0,
-              "--zero 1 shards optimizer state in host memory only: use --zero 0 with --device %s",
+              "--zero %d shards state in host memory only: use --zero 0 with --device %s", stage,
               o->device);
     SDP_CHECK(o->sim_world == 0,
-              "--zero 1 needs the other owners to all-gather each update, which a --sim-world run "
-              "does not have: use --zero 0");
+              "--zero %d needs the other owners to all-gather each update, which a --sim-world run "
+              "does not have: use --zero 0",
+              stage);
+    SDP_CHECK(stage != 2 || o->grad_accum <= 1, /* sdp plan has no --grad-accum: 0 */
+              "--zero 2 reduce-scatters each layer's gradients as soon as its backward is done, "
+              "which leaves nothing to accumulate into: use --grad-accum 1, or --zero 1 with "
+              "--grad-accum %d",
+              o->grad_accum);
 }
 
 sdp_precision train_opts_precision(const train_opts *o) {

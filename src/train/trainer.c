@@ -97,7 +97,7 @@ static void build_worker(trainer *t) {
     /* Gradients only for what the worker owns: whole tensors, or owned slices of tensors it
      * owns in part (neuron units under backward masking), computed as GEMMs on those slices. */
     sdp_sync_grad_layout(&t->sync, t->model.layout, &t->grad_offset, &t->grad_slices);
-    t->ngrads = t->sync.owned;
+    t->ngrads = t->sync.grad_elems; /* under --zero 2 less than it owns */
     t->grads = train_device_alloc(t, SDP_MEM_GRADS, t->ngrads);
     t->model.ops->use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
     sdp_opt_cfg oc = optimizer_config(&t->o);
