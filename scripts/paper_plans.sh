@@ -170,20 +170,23 @@ for N in 8 64 256 1024; do
 done
 
 echo
-echo "## (e) ZeRO stage 1 beside SDP and with it: the 1B model, fp32, batch 4 x 2048, N = 8, AdamW"
+echo "## (e) ZeRO stages 1 and 2 beside SDP and with it: the 1B model, fp32, batch 4 x 2048, N = 8, AdamW"
 echo
 echo "\`--zero 1\` shards the optimizer state over the workers that hold each parameter: all N under"
-echo "DDP, each unit's k owners under SDP. Changes are against plain DDP."
+echo "DDP, each unit's k owners under SDP. \`--zero 2\` shards the gradients too: a worker keeps its"
+echo "shards' gradients, the stem's and head's, and two slots of its largest layer. Changes are"
+echo "against plain DDP."
 echo
 echo "$MODES_HEAD"
 model=("${LLAMA1B[@]}" --dtype fp32 --world 8)
 row "DDP | 8 (1)" "$MODES_CELLS" ddp -- "${model[@]}"
 row "DDP + ZeRO-1 | 8 (1)" "$MODES_CELLS" -- "${model[@]}" --zero 1
+row "DDP + ZeRO-2 | 8 (1)" "$MODES_CELLS" -- "${model[@]}" --zero 2
 for mask in forward backward; do
   for unit in block neuron; do
-    for zero in 0 1; do
+    for zero in 0 1 2; do
       label="$mask-$unit"
-      [ "$zero" = 1 ] && label="$label + ZeRO-1"
+      [ "$zero" != 0 ] && label="$label + ZeRO-$zero"
       row "$label | 4 (0.5)" "$MODES_CELLS" -- "${model[@]}" --sdp-mask "$mask" --sdp-unit "$unit" \
         --sdp-owners 4 --zero "$zero"
     done
@@ -191,5 +194,8 @@ for mask in forward backward; do
 done
 # And with activation recomputation, the lever for what dominates here.
 row "DDP + ZeRO-1 + recompute | 8 (1)" "$MODES_CELLS" -- "${model[@]}" --zero 1 --recompute layer
+row "DDP + ZeRO-2 + recompute | 8 (1)" "$MODES_CELLS" -- "${model[@]}" --zero 2 --recompute layer
 row "forward-block + ZeRO-1 + recompute | 4 (0.5)" "$MODES_CELLS" -- "${model[@]}" \
   --sdp-mask forward --sdp-unit block --sdp-owners 4 --zero 1 --recompute layer
+row "forward-block + ZeRO-2 + recompute | 4 (0.5)" "$MODES_CELLS" -- "${model[@]}" \
+  --sdp-mask forward --sdp-unit block --sdp-owners 4 --zero 2 --recompute layer
