@@ -35,7 +35,7 @@
 #               Its runs are 5-9 minutes each: SEEDS=1 first gives every configuration's
 #               learning-rate grid, and a second pass adds seeds 2 and 3.
 #   gpt-levers  the reference GPT's DDP and forward/neuron C = 0.5 rows (best learning rate, seed
-#               1) again with --zero 1 --recompute layer: the losses and the memory of the levers
+#               1) again with --recompute layer and --zero 1, then 2: the losses and the memory of the levers
 #               measured, beside what study_report.py derives from sdp plan
 #
 # Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
@@ -389,7 +389,7 @@ resnet() {
 }
 
 # The levers measured, not only planned: the reference GPT's DDP and forward/neuron C = 0.5 at
-# their best learning rates, seed 1, with --zero 1 and --recompute layer. The same training as the
+# their best learning rates, seed 1, with --zero 1 (then 2) and --recompute layer. The same training as the
 # rows of docs/study/gpt.tsv they repeat, in the memory sdp plan predicts (study_report.py sets
 # the two side by side).
 gpt_levers() {
@@ -401,8 +401,11 @@ gpt_levers() {
     local lr; lr=$(best_lr gpt "$prefix" "${lrs[@]}")
     [ -n "$lr" ] || { echo "$w: run 'scripts/study.sh gpt' first (no $prefix rows)"; continue; }
     # shellcheck disable=SC2046
-    run $w "$prefix-lr$lr-zero1-recompute" 1 4 "${base[@]}" --lr "$lr" $(mode_flags "$mode" 0.5) \
-      --zero 1 --recompute layer
+    for zero in 1 2; do
+      # shellcheck disable=SC2046
+      run $w "$prefix-lr$lr-zero$zero-recompute" 1 4 "${base[@]}" --lr "$lr" \
+        $(mode_flags "$mode" 0.5) --zero "$zero" --recompute layer
+    done
   done
 }
 

@@ -258,7 +258,9 @@ def plan_total(workload, r, recompute, zero=0):
 # The levers beside each configuration: (column, --recompute, --zero, point suffix).
 LEVERS = [("with --recompute layer", "layer", 0, " +recompute"),
           ("with --zero 1", "none", 1, " +zero1"),
-          ("with both", "layer", 1, " +recompute +zero1")]
+          ("with --zero 2", "none", 2, " +zero2"),
+          ("with --recompute layer --zero 1", "layer", 1, " +recompute +zero1"),
+          ("with --recompute layer --zero 2", "layer", 2, " +recompute +zero2")]
 
 
 def lever_points(workload, rows):
@@ -291,12 +293,12 @@ def levers_checked(workload):
     out = ["| measured run | seed | val loss | without the levers | accounted MiB | predicted |",
            "|---|---|---|---|---|---|"]
     for r in runs:
-        name = r["config"].replace("-zero1", "").replace("-recompute", "")
+        name = re.sub(r"-zero\d", "", r["config"]).replace("-recompute", "")
         b = base.get((name, r["seed"]))
         if not b:
             continue
         rc = "layer" if "-recompute" in r["config"] else "none"
-        z = 1 if "-zero1" in r["config"] else 0
+        z = int(re.search(r"-zero(\d)", r["config"]).group(1)) if "-zero" in r["config"] else 0
         # The row without the levers, less what sdp plan says they save: the dataset's bytes,
         # which the plan leaves out, stay in.
         predicted = float(b["total_bytes"]) - (plan_total(workload, b, "none") -
@@ -310,9 +312,10 @@ def levers_checked(workload):
 
 
 def levers_block(workload, rows):
-    """The configurations with activation recomputation, ZeRO stage 1 and both: the same
+    """The configurations with activation recomputation, ZeRO stages 1 and 2, and both: the same
     training (bit for bit under recomputation, tests/test_recompute.sh; up to floating-point
-    reordering under ZeRO-1, tests/test_zero.sh), so the same losses, in less memory."""
+    reordering under ZeRO, tests/test_zero.sh), so the same losses, in less memory (or, for
+    ZeRO-2's two layer slots on few layers, more)."""
     pts = lever_points(workload, rows)
     out = ["| configuration | val loss | accounted MiB | " + " | ".join(c for c, *_ in LEVERS) + " |",
            "|---|---|---|" + "---|" * len(LEVERS)]
@@ -324,7 +327,7 @@ def levers_block(workload, rows):
         points += [(m, loss, name + suffix) for m, (*_, suffix) in zip(levered, LEVERS)]
     front = pareto(points)
     svg = levers_plot(workload, pts, front)
-    return ("From `docs/study/" + workload + ".tsv` and `sdp plan --recompute layer --zero 1`; "
+    return ("From `docs/study/" + workload + ".tsv` and `sdp plan --recompute layer --zero 1|2`; "
             "regenerate with `python3 scripts/study_report.py`.\n\n" + "\n".join(out) + "\n\n" +
             "On the Pareto front of loss against memory, with and without the levers: " +
             ", ".join(f"{n} ({m:.1f} MiB, {l:.4f})" for m, l, n in front) + "." +
