@@ -5,6 +5,7 @@
 #   sdp-ddp               sdp, data parallelism (--sdp-mask none)
 #   sdp-ddp-recompute     the same with --recompute layer
 #   sdp-ddp-zero          the same with --zero 1 (ZeRO stage 1: optimizer state sharded over N)
+#   sdp-ddp-zero2         the same with --zero 2 (ZeRO stage 2: gradients sharded too)
 #   sdp-fwd               sdp forward masking, neuron units, C = 0.5
 #   sdp-fwd-recompute     the same with --recompute layer
 #   torch-ddp             PyTorch DistributedDataParallel + AdamW (bench/torch_peer.py)
@@ -72,6 +73,7 @@ FWD="--sdp-mask forward --sdp-unit neuron --sdp-coverage $COVERAGE"
 RUNS=("sdp-ddp:--sdp-mask none"
       "sdp-ddp-recompute:--sdp-mask none --recompute layer"
       "sdp-ddp-zero:--sdp-mask none --zero 1"
+      "sdp-ddp-zero2:--sdp-mask none --zero 2"
       "sdp-fwd:$FWD"
       "sdp-fwd-recompute:$FWD --recompute layer"
       "torch-ddp:"
