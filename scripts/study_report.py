@@ -197,6 +197,10 @@ TIME_MODELS = {"gpt": ["--model", "gpt", "--heads", "4", "--seq-len", "64", "--b
                        "--vocab", "256"],
                "gpt-large": ["--model", "gpt", "--heads", "6", "--seq-len", "64", "--batch", "3",
                              "--vocab", "256"]}
+# The workloads whose levers sdp plan prices: the GPTs above, and the ResNet-20 (its rows' layers
+# and width are its depth and channels).
+PLAN_MODELS = dict(TIME_MODELS, resnet=["--model", "resnet", "--dataset", "fashion-mnist",
+                                        "--batch", "32", "--optimizer", "sgd"])
 SDP_BIN = os.environ.get("SDP_BIN", os.path.join(ROOT, "build", "sdp"))
 
 
@@ -246,9 +250,11 @@ def plan_total(workload, r, recompute, zero=0):
     """The largest worker's total bytes that sdp plan predicts for row r's configuration (exact:
     tests/test_sdp_memplan.sh holds it to the measured bytes)."""
     import json
-    args = [SDP_BIN, "plan", *TIME_MODELS[workload], "--layers", r["layers"], "--width",
-            r["width"], "--world", r["N"], "--sdp-mask", r["mask"], "--val-batches", "200",
-            "--recompute", recompute, "--zero", str(zero), "--json"]
+    resnet = workload == "resnet"
+    args = [SDP_BIN, "plan", *PLAN_MODELS[workload], "--depth" if resnet else "--layers",
+            r["layers"], "--channels" if resnet else "--width", r["width"], "--world", r["N"],
+            "--sdp-mask", r["mask"], "--val-batches", "200", "--recompute", recompute, "--zero",
+            str(zero), "--json"]
     if r["mask"] != "none":
         args += ["--sdp-unit", r["unit"], "--sdp-coverage", r["C"]]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
@@ -317,25 +323,28 @@ def levers_block(workload, rows):
     reordering under ZeRO, tests/test_zero.sh), so the same losses, in less memory (or, for
     ZeRO-2's two layer slots on few layers, more)."""
     pts = lever_points(workload, rows)
-    out = ["| configuration | val loss | accounted MiB | " + " | ".join(c for c, *_ in LEVERS) + " |",
-           "|---|---|---|" + "---|" * len(LEVERS)]
+    vision = is_vision(rows)
+    what, fmt = ("test error, %", "{:.2f}") if vision else ("val loss", "{:.4f}")
+    out = [f"| configuration | {what} | accounted MiB | " + " | ".join(c for c, *_ in LEVERS) +
+           " |", "|---|---|---|" + "---|" * len(LEVERS)]
     points = []
     for name, loss, mem, levered in pts:
-        out.append(f"| {name} | {loss:.4f} | {mem:.1f} | " +
+        out.append(f"| {name} | {fmt.format(loss)} | {mem:.1f} | " +
                    " | ".join(f"{m:.1f}" for m in levered) + " |")
         points.append((mem, loss, name))
         points += [(m, loss, name + suffix) for m, (*_, suffix) in zip(levered, LEVERS)]
     front = pareto(points)
-    svg = levers_plot(workload, pts, front)
+    svg = levers_plot(workload, pts, front, vision)
     return ("From `docs/study/" + workload + ".tsv` and `sdp plan --recompute layer --zero 1|2`; "
             "regenerate with `python3 scripts/study_report.py`.\n\n" + "\n".join(out) + "\n\n" +
-            "On the Pareto front of loss against memory, with and without the levers: " +
-            ", ".join(f"{n} ({m:.1f} MiB, {l:.4f})" for m, l, n in front) + "." +
+            f"On the Pareto front of {'test error' if vision else 'loss'} against memory, with "
+            "and without the levers: " +
+            ", ".join(f"{n} ({m:.1f} MiB, {fmt.format(l)})" for m, l, n in front) + "." +
             (f"\n\n![{workload}: the levers]({svg})" if svg else "") +
             levers_checked(workload))
 
 
-def levers_plot(workload, pts, front):
+def levers_plot(workload, pts, front, vision=False):
     """docs/study/<workload>-levers.svg: each configuration's point and its points with each
     lever, one series each, and the front over all of them. Needs gnuplot."""
     svg = os.path.join(STUDY, workload + "-levers.svg")
@@ -356,7 +365,7 @@ def levers_plot(workload, pts, front):
 set output "{svg}"
 set title "{workload}: each configuration with activation recomputation and ZeRO-1"
 set xlabel "largest worker's accounted memory, MiB (all ranks; levers: sdp plan's saving)"
-set ylabel "validation loss (nats per byte)"
+set ylabel "{'test error, % of the test images' if vision else 'validation loss (nats per byte)'}"
 set key top right
 set grid
 plot {", ".join(series)}
@@ -464,7 +473,7 @@ def main():
             new = timed.sub(lambda m: m.group(1) + time_block(w, rows) + "\n" + m.group(2), new)
         rc = re.compile(rf"(<!-- study-recompute:{re.escape(w)} -->\n)(?:.*?\n)?"
                         rf"(<!-- /study-recompute:{re.escape(w)} -->)", re.S)
-        if w in TIME_MODELS and rc.search(new):
+        if w in PLAN_MODELS and rc.search(new):
             with open(os.path.join(STUDY, name), newline="") as f:
                 rows = list(csv.DictReader(f, delimiter="\t"))
             new = rc.sub(lambda m: m.group(1) + levers_block(w, rows) + "\n" + m.group(2), new)
