@@ -49,7 +49,9 @@ MODES=("ddp:--sdp-mask none"
        "bwd-neuron-0.5:--sdp-mask backward --sdp-unit neuron --sdp-coverage 0.5"
        "bwd-neuron-0.25:--sdp-mask backward --sdp-unit neuron --sdp-coverage 0.25"
        "ddp-zero1:--sdp-mask none --zero 1"
-       "fwd-neuron-0.5-zero1:--sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5 --zero 1")
+       "fwd-neuron-0.5-zero1:--sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5 --zero 1"
+       "ddp-zero2:--sdp-mask none --zero 2"
+       "fwd-neuron-0.5-zero2:--sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5 --zero 2")
 # C = 0.25 of N = 4 is k = 1: no owner group spans the hosts unless the plan puts one there.
 
 # Mbit/s of a bulk TCP transfer from the first host to the second (about a second's worth).
