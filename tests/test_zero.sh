@@ -183,6 +183,18 @@ expect_job_error "--zero 1 simulated" "--sim-world run does not have: use --zero
   "$SDP_BIN" train --data "$WORK/text.txt" --zero 1 --sim-world 4 --out "$WORK/never"
 expect_job_error "--zero 2 on a device" "use --zero 0 with --device emulated" 2 \
   "$SDP_BIN" train --data "$WORK/text.txt" --zero 2 --device emulated --out "$WORK/never"
+# sdp plan says where stage 2's slots outweigh its saving (block units, 3 of 6 layers a worker),
+# and says nothing where they do not (data parallelism on the same model).
+if "$SDP_BIN" plan --world 4 --vocab 256 --layers 6 --zero 2 --sdp-mask forward --sdp-unit block \
+  --sdp-coverage 0.5 >"$WORK/p2b.txt" 2>&1 &&
+  grep -q -- "--zero 2 holds more gradient memory than --zero 1 on 4 of 4 workers" "$WORK/p2b.txt" &&
+  "$SDP_BIN" plan --world 4 --vocab 256 --layers 6 --zero 2 >"$WORK/p2d.txt" 2>&1 &&
+  ! grep -q -- "holds more gradient memory" "$WORK/p2d.txt"; then
+  pass "sdp plan --zero 2 warns where its slots outweigh the shards, and only there"
+else
+  fail "sdp plan --zero 2: the warning is missing, or shown where stage 2 saves memory"
+  cat "$WORK/p2b.txt"
+fi
 expect_error "sdp plan --zero 1 on cuda" "use --zero 0 with --device cuda" \
   "$SDP_BIN" plan --world 4 --vocab 256 --zero 1 --device cuda
 # sdp plan --zero 1 counts the shards and keeps the bytes sent: under data parallelism each of 4

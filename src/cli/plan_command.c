@@ -75,7 +75,8 @@ static opt_spec *plan_specs(void) {
 
 typedef struct {
     double params, grads, optim, acts, scratch, buffers, eval_ckpt, sent;
-    double flops; /* forward and backward per step, as the worker's model counts them */
+    double flops;       /* forward and backward per step, as the worker's model counts them */
+    double owned_grads; /* what its gradients would take whole: more than grads but for --zero 2 */
 } worker_bytes;
 
 static bool on_cuda(const plan_opts *o) {
@@ -129,6 +130,7 @@ static worker_bytes bytes_of(const worker_count *c, const sdp_worker_plan *wp, c
     worker_bytes b = {0};
     b.params = (double)c->numel * wbytes;
     b.grads = (double)w.grad_elems * wbytes;
+    b.owned_grads = (double)w.owned * wbytes;
     b.optim =
         (double)w.state_elems * ((double)sdp_optim_state_bytes_per_param(&oc) + (bf16 ? 4 : 0));
     b.acts = (double)c->peak[SDP_MEM_ACTS] * (bf16 ? 0.5 : 1.0);
@@ -290,6 +292,13 @@ static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
            100 * (1 - worst_total / total_of(ddp)));
     printf("  eval+ckpt: evaluation and checkpoint buffers at their peak (docs/design.md); "
            "not counted: the dataset\n");
+    int more = 0;
+    for (int r = 0; r < o->world; r++) more += rows[r].grads > rows[r].owned_grads;
+    if (more)
+        printf("  --zero 2 holds more gradient memory than --zero 1 on %d of %d workers: two slots "
+               "of the largest layer, the stem and head outweigh the shards' saving; use --zero "
+               "1\n",
+               more, o->world);
     if (on_cuda(o))
         printf("  scratch on cuda: the model's attention scores and %.0f MiB of cuBLAS and "
                "kernel workspaces%s\n",
