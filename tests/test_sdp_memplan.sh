@@ -91,6 +91,8 @@ check 4 --sdp-mask forward --sdp-unit block
 check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2
 check 4 --sdp-mask forward --sdp-unit neuron --zero 1
 check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 1
+check 4 --sdp-mask forward --sdp-unit neuron --zero 2
+check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 2
 unset SDP_CKPT_WINDOW
 
 # The image models on Fashion-MNIST. The ResNet: batch-norm buffers, 4-D convolution weights

@@ -44,15 +44,17 @@ typedef struct {
 /* --zero 2: the part of a bucket's region [lo, hi) that lies in one local layer (-1: stem and
  * head). Its gradient is computed into a slot of the gradient buffer shared with every other layer
  * of the same parity (or, for the stem and head, a place of its own), reduce-scattered as soon as
- * the layer's backward is done, each member's part of its shard copied out, and the slot cleared
- * for the layer two below. counts and displs are each member's part of [lo, hi) (its shard cut to
- * it, often empty) as MPI takes them; the all-gather of the updated parameters goes piece by piece
- * through the same slot. */
+ * the layer's backward is done, this member's shard of it copied out, and the slot cleared for the
+ * layer two below. Each piece is sharded over the bucket's members on its own (sdp_sync_shard of
+ * hi - lo), so its collectives are balanced; counts and displs are every member's shard as MPI
+ * takes them. The all-gather of the updated parameters goes piece by piece through its place. */
 typedef struct {
     int bucket;
     int layer;
-    size_t lo, hi; /* in the bucket's region */
-    size_t store;  /* where its gradient lies in the gradient buffer */
+    size_t lo, hi;             /* in the bucket's region */
+    size_t store;              /* where its gradient lies in the gradient buffer */
+    size_t shard_lo, shard_hi; /* this member's shard, in the bucket's region */
+    size_t state_start;        /* where the shard's state (and averaged gradient) lies */
     int *counts, *displs;
     MPI_Request req;
     bool started, done;
@@ -78,6 +80,7 @@ typedef struct {
     size_t grad_elems;   /* elements of the gradient buffer: owned, or under --zero 2 as above */
     size_t *grad_index;  /* per run: offset of its gradient (and state) in the compact buffers */
     int *run_bucket;     /* per run: its bucket (-1: not trained here) */
+    int *run_piece;      /* per run, under --zero 2: its piece (-1: not trained here) */
     size_t *run_pos;     /* per run: its place in that bucket's region */
     int npieces;
     sdp_piece *pieces; /* --zero 2 only: every bucket's, bucket after bucket, in region order */
@@ -120,14 +123,16 @@ void sdp_sync_grad_layout(const sdp_sync *s, const sdp_layout *local, long **gra
                           sdp_grad_slices **slices);
 void sdp_sync_grad_layout_free(long *grad_offset, sdp_grad_slices *slices, int nparams);
 
-/* --zero 1: the shard of member j of a bucket of `count` elements and k members, [*lo, *hi) of
- * its compact region: [j * count / k, (j + 1) * count / k), so the k shards tile the region and
- * differ by at most one element. A pure function of its arguments: the planner uses it too. */
+/* The shard of member j of `count` elements and k members, [*lo, *hi): [j * count / k,
+ * (j + 1) * count / k), so the k shards tile the region and differ by at most one element; of a
+ * bucket's compact region under --zero 1, of each piece of it under --zero 2. A pure function of
+ * its arguments: the planner uses it too. */
 void sdp_sync_shard(size_t count, int k, int j, size_t *lo, size_t *hi);
 
-/* Optimizer segments over the owned runs, or under --zero 1 over their parts inside this worker's
- * shards: parameters at their local offsets, gradients in the compact gradient buffer, state in
- * the compact state buffers (s->state elements). Returns the count; *segs is malloc'd. */
+/* Optimizer segments over the owned runs, or under --zero 1 and 2 over their parts inside this
+ * worker's shards: parameters at their local offsets, gradients in the compact gradient buffer
+ * (under --zero 2 where the state lies), state in the compact state buffers (s->state elements).
+ * Returns the count; *segs is malloc'd. */
 int sdp_sync_segments(const sdp_sync *s, const sdp_layout *local, bool decay_all,
                       sdp_opt_segment **segs);
 
@@ -177,19 +182,20 @@ void sdp_sync_gather_range(sdp_sync *s, const float *local, bool state_compact, 
                            size_t hi, float *out, sdp_mem *io);
 /* The whole model of numel elements, range by range, into full on rank 0. */
 /* What rank `rank` sends to assemble [lo, hi) in sdp_sync_gather_range: returns its pieces and
- * sets *nvals to its values. From the plan and the rank's map alone, for predicting the gather's
- * buffers without a job. */
-int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, int rank,
-                          bool state_compact, size_t lo, size_t hi, size_t *nvals);
+ * sets *nvals to its values. From the plan, the rank's map and its local layout (whose blocks cut
+ * --zero 2's pieces) alone, for predicting the gather's buffers without a job. */
+int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, const sdp_layout *local,
+                          int rank, bool state_compact, size_t lo, size_t hi, size_t *nvals);
 /* Whether rank `rank` sends run r in a gather: the publisher of its unit, rank 0 for shared runs
  * (and nobody for a buffer's optimizer state, which does not exist). Under --zero 1 optimizer
  * state is sent by shards, which cut runs: see sdp_sync_provided. */
 bool sdp_sync_provides(const sdp_plan *p, const sdp_run *r, int rank, bool state_compact);
 /* Every piece of the full model rank `rank` sends in a gather, as fn(ctx, its first global
  * element, its length), in the order of its map's runs: whole runs by sdp_sync_provides, or under
- * --zero 1 for optimizer state the parts of its trained runs inside its shards. From the plan and
- * the rank's map alone. */
-void sdp_sync_provided(const sdp_plan *p, const sdp_subnet_map *map, int rank, bool state_compact,
+ * --zero 1 and 2 for optimizer state the parts of its trained runs inside its shards. From the
+ * plan, the rank's map and its local layout alone. */
+void sdp_sync_provided(const sdp_plan *p, const sdp_subnet_map *map, const sdp_layout *local,
+                       int rank, bool state_compact,
                        void (*fn)(void *ctx, size_t global, size_t len), void *ctx);
 void sdp_sync_gather_full(sdp_sync *s, const float *local, bool state_compact, size_t numel,
                           float *full, sdp_mem *io);

@@ -36,6 +36,82 @@ static size_t *trained_group_elems(const sdp_plan *p, const sdp_layout *full, si
     return group_elems;
 }
 
+/* --zero 2: each bucket's pieces (sdp_sync's cut_pieces), in the order of its region: its stem
+ * elements (layer -1), then its elements of each block in turn, then its head elements (layer -1
+ * again, merged with the stem's when no block lies between). Each piece is sharded over the
+ * bucket's members on its own, so a worker's optimizer state is the sum of its shards of every
+ * piece of every bucket it is in. For ranks [r0, r1) into out[r - r0]. Tensors are laid out stem,
+ * blocks in order, head (sdp_layout_add; sdp_param_is_stem tells stem from head). */
+static void zero2_state_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r1,
+                              size_t *out) {
+    const char *what = "a worker's memory plan";
+    const int N = p->cfg.world, nb = full->nblocks, shared = p->ngroups, cols = nb + 2;
+    size_t *unit_elems = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
+    size_t *before = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
+    size_t *after = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
+    size_t *in_block = sdp_xcalloc((size_t)nb + 1, sizeof(size_t), what);
+    size_t *seq = sdp_xcalloc((size_t)(shared + 1) * (size_t)cols, sizeof(size_t), what);
+    size_t *piece_count = sdp_xcalloc((size_t)cols, sizeof(size_t), what);
+    int *piece_layer = sdp_xcalloc((size_t)cols, sizeof(int), what);
+    sdp_plan_unit_elems(p, full, true, unit_elems, NULL);
+    for (int i = 0; i < full->nparams; i++) {
+        const sdp_param *t = &full->params[i];
+        if (t->buffer) continue;
+        if (t->block >= 0) {
+            in_block[t->block] += t->numel;
+            continue;
+        }
+        const bool stem = sdp_param_is_stem(full, i);
+        const int u = sdp_plan_shared_unit(p, full, i);
+        if (u >= 0)
+            (stem ? before : after)[u] += t->numel;
+        else
+            seq[(size_t)shared * (size_t)cols + (stem ? 0 : (size_t)nb + 1)] += t->numel;
+    }
+    for (int u = 0; u < p->nunits; u++) {
+        const int g = p->units[u].owner_group, b = p->units[u].block;
+        const int bucket = p->groups[g].nmembers == N ? shared : g;
+        const size_t part = unit_elems[u] - before[u] - after[u];
+        size_t *row = seq + (size_t)bucket * (size_t)cols;
+        row[0] += before[u], row[1 + b] += part, row[nb + 1] += after[u];
+        in_block[b] -= part; /* what is left of the block is every worker's */
+    }
+    for (int b = 0; b < nb; b++) seq[(size_t)shared * (size_t)cols + 1 + (size_t)b] += in_block[b];
+    for (int r = r0; r < r1; r++) out[r - r0] = 0;
+    for (int bucket = 0; bucket <= shared; bucket++) {
+        const sdp_owner_group *og = bucket < shared ? &p->groups[bucket] : NULL;
+        if (og && og->nmembers == N) continue; /* in the shared bucket */
+        const int k = og ? og->nmembers : N;
+        const size_t *row = seq + (size_t)bucket * (size_t)cols;
+        /* Column c is layer -1 (stem, head) or block c - 1. Empty columns cut nothing, so the
+         * stem's and head's merge into one piece when no block lies between. */
+        int n = 0;
+        for (int c = 0; c < cols; c++) {
+            if (row[c] == 0) continue;
+            const int layer = c == 0 || c == cols - 1 ? -1 : c - 1;
+            if (n > 0 && piece_layer[n - 1] == layer) {
+                piece_count[n - 1] += row[c];
+            } else {
+                piece_layer[n] = layer;
+                piece_count[n++] = row[c];
+            }
+        }
+        /* One rank: its place among the members alone (N in the thousands, k in the hundreds). */
+        const int only = r1 - r0 == 1 ? (og ? sdp_owner_group_index(og, r0) : r0) : -1;
+        if (r1 - r0 == 1 && only < 0) continue;
+        for (int i = 0; i < n; i++)
+            for (int j = only >= 0 ? only : 0; j < (only >= 0 ? only + 1 : k); j++) {
+                const int r = og ? og->members[j] : j;
+                if (r < r0 || r >= r1) continue;
+                size_t lo, hi;
+                sdp_sync_shard(piece_count[i], k, j, &lo, &hi);
+                out[r - r0] += hi - lo;
+            }
+    }
+    free(piece_layer), free(piece_count);
+    free(unit_elems), free(before), free(after), free(in_block), free(seq);
+}
+
 /* --zero 2: the gradient buffer (sdp_sync, place_pieces) holds the shards (state_elems), the
  * stem's and head's gradients whole, and two slots as large as the largest layer's gradients.
  * For ranks [r0, r1), out[r - r0] gets the stem and head's elements plus twice the largest
@@ -128,6 +204,7 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
     free(group_elems);
     if (p->cfg.zero == 2) {
         size_t extra;
+        zero2_state_elems(p, full, rank, rank + 1, &out->state_elems);
         zero2_extra_elems(p, full, rank, rank + 1, &extra);
         out->grad_elems = out->state_elems + extra;
     }
@@ -172,7 +249,12 @@ void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_p
     free(group_elems);
     if (p->cfg.zero != 2) return;
     size_t *extra = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
+    size_t *state = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
+    zero2_state_elems(p, full, 0, N, state);
     zero2_extra_elems(p, full, 0, N, extra);
-    for (int r = 0; r < N; r++) out[r].grad_elems = out[r].state_elems + extra[r];
-    free(extra);
+    for (int r = 0; r < N; r++) {
+        out[r].state_elems = state[r];
+        out[r].grad_elems = state[r] + extra[r];
+    }
+    free(extra), free(state);
 }

@@ -136,44 +136,58 @@ static void assign_shards(sdp_sync *s) {
 
 /* ---- --zero 2: pieces of buckets, one local layer each ------------------------------------- */
 
-/* Member j's part of [lo, hi) of a bucket: its shard cut to it. */
-static size_t member_part(const sdp_bucket *b, int j, size_t lo, size_t hi, size_t *first) {
-    size_t slo, shi;
-    sdp_sync_shard(b->count, b->nmembers, j, &slo, &shi);
-    const size_t a = slo > lo ? slo : lo, e = shi < hi ? shi : hi;
-    *first = a;
-    return e > a ? e - a : 0;
-}
-
+/* A piece is sharded evenly over its bucket's members (sdp_sync_shard of its own size), so that
+ * every member sends and receives its share of each piece's collectives. */
 static void add_piece(sdp_sync *s, int b, int layer, size_t lo, size_t hi) {
     const sdp_bucket *bk = &s->buckets[b];
     sdp_piece *p = &s->pieces[s->npieces++];
     *p = (sdp_piece){.bucket = b, .layer = layer, .lo = lo, .hi = hi, .req = MPI_REQUEST_NULL};
+    size_t slo, shi;
+    sdp_sync_shard(hi - lo, bk->nmembers, member_index(s, bk), &slo, &shi);
+    p->shard_lo = lo + slo, p->shard_hi = lo + shi;
     if (bk->nmembers == 1) return;
     const size_t k = (size_t)bk->nmembers;
     p->counts = sdp_xmalloc(sizeof(int) * k, "a piece's shards");
     p->displs = sdp_xmalloc(sizeof(int) * k, "a piece's shards");
     for (int j = 0; j < bk->nmembers; j++) {
-        size_t first;
-        p->counts[j] = (int)member_part(bk, j, lo, hi, &first);
-        p->displs[j] = p->counts[j] ? (int)(first - lo) : 0;
+        sdp_sync_shard(hi - lo, bk->nmembers, j, &slo, &shi);
+        p->counts[j] = (int)(shi - slo);
+        p->displs[j] = (int)slo;
     }
 }
 
-/* Cuts every bucket where the local layer of its runs changes. */
+/* Cuts every bucket where the local layer of its runs changes (empty runs cut nothing). */
 static void cut_pieces(sdp_sync *s, const int *layer_of) {
     s->pieces = sdp_xcalloc((size_t)s->map->nruns + 1, sizeof *s->pieces, "the gradients' pieces");
     for (int b = 0; b < s->nbuckets; b++) {
         const sdp_bucket *bk = &s->buckets[b];
         size_t lo = 0, pos = 0;
+        int cur = 0;
+        bool open = false;
         for (int j = 0; j < bk->nruns; j++) {
-            const int layer = layer_of[run_at(s, bk->runs[j])->param];
-            const bool last = j + 1 == bk->nruns;
-            pos += run_at(s, bk->runs[j])->len;
-            if (last || layer_of[run_at(s, bk->runs[j + 1])->param] != layer) {
-                add_piece(s, b, layer < 0 ? -1 : layer, lo, pos);
-                lo = pos;
-            }
+            const sdp_run *r = run_at(s, bk->runs[j]);
+            if (r->len == 0) continue;
+            const int layer = layer_of[r->param] < 0 ? -1 : layer_of[r->param];
+            if (open && layer != cur) add_piece(s, b, cur, lo, pos), lo = pos;
+            cur = layer, open = true;
+            pos += r->len;
+        }
+        if (open) add_piece(s, b, cur, lo, pos);
+    }
+    /* The optimizer state: bucket after bucket, piece after piece, each piece's shard. */
+    s->state = 0;
+    for (int i = 0; i < s->npieces; i++) {
+        sdp_piece *p = &s->pieces[i];
+        if (i == 0 || s->pieces[i - 1].bucket != p->bucket)
+            s->buckets[p->bucket].state_start = s->state;
+        p->state_start = s->state;
+        s->state += p->shard_hi - p->shard_lo;
+    }
+    for (int i = 0; i < s->npieces; i++) {
+        const sdp_bucket *bk = &s->buckets[s->pieces[i].bucket];
+        for (int j = 0; j < bk->nruns; j++) {
+            const size_t pos = s->run_pos[bk->runs[j]];
+            if (pos >= s->pieces[i].lo && pos < s->pieces[i].hi) s->run_piece[bk->runs[j]] = i;
         }
     }
 }
@@ -243,7 +257,8 @@ static void sync_init(sdp_sync *s, const sdp_plan *plan, const sdp_subnet_map *m
     s->grad_index = sdp_xcalloc((size_t)map->nruns + 1, sizeof(size_t), "the gradients' index");
     s->run_pos = sdp_xcalloc((size_t)map->nruns + 1, sizeof(size_t), "the gradients' index");
     s->run_bucket = sdp_xmalloc(sizeof(int) * (size_t)(map->nruns + 1), "the gradients' index");
-    for (int i = 0; i < map->nruns; i++) s->run_bucket[i] = -1;
+    s->run_piece = sdp_xmalloc(sizeof(int) * (size_t)(map->nruns + 1), "the gradients' index");
+    for (int i = 0; i < map->nruns; i++) s->run_bucket[i] = s->run_piece[i] = -1;
     s->buckets = sdp_xcalloc((size_t)plan->ngroups + 1, sizeof *s->buckets, "the sync's buckets");
     MPI_Comm world_comm = MPI_COMM_NULL;
     if (!simulate) MPI_Comm_dup(MPI_COMM_WORLD, &world_comm);
@@ -304,6 +319,7 @@ void sdp_sync_free(sdp_sync *s) {
     free(s->grad_index);
     free(s->run_pos);
     free(s->run_bucket);
+    free(s->run_piece);
     sdp_free(s->mem, s->pack);
     sdp_free(s->mem, s->stage);
     if (s->dev_pack) s->be->free(s->be, s->dev_pack);
@@ -322,12 +338,18 @@ static size_t state_part(const sdp_sync *s, int i, size_t *at, size_t *state) {
     const sdp_bucket *b = run_at(s, i)->len ? bucket_of(s, i) : NULL;
     *at = 0, *state = 0;
     if (!b) return 0;
+    /* The shard that may hold it: the bucket's (--zero 1), or its piece's (--zero 2). */
+    size_t slo = b->shard_lo, shi = b->shard_hi, sstate = b->state_start;
+    if (s->zero2) {
+        const sdp_piece *p = &s->pieces[s->run_piece[i]];
+        slo = p->shard_lo, shi = p->shard_hi, sstate = p->state_start;
+    }
     const size_t pos = s->run_pos[i], end = pos + run_at(s, i)->len;
-    const size_t lo = pos > b->shard_lo ? pos : b->shard_lo;
-    const size_t hi = end < b->shard_hi ? end : b->shard_hi;
+    const size_t lo = pos > slo ? pos : slo;
+    const size_t hi = end < shi ? end : shi;
     if (hi <= lo) return 0;
     *at = lo - pos;
-    *state = b->state_start + (lo - b->shard_lo);
+    *state = sstate + (lo - slo);
     return hi - lo;
 }
 
@@ -568,11 +590,6 @@ static double sumsq(const sdp_sync *s, const float *x, size_t n) {
     return sdp_sumsq(s->be, x, n);
 }
 
-/* Where this worker's averaged gradient of a bucket's shard lies after the sync. */
-static float *own_grads(const sdp_sync *s, float *grads, const sdp_bucket *b) {
-    return s->zero2 ? grads + b->state_start : grads + b->start + b->shard_lo;
-}
-
 static void start_piece(sdp_sync *s, sdp_piece *p, float *grads) {
     if (p->started) return;
     p->started = true;
@@ -588,15 +605,11 @@ static void start_piece(sdp_sync *s, sdp_piece *p, float *grads) {
 static void finish_piece(sdp_sync *s, sdp_piece *p, float *grads) {
     if (!p->started || p->done) return;
     p->done = true;
-    const sdp_bucket *b = &s->buckets[p->bucket];
-    size_t first = p->lo, n = p->hi - p->lo; /* one member: its shard is all of it */
-    if (reduced(b)) {
-        MPI_Wait(&p->req, MPI_STATUS_IGNORE);
-        n = (size_t)p->counts[member_index(s, b)];
-        first = p->lo + (size_t)p->displs[member_index(s, b)];
-    }
-    if (n)
-        memcpy(grads + b->state_start + (first - b->shard_lo), grads + p->store, n * sizeof(float));
+    /* An in-place reduce-scatter leaves this member's sum at the piece's start; with one member
+     * the piece is its shard. */
+    if (reduced(&s->buckets[p->bucket])) MPI_Wait(&p->req, MPI_STATUS_IGNORE);
+    const size_t n = p->shard_hi - p->shard_lo;
+    if (n) memcpy(grads + p->state_start, grads + p->store, n * sizeof(float));
     memset(grads + p->store, 0, (p->hi - p->lo) * sizeof(float));
 }
 
@@ -629,10 +642,11 @@ static void grads_end_pieces(sdp_sync *s, float *grads) {
                   p->layer);
         start_piece(s, p, grads);
     }
-    for (int i = 0; i < s->npieces; i++) finish_piece(s, &s->pieces[i], grads);
-    for (int b = 0; b < s->nbuckets; b++) {
-        const sdp_bucket *bk = &s->buckets[b];
-        scale(s, own_grads(s, grads, bk), bk->shard_hi - bk->shard_lo, 1.0f / (float)bk->nmembers);
+    for (int i = 0; i < s->npieces; i++) {
+        const sdp_piece *p = &s->pieces[i];
+        finish_piece(s, &s->pieces[i], grads);
+        scale(s, grads + p->state_start, p->shard_hi - p->shard_lo,
+              1.0f / (float)s->buckets[p->bucket].nmembers);
     }
 }
 
@@ -692,10 +706,13 @@ void sdp_sync_grads(sdp_sync *s, float *grads) {
 
 double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
     double local = 0;
-    for (int b = 0; b < s->nbuckets; b++) {
+    for (int i = 0; s->zero2 && i < s->npieces; i++) /* each element lies in one piece's shard */
+        local += sumsq(s, grads + s->pieces[i].state_start,
+                       s->pieces[i].shard_hi - s->pieces[i].shard_lo);
+    for (int b = 0; !s->zero2 && b < s->nbuckets; b++) {
         const sdp_bucket *bk = &s->buckets[b];
         if (s->zero) /* each element lies in one owner's shard */
-            local += sumsq(s, own_grads(s, (float *)grads, bk), bk->shard_hi - bk->shard_lo);
+            local += sumsq(s, grads + bk->start + bk->shard_lo, bk->shard_hi - bk->shard_lo);
         else /* each of the group's owners holds the same gradient */
             local += sumsq(s, grads + bk->start, bk->count) / bk->nmembers;
     }
@@ -733,9 +750,7 @@ static void share_pieces(sdp_sync *s, float *params, float *grads) {
         const sdp_bucket *bk = &s->buckets[p->bucket];
         if (!reduced(bk)) continue;
         float *region = grads + p->store;
-        const size_t lo = bk->shard_lo > p->lo ? bk->shard_lo : p->lo;
-        const size_t hi = bk->shard_hi < p->hi ? bk->shard_hi : p->hi;
-        bucket_params(s, bk, params, region, p->lo, true, lo, hi);
+        bucket_params(s, bk, params, region, p->lo, true, p->shard_lo, p->shard_hi);
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, p->counts, p->displs, MPI_FLOAT,
                        bk->comm);
         bucket_params(s, bk, params, region, p->lo, false, p->lo, p->hi);
@@ -901,21 +916,20 @@ static int walk_range(const sdp_sync *s, const float *local, bool state_compact,
 
 /* A sync of `rank`'s buckets and compact layout without communicators or buffers, for questions
  * asked from the plan and a map alone. */
-static void sync_of(sdp_sync *s, const sdp_plan *p, const sdp_subnet_map *map, int rank,
-                    sdp_mem *dry) {
-    int nparams = 0;
-    for (int i = 0; i < map->nruns; i++)
-        if (map->runs[i].param + 1 > nparams) nparams = map->runs[i].param + 1;
-    int *layer_of = sdp_xcalloc((size_t)nparams + 1, sizeof(int), "the tensors' layers");
+/* The layers are the local layout's blocks: --zero 2 cuts its pieces, and shards them, by them. */
+static void sync_of(sdp_sync *s, const sdp_plan *p, const sdp_subnet_map *map,
+                    const sdp_layout *local, int rank, sdp_mem *dry) {
+    int *layer_of = sdp_xcalloc((size_t)local->nparams + 1, sizeof(int), "the tensors' layers");
+    for (int i = 0; i < local->nparams; i++) layer_of[i] = local->params[i].block;
     sync_init(s, p, map, layer_of, rank, p->cfg.world, dry, true);
     free(layer_of);
 }
 
-int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, int rank,
-                          bool state_compact, size_t lo, size_t hi, size_t *nvals) {
+int sdp_sync_gather_count(const sdp_plan *p, const sdp_subnet_map *map, const sdp_layout *local,
+                          int rank, bool state_compact, size_t lo, size_t hi, size_t *nvals) {
     sdp_mem dry = {.dry = true};
     sdp_sync s;
-    sync_of(&s, p, map, rank, &dry);
+    sync_of(&s, p, map, local, rank, &dry);
     const int np = walk_range(&s, NULL, state_compact, lo, hi, NULL, NULL, nvals);
     sdp_sync_free(&s);
     return np;
@@ -932,7 +946,8 @@ static void call_provided(void *ctx, size_t global, size_t len, size_t from) {
     c->fn(c->ctx, global, len);
 }
 
-void sdp_sync_provided(const sdp_plan *p, const sdp_subnet_map *map, int rank, bool state_compact,
+void sdp_sync_provided(const sdp_plan *p, const sdp_subnet_map *map, const sdp_layout *local,
+                       int rank, bool state_compact,
                        void (*fn)(void *ctx, size_t global, size_t len), void *ctx) {
     if (!(state_compact && p->cfg.zero)) { /* whole runs: no layout needed */
         for (int i = 0; i < map->nruns; i++)
@@ -942,7 +957,7 @@ void sdp_sync_provided(const sdp_plan *p, const sdp_subnet_map *map, int rank, b
     }
     sdp_mem dry = {.dry = true};
     sdp_sync s;
-    sync_of(&s, p, map, rank, &dry);
+    sync_of(&s, p, map, local, rank, &dry);
     provided_fn c = {fn, ctx};
     for_each_provided(&s, state_compact, call_provided, &c);
     sdp_sync_free(&s);

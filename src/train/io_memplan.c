@@ -149,11 +149,11 @@ static void add_piece(void *ctx, size_t global, size_t len) {
     ps->p[ps->n++] = (piece){global, len};
 }
 
-static sent_runs sent_runs_of(const sdp_plan *p, const sdp_subnet_map *map, int rank,
-                              bool state_compact) {
+static sent_runs sent_runs_of(const sdp_plan *p, const sdp_subnet_map *map, const sdp_layout *local,
+                              int rank, bool state_compact) {
     const char *what = "the runs a rank sends";
     pieces ps = {0};
-    sdp_sync_provided(p, map, rank, state_compact, add_piece, &ps);
+    sdp_sync_provided(p, map, local, rank, state_compact, add_piece, &ps);
     const int n = ps.n;
     sent_runs s = {sdp_xmalloc(sizeof(size_t) * ((size_t)n + 1), what),
                    sdp_xmalloc(sizeof(size_t) * ((size_t)n + 1), what),
@@ -236,8 +236,8 @@ static double *gather_peaks_reference(const io_memplan_run *run, const windows *
         sdp_subnet_map map;
         sdp_subnet_map_build(&map, run->full, m.layout, run->plan, r,
                              run->plan->cfg.mask == SDP_MASK_FORWARD);
-        sent_runs sent[2] = {sent_runs_of(run->plan, &map, r, false),
-                             sent_runs_of(run->plan, &map, r, true)};
+        sent_runs sent[2] = {sent_runs_of(run->plan, &map, m.layout, r, false),
+                             sent_runs_of(run->plan, &map, m.layout, r, true)};
         for (int i = 0; i < ws->n; i++) {
             const window *w = &ws->w[i];
             size_t nv;
@@ -300,6 +300,15 @@ typedef struct {
      * trained elements and how many of them the sweep has passed */
     const sdp_plan *p;
     size_t *count, *cursor;
+    /* --zero 2: each bucket's pieces (one per run of equal layers in it, as sdp_sync cuts them),
+     * sharded each on its own. A first sweep (counting) sizes them; the second walks them. */
+    int layer; /* of the tensor being swept: its block, or -1 */
+    bool counting;
+    int maxp;             /* pieces per bucket at most */
+    size_t *pcount;       /* [bucket * maxp + piece]: its trained elements */
+    int *npiece, *player; /* per bucket, while counting: its pieces so far, the last's layer */
+    int *pidx, *pcur;     /* per bucket, while walking: the current piece and its layer */
+    size_t *pcursor;      /* and how much of it the sweep has passed */
     int *np_all, *np0;    /* per window id: pieces from every rank, and from rank 0 */
     size_t *nv_all, *nv0; /* values */
 } run_sweep;
@@ -357,13 +366,52 @@ static void sweep_shards(run_sweep *s, size_t a, size_t len, int u) {
     }
 }
 
+/* --zero 2, counting: a trained run of unit u extends its bucket's last piece, or starts one. */
+static void count_piece(run_sweep *s, size_t len, int u) {
+    const int b = bucket_of_unit(s->p, u);
+    if (s->npiece[b] == 0 || s->player[b] != s->layer) {
+        SDP_ASSERT(s->npiece[b] < s->maxp);
+        s->npiece[b]++, s->player[b] = s->layer;
+    }
+    s->pcount[(size_t)b * (size_t)s->maxp + (size_t)s->npiece[b] - 1] += len;
+}
+
+/* --zero 2: the optimizer state of a trained run [a, a + len) of unit u comes from the members
+ * whose shards of its piece hold it. */
+static void sweep_piece_shards(run_sweep *s, size_t a, size_t len, int u) {
+    const int b = bucket_of_unit(s->p, u);
+    if (s->pidx[b] < 0 || s->pcur[b] != s->layer)
+        s->pidx[b]++, s->pcur[b] = s->layer, s->pcursor[b] = 0;
+    const sdp_owner_group *og = b < s->p->ngroups ? &s->p->groups[b] : NULL;
+    const int k = og ? og->nmembers : s->world;
+    const size_t count = s->pcount[(size_t)b * (size_t)s->maxp + (size_t)s->pidx[b]];
+    const size_t pos = s->pcursor[b], end = pos + len;
+    s->pcursor[b] = end;
+    size_t at = pos;
+    for (int j = (int)(pos * (size_t)k / count); at < end; j++) { /* shard j starts at or before */
+        size_t lo, hi;
+        sdp_sync_shard(count, k, j, &lo, &hi);
+        if (hi <= at) continue;
+        const size_t e = hi < end ? hi : end;
+        sweep_grid(s, WIN_STATE, s->first[WIN_STATE], 0, SIZE_MAX, a + (at - pos), a + (e - pos),
+                   og ? og->members[j] : j);
+        at = e;
+    }
+}
+
 /* A run [a, a + len) of unit u (-1: shared) that `rank` sends; runs come in ascending order. */
 static void sweep_run(run_sweep *s, size_t a, size_t len, int u, bool buffer) {
     if (len == 0) return;
+    if (s->counting) {
+        if (!buffer) count_piece(s, len, u);
+        return;
+    }
     const size_t b = a + len;
     const int rank = sends(s->p, u);
     if (s->on[WIN_PARAMS]) sweep_grid(s, WIN_PARAMS, s->first[WIN_PARAMS], 0, SIZE_MAX, a, b, rank);
-    if (s->on[WIN_STATE] && !buffer && s->p->cfg.zero)
+    if (s->on[WIN_STATE] && !buffer && s->p->cfg.zero == 2)
+        sweep_piece_shards(s, a, len, u);
+    else if (s->on[WIN_STATE] && !buffer && s->p->cfg.zero)
         sweep_shards(s, a, len, u);
     else if (s->on[WIN_STATE] && !buffer)
         sweep_grid(s, WIN_STATE, s->first[WIN_STATE], 0, SIZE_MAX, a, b, rank);
@@ -385,6 +433,7 @@ static void sweep_run(run_sweep *s, size_t a, size_t len, int u, bool buffer) {
  * same way). */
 static void sweep_param(run_sweep *s, const sdp_plan *p, const sdp_layout *full, int i) {
     const sdp_param *fp = &full->params[i];
+    s->layer = fp->block >= 0 ? fp->block : -1;
     if (fp->block < 0) {
         sweep_run(s, fp->offset, fp->numel, sdp_plan_shared_unit(p, full, i), fp->buffer);
         return;
@@ -475,6 +524,23 @@ static void bucket_counts(run_sweep *s, const sdp_layout *full) {
     free(unit_elems);
 }
 
+/* --zero 2: the first sweep, which sizes every bucket's pieces. */
+static void count_pieces(run_sweep *s, const sdp_layout *full, const int *order) {
+    const size_t nb = (size_t)s->p->ngroups + 1;
+    const char *what = "the buckets' pieces";
+    s->maxp = full->nparams + 1;
+    s->pcount = sdp_xcalloc(nb * (size_t)s->maxp, sizeof(size_t), what);
+    s->npiece = sdp_xcalloc(nb, sizeof(int), what);
+    s->player = sdp_xcalloc(nb, sizeof(int), what);
+    s->pidx = sdp_xmalloc(nb * sizeof(int), what);
+    s->pcur = sdp_xcalloc(nb, sizeof(int), what);
+    s->pcursor = sdp_xcalloc(nb, sizeof(size_t), what);
+    for (size_t b = 0; b < nb; b++) s->pidx[b] = -1;
+    s->counting = true;
+    for (int j = 0; j < full->nparams; j++) sweep_param(s, s->p, full, order[j]);
+    s->counting = false;
+}
+
 static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     const sdp_layout *full = run->full;
     const sdp_plan *p = run->plan;
@@ -519,8 +585,11 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     double *peak = sdp_xcalloc((size_t)world * NKINDS, sizeof(double), what);
     for (size_t i = 0; i < (size_t)world * NKINDS; i++) s.rw[i] = (rank_window){.cur = -1};
     bucket_counts(&s, full);
+    const bool pieces = p->cfg.zero == 2 && s.on[WIN_STATE];
+    if (pieces) count_pieces(&s, full, order);
     for (int j = 0; j < full->nparams; j++) sweep_param(&s, p, full, order[j]);
     free(s.count), free(s.cursor);
+    free(s.pcount), free(s.npiece), free(s.player), free(s.pidx), free(s.pcur), free(s.pcursor);
     for (int r = 0; r < world; r++)
         for (int k = 0; k < NKINDS; k++) {
             rank_window *w = &s.rw[(size_t)r * NKINDS + k];
