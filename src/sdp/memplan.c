@@ -36,23 +36,16 @@ static size_t *trained_group_elems(const sdp_plan *p, const sdp_layout *full, si
     return group_elems;
 }
 
-/* --zero 2: each bucket's pieces (sdp_sync's cut_pieces), in the order of its region: its stem
- * elements (layer -1), then its elements of each block in turn, then its head elements (layer -1
- * again, merged with the stem's when no block lies between). Each piece is sharded over the
- * bucket's members on its own, so a worker's optimizer state is the sum of its shards of every
- * piece of every bucket it is in. For ranks [r0, r1) into out[r - r0]. Tensors are laid out stem,
- * blocks in order, head (sdp_layout_add; sdp_param_is_stem tells stem from head). */
-static void zero2_state_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r1,
-                              size_t *out) {
+/* --zero 2, per bucket (each owner group, then every worker's: ngroups) a row of its trained
+ * elements by column: 0 its stem, 1 + b its part of block b, nblocks + 1 its head (malloc'd). */
+static size_t *zero2_rows(const sdp_plan *p, const sdp_layout *full) {
     const char *what = "a worker's memory plan";
     const int N = p->cfg.world, nb = full->nblocks, shared = p->ngroups, cols = nb + 2;
     size_t *unit_elems = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
     size_t *before = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
     size_t *after = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
     size_t *in_block = sdp_xcalloc((size_t)nb + 1, sizeof(size_t), what);
-    size_t *seq = sdp_xcalloc((size_t)(shared + 1) * (size_t)cols, sizeof(size_t), what);
-    size_t *piece_count = sdp_xcalloc((size_t)cols, sizeof(size_t), what);
-    int *piece_layer = sdp_xcalloc((size_t)cols, sizeof(int), what);
+    size_t *rows = sdp_xcalloc((size_t)(shared + 1) * (size_t)cols, sizeof(size_t), what);
     sdp_plan_unit_elems(p, full, true, unit_elems, NULL);
     for (int i = 0; i < full->nparams; i++) {
         const sdp_param *t = &full->params[i];
@@ -66,23 +59,42 @@ static void zero2_state_elems(const sdp_plan *p, const sdp_layout *full, int r0,
         if (u >= 0)
             (stem ? before : after)[u] += t->numel;
         else
-            seq[(size_t)shared * (size_t)cols + (stem ? 0 : (size_t)nb + 1)] += t->numel;
+            rows[(size_t)shared * (size_t)cols + (stem ? 0 : (size_t)nb + 1)] += t->numel;
     }
     for (int u = 0; u < p->nunits; u++) {
         const int g = p->units[u].owner_group, b = p->units[u].block;
         const int bucket = p->groups[g].nmembers == N ? shared : g;
         const size_t part = unit_elems[u] - before[u] - after[u];
-        size_t *row = seq + (size_t)bucket * (size_t)cols;
+        size_t *row = rows + (size_t)bucket * (size_t)cols;
         row[0] += before[u], row[1 + b] += part, row[nb + 1] += after[u];
         in_block[b] -= part; /* what is left of the block is every worker's */
     }
-    for (int b = 0; b < nb; b++) seq[(size_t)shared * (size_t)cols + 1 + (size_t)b] += in_block[b];
-    for (int r = r0; r < r1; r++) out[r - r0] = 0;
+    for (int b = 0; b < nb; b++) rows[(size_t)shared * (size_t)cols + 1 + (size_t)b] += in_block[b];
+    free(unit_elems), free(before), free(after), free(in_block);
+    return rows;
+}
+
+/* --zero 2, for ranks [r0, r1) into state[r - r0] and grads[r - r0]. Each bucket is cut into
+ * pieces as sdp_sync's cut_pieces cuts its region (stem, each block, head; tensors are laid out
+ * in that order, sdp_layout_add), and each piece is sharded over the bucket's members on its own:
+ * a worker's optimizer state is the sum of its shards. Its gradient buffer (place_pieces) holds
+ * those shards, its stem's and head's gradients whole, and two slots as large as its largest
+ * block's. */
+static void zero2_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r1, size_t *state,
+                        size_t *grads) {
+    const char *what = "a worker's memory plan";
+    const int N = p->cfg.world, nb = full->nblocks, shared = p->ngroups, cols = nb + 2;
+    const size_t nr = (size_t)(r1 - r0);
+    size_t *rows = zero2_rows(p, full);
+    size_t *held = sdp_xcalloc(nr * (size_t)cols, sizeof(size_t), what); /* per rank, column */
+    size_t *piece_count = sdp_xcalloc((size_t)cols, sizeof(size_t), what);
+    int *piece_layer = sdp_xcalloc((size_t)cols, sizeof(int), what);
+    for (size_t r = 0; r < nr; r++) state[r] = 0;
     for (int bucket = 0; bucket <= shared; bucket++) {
         const sdp_owner_group *og = bucket < shared ? &p->groups[bucket] : NULL;
         if (og && og->nmembers == N) continue; /* in the shared bucket */
         const int k = og ? og->nmembers : N;
-        const size_t *row = seq + (size_t)bucket * (size_t)cols;
+        const size_t *row = rows + (size_t)bucket * (size_t)cols;
         /* Column c is layer -1 (stem, head) or block c - 1. Empty columns cut nothing, so the
          * stem's and head's merge into one piece when no block lies between. */
         int n = 0;
@@ -97,69 +109,28 @@ static void zero2_state_elems(const sdp_plan *p, const sdp_layout *full, int r0,
             }
         }
         /* One rank: its place among the members alone (N in the thousands, k in the hundreds). */
-        const int only = r1 - r0 == 1 ? (og ? sdp_owner_group_index(og, r0) : r0) : -1;
-        if (r1 - r0 == 1 && only < 0) continue;
-        for (int i = 0; i < n; i++)
-            for (int j = only >= 0 ? only : 0; j < (only >= 0 ? only + 1 : k); j++) {
-                const int r = og ? og->members[j] : j;
-                if (r < r0 || r >= r1) continue;
+        const int only = nr == 1 ? (og ? sdp_owner_group_index(og, r0) : r0) : -1;
+        if (nr == 1 && only < 0) continue;
+        for (int j = only >= 0 ? only : 0; j < (only >= 0 ? only + 1 : k); j++) {
+            const int r = og ? og->members[j] : j;
+            if (r < r0 || r >= r1) continue;
+            for (int c = 0; c < cols; c++)
+                held[(size_t)(r - r0) * (size_t)cols + (size_t)c] += row[c];
+            for (int i = 0; i < n; i++) {
                 size_t lo, hi;
                 sdp_sync_shard(piece_count[i], k, j, &lo, &hi);
-                out[r - r0] += hi - lo;
+                state[r - r0] += hi - lo;
             }
-    }
-    free(piece_layer), free(piece_count);
-    free(unit_elems), free(before), free(after), free(in_block), free(seq);
-}
-
-/* --zero 2: the gradient buffer (sdp_sync, place_pieces) holds the shards (state_elems), the
- * stem's and head's gradients whole, and two slots as large as the largest layer's gradients.
- * For ranks [r0, r1), out[r - r0] gets the stem and head's elements plus twice the largest
- * layer's: what every worker owns of each block, plus its units' parts of it. */
-static void zero2_extra_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r1,
-                              size_t *out) {
-    const char *what = "a worker's memory plan";
-    const size_t nb = (size_t)full->nblocks + 1, nr = (size_t)(r1 - r0);
-    size_t *unit_elems = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
-    size_t *stem = sdp_xcalloc((size_t)p->nunits + 1, sizeof(size_t), what);
-    size_t *shared_block = sdp_xcalloc(nb, sizeof(size_t), what);
-    size_t *layer = sdp_xcalloc(nr * nb, sizeof(size_t), what); /* per rank and block */
-    size_t stem_all = 0;
-    sdp_plan_unit_elems(p, full, true, unit_elems, NULL);
-    for (int i = 0; i < full->nparams; i++) {
-        const sdp_param *t = &full->params[i];
-        if (t->buffer) continue;
-        if (t->block >= 0) {
-            shared_block[t->block] += t->numel; /* units' parts taken off below */
-            continue;
-        }
-        const int u = sdp_plan_shared_unit(p, full, i);
-        if (u >= 0)
-            stem[u] += t->numel;
-        else
-            stem_all += t->numel;
-    }
-    for (int u = 0; u < p->nunits; u++) shared_block[p->units[u].block] -= unit_elems[u] - stem[u];
-    for (size_t r = 0; r < nr; r++) {
-        out[r] = stem_all;
-        for (size_t b = 0; b < nb; b++) layer[r * nb + b] = shared_block[b];
-    }
-    for (int u = 0; u < p->nunits; u++) {
-        const sdp_unit *un = &p->units[u];
-        for (int j = 0; j < p->cfg.owners; j++) {
-            const int r = un->owners[j];
-            if (r < r0 || r >= r1) continue;
-            out[r - r0] += stem[u];
-            layer[(size_t)(r - r0) * nb + (size_t)un->block] += unit_elems[u] - stem[u];
         }
     }
     for (size_t r = 0; r < nr; r++) {
+        const size_t *h = held + r * (size_t)cols;
         size_t largest = 0;
-        for (size_t b = 0; b < nb; b++)
-            if (layer[r * nb + b] > largest) largest = layer[r * nb + b];
-        out[r] += 2 * largest;
+        for (int b = 0; b < nb; b++)
+            if (h[1 + b] > largest) largest = h[1 + b];
+        grads[r] = state[r] + h[0] + h[nb + 1] + 2 * largest;
     }
-    free(unit_elems), free(stem), free(shared_block), free(layer);
+    free(rows), free(held), free(piece_layer), free(piece_count);
 }
 
 void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp_worker_plan *out) {
@@ -202,12 +173,7 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
                 shard_elems(p, group_elems[g], og->nmembers, sdp_owner_group_index(og, rank));
     }
     free(group_elems);
-    if (p->cfg.zero == 2) {
-        size_t extra;
-        zero2_state_elems(p, full, rank, rank + 1, &out->state_elems);
-        zero2_extra_elems(p, full, rank, rank + 1, &extra);
-        out->grad_elems = out->state_elems + extra;
-    }
+    if (p->cfg.zero == 2) zero2_elems(p, full, rank, rank + 1, &out->state_elems, &out->grad_elems);
 }
 
 void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_plan *out) {
@@ -248,13 +214,9 @@ void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_p
     }
     free(group_elems);
     if (p->cfg.zero != 2) return;
-    size_t *extra = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
+    size_t *grads = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
     size_t *state = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
-    zero2_state_elems(p, full, 0, N, state);
-    zero2_extra_elems(p, full, 0, N, extra);
-    for (int r = 0; r < N; r++) {
-        out[r].state_elems = state[r];
-        out[r].grad_elems = state[r] + extra[r];
-    }
-    free(extra), free(state);
+    zero2_elems(p, full, 0, N, state, grads);
+    for (int r = 0; r < N; r++) out[r].state_elems = state[r], out[r].grad_elems = grads[r];
+    free(grads), free(state);
 }

@@ -171,6 +171,7 @@ static void cut_pieces(sdp_sync *s, const int *layer_of) {
             if (open && layer != cur) add_piece(s, b, cur, lo, pos), lo = pos;
             cur = layer, open = true;
             pos += r->len;
+            s->run_piece[bk->runs[j]] = s->npieces; /* the piece it opens or extends */
         }
         if (open) add_piece(s, b, cur, lo, pos);
     }
@@ -182,13 +183,6 @@ static void cut_pieces(sdp_sync *s, const int *layer_of) {
             s->buckets[p->bucket].state_start = s->state;
         p->state_start = s->state;
         s->state += p->shard_hi - p->shard_lo;
-    }
-    for (int i = 0; i < s->npieces; i++) {
-        const sdp_bucket *bk = &s->buckets[s->pieces[i].bucket];
-        for (int j = 0; j < bk->nruns; j++) {
-            const size_t pos = s->run_pos[bk->runs[j]];
-            if (pos >= s->pieces[i].lo && pos < s->pieces[i].hi) s->run_piece[bk->runs[j]] = i;
-        }
     }
 }
 

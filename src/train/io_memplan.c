@@ -345,15 +345,13 @@ static int bucket_of_unit(const sdp_plan *p, int u) {
     return p->groups[g].nmembers == p->cfg.world ? p->ngroups : g;
 }
 
-/* --zero 1: the optimizer state of a trained run [a, a + len) of unit u comes from the members
- * whose shards of its bucket hold it (the bucket's runs lie in ascending global order, as the
- * sweep meets them). */
-static void sweep_shards(run_sweep *s, size_t a, size_t len, int u) {
-    const int b = bucket_of_unit(s->p, u);
+/* The optimizer state of a trained run [a, a + len) of bucket b lies at [pos, pos + len) of a
+ * region of `count` elements sharded over the bucket's members: each part goes to the window
+ * sweep as sent by the member whose shard holds it. */
+static void sweep_sharded(run_sweep *s, size_t a, size_t len, int b, size_t count, size_t pos) {
     const sdp_owner_group *og = b < s->p->ngroups ? &s->p->groups[b] : NULL;
     const int k = og ? og->nmembers : s->world;
-    const size_t count = s->count[b], pos = s->cursor[b], end = pos + len;
-    s->cursor[b] = end;
+    const size_t end = pos + len;
     size_t at = pos;
     for (int j = (int)(pos * (size_t)k / count); at < end; j++) { /* shard j starts at or before */
         size_t lo, hi;
@@ -364,6 +362,14 @@ static void sweep_shards(run_sweep *s, size_t a, size_t len, int u) {
                    og ? og->members[j] : j);
         at = e;
     }
+}
+
+/* --zero 1: the region is the bucket's (its runs lie in ascending global order, as the sweep
+ * meets them). */
+static void sweep_shards(run_sweep *s, size_t a, size_t len, int u) {
+    const int b = bucket_of_unit(s->p, u);
+    sweep_sharded(s, a, len, b, s->count[b], s->cursor[b]);
+    s->cursor[b] += len;
 }
 
 /* --zero 2, counting: a trained run of unit u extends its bucket's last piece, or starts one. */
@@ -376,27 +382,14 @@ static void count_piece(run_sweep *s, size_t len, int u) {
     s->pcount[(size_t)b * (size_t)s->maxp + (size_t)s->npiece[b] - 1] += len;
 }
 
-/* --zero 2: the optimizer state of a trained run [a, a + len) of unit u comes from the members
- * whose shards of its piece hold it. */
+/* --zero 2: the region is the run's piece, each sharded on its own. */
 static void sweep_piece_shards(run_sweep *s, size_t a, size_t len, int u) {
     const int b = bucket_of_unit(s->p, u);
     if (s->pidx[b] < 0 || s->pcur[b] != s->layer)
         s->pidx[b]++, s->pcur[b] = s->layer, s->pcursor[b] = 0;
-    const sdp_owner_group *og = b < s->p->ngroups ? &s->p->groups[b] : NULL;
-    const int k = og ? og->nmembers : s->world;
     const size_t count = s->pcount[(size_t)b * (size_t)s->maxp + (size_t)s->pidx[b]];
-    const size_t pos = s->pcursor[b], end = pos + len;
-    s->pcursor[b] = end;
-    size_t at = pos;
-    for (int j = (int)(pos * (size_t)k / count); at < end; j++) { /* shard j starts at or before */
-        size_t lo, hi;
-        sdp_sync_shard(count, k, j, &lo, &hi);
-        if (hi <= at) continue;
-        const size_t e = hi < end ? hi : end;
-        sweep_grid(s, WIN_STATE, s->first[WIN_STATE], 0, SIZE_MAX, a + (at - pos), a + (e - pos),
-                   og ? og->members[j] : j);
-        at = e;
-    }
+    sweep_sharded(s, a, len, b, count, s->pcursor[b]);
+    s->pcursor[b] += len;
 }
 
 /* A run [a, a + len) of unit u (-1: shared) that `rank` sends; runs come in ascending order. */
