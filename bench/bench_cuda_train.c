@@ -10,6 +10,10 @@
  *   bench_cuda_train ... --breakdown 1                                 then as many steps again,
  *                                                                      each backend entry's
  *                                                                      device time (CUDA events)
+ *   bench_cuda_train ... --attention gemm                              bf16 attention through
+ *                                                                      cuBLAS GEMMs over score
+ *                                                                      matrices in device memory,
+ *                                                                      not the fused kernels
  *   bench_cuda_train --sim-world N --sim-rank r [...]                  worker r of a simulated
  *                                                                      SDP job of N workers:
  *                                                                      forward masking, block
@@ -49,12 +53,14 @@ enum { VOCAB = 50257 };
 typedef struct {
     int batch, steps, world, rank; /* world 0: the full model */
     int breakdown;                 /* 1: then as many steps again, timed per backend entry */
+    bool gemm_attention;           /* bf16 attention by cuBLAS GEMMs, not the fused kernels */
     sdp_precision precision;
 } options;
 
 _Noreturn static void usage_fail(const char *what) {
     sdp_fatal("bench_cuda_train: %s: usage: bench_cuda_train [--precision fp32|bf16] [--batch B] "
-              "[--steps 1..%d] [--sim-world N --sim-rank r] [--breakdown 0|1]",
+              "[--steps 1..%d] [--sim-world N --sim-rank r] [--breakdown 0|1] "
+              "[--attention fused|gemm]",
               what, MAX_STEPS);
 }
 
@@ -71,6 +77,13 @@ static options parse(int argc, char **argv) {
         const char *k = argv[i];
         if (strcmp(k, "--precision") == 0) {
             o.precision = parse_precision(argv[++i]);
+            continue;
+        }
+        if (strcmp(k, "--attention") == 0) {
+            const char *a = argv[++i];
+            if (strcmp(a, "fused") != 0 && strcmp(a, "gemm") != 0)
+                usage_fail("--attention takes fused or gemm");
+            o.gemm_attention = strcmp(a, "gemm") == 0;
             continue;
         }
         int v = atoi(argv[++i]);
@@ -330,6 +343,7 @@ int main(int argc, char **argv) {
     trainer t;
     feed f;
     build(&t, &f, &o, &world);
+    sdp_backend_cuda_set_fused_attention(t.be, !o.gemm_attention);
     const size_t n = t.model.layout->numel;
     if (o.world > 0)
         printf("SDP worker %d of %d (forward masking, block units, C = 0.5): %d of %d layers, "
@@ -341,6 +355,11 @@ int main(int argc, char **argv) {
     printf("GPT-2 124M shape (12 layers, width 768, 12 heads, vocab %d), T=%d, B=%d, "
            "--precision %s (parameters, gradients, AdamW state and activations fp32)\n",
            t.cfg.vocab, SEQ, o.batch, precision_name(o.precision));
+    printf("attention: %s\n",
+           o.precision == SDP_PRECISION_BF16 && !o.gemm_attention
+               ? "fused kernels (score matrices on chip; --attention gemm for cuBLAS)"
+               : "cuBLAS GEMMs over [H, T, T] score matrices in device memory, one sequence at a "
+                 "time");
 
     double *ms = calloc((size_t)o.steps, sizeof(double)), loss = 0;
     SDP_CHECK(ms, "out of host memory");

@@ -593,8 +593,8 @@ part_test() {
     needs_build test_cuda_train.sh && step test_cuda_train.sh 300 bash tests/gpu/test_cuda_train.sh
 }
 part_sanitize() {
-    needs_build memcheck-ops && step memcheck-ops 240 sanitize memcheck test_backend_ops cuda
-    needs_build racecheck-ops && step racecheck-ops 240 sanitize racecheck test_backend_ops cuda
+    needs_build memcheck-ops && step memcheck-ops 240 sanitize memcheck test_backend_ops cuda-bf16
+    needs_build racecheck-ops && step racecheck-ops 240 sanitize racecheck test_backend_ops cuda-bf16
     needs_build memcheck-model && step memcheck-model 240 sanitize memcheck test_cuda_model
     needs_build test_cuda_memplan.sh && step test_cuda_memplan.sh 240 bash tests/gpu/test_cuda_memplan.sh
 }
@@ -604,6 +604,7 @@ part_profile() {
 }
 part_bench() {
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
+    needs_build bench-ddp-bf16-gemm && step bench-ddp-bf16-gemm 120 bench bf16 --attention gemm
     needs_build bench-sdp-bf16 && step bench-sdp-bf16 120 bench bf16 --sim-world 8 --sim-rank 0
     needs_build breakdown-ddp-bf16 && step breakdown-ddp-bf16 120 bench bf16 --breakdown 1
     needs_build bench-ddp-fp32 && step bench-ddp-fp32 120 bench fp32
@@ -730,6 +731,7 @@ all) # the most telling first: parity, speed, then what is slow or repeats
     needs_build backend-ops-bf16 && step backend-ops-bf16 150 "$BUILD/test_backend_ops" cuda-bf16
     needs_build test_cuda_model && step test_cuda_model 240 "$BUILD/test_cuda_model"
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
+    needs_build bench-ddp-bf16-gemm && step bench-ddp-bf16-gemm 120 bench bf16 --attention gemm
     needs_build bench-sdp-bf16 && step bench-sdp-bf16 120 bench bf16 --sim-world 8 --sim-rank 0
     needs_build breakdown-ddp-bf16 && step breakdown-ddp-bf16 120 bench bf16 --breakdown 1
     needs_build test_cuda_reduce && step test_cuda_reduce 90 "$BUILD/test_cuda_reduce"

@@ -611,10 +611,10 @@ static void case_dropout_bwd(harness *h) {
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
-static const int ATT_SHAPES[][5] = {{2, 7, 3, 8, 1},   {1, 16, 2, 16, 0},  {3, 5, 1, 4, 1},
-                                    {1, 33, 2, 8, 0},  {1, 130, 2, 64, 1}, {2, 37, 1, 128, 0},
-                                    {1, 19, 1, 256, 1}};  /* B T H hs causal */
-enum { NATT = sizeof ATT_SHAPES / sizeof ATT_SHAPES[0] }; /* B T H hs causal */
+static const int ATT_SHAPES[][5] = {{2, 7, 3, 8, 1},    {1, 16, 2, 16, 0},  {3, 5, 1, 4, 1},
+                                    {1, 33, 2, 8, 0},   {1, 130, 2, 64, 1}, {2, 37, 1, 128, 0},
+                                    {1, 19, 1, 256, 1}, {2, 70, 3, 32, 1}}; /* B T H hs causal */
+enum { NATT = sizeof ATT_SHAPES / sizeof ATT_SHAPES[0] };                   /* B T H hs causal */
 
 static buf att_scratch(harness *h, int B, int T, int H, int hs) {
     size_t bytes[2];

@@ -51,3 +51,21 @@ add_executable(test_backend_ops ${CMAKE_SOURCE_DIR}/tests/test_backend_ops.c)
 target_link_libraries(test_backend_ops PRIVATE sdpcore)
 add_test(NAME test_backend_ops_emulated COMMAND test_backend_ops emulated)
 set_tests_properties(test_backend_ops_emulated PROPERTIES ENVIRONMENT "${SDP_TEST_ENV}" TIMEOUT 300)
+
+# The fused CUDA attention kernels (src/ops/cuda/flash_attention.cuh) run on the CPU under the
+# small CUDA emulation of tests/cuda_emu/, so their arithmetic is checked on every machine with a
+# C++ compiler, GPU or not. Not in the fuzz build, whose flags are clang's alone.
+include(CheckLanguage)
+check_language(CXX)
+if(CMAKE_CXX_COMPILER AND NOT SDP_FUZZ)
+  enable_language(CXX)
+  add_executable(test_flash_emulated ${CMAKE_SOURCE_DIR}/tests/cuda_emu/test_flash_emulated.cpp
+                                     ${CMAKE_SOURCE_DIR}/tests/cuda_emu/cuda_emu.cpp)
+  target_include_directories(test_flash_emulated PRIVATE ${CMAKE_SOURCE_DIR}/src
+                                                         ${CMAKE_SOURCE_DIR}/tests/cuda_emu)
+  set_target_properties(test_flash_emulated PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+  add_test(NAME test_flash_emulated COMMAND test_flash_emulated)
+  set_tests_properties(test_flash_emulated PROPERTIES TIMEOUT 300)
+else()
+  message(STATUS "sdp: no C++ compiler: test_flash_emulated is not built")
+endif()

@@ -1,6 +1,10 @@
 /* Multi-head softmax attention, causal or not, forward and backward, in the layouts of the CPU
  * kernel: qkv [B, T, 3*D] (q heads, then k heads, then v heads), out [B, T, D], lse [B, H, T].
  *
+ * In bf16 without dropout, and at the head sizes they are built for, the fused kernels of
+ * flash_attention.cuh run instead (fused() below): they never write the score matrices. What
+ * follows is the path that fp32 always takes, and bf16 otherwise.
+ *
  * Every product is a cuBLAS GEMM in the context's precision (bf16 tensor cores or plain fp32),
  * and the softmax is a small kernel between them. One sequence b at a time, each GEMM is strided-
  * batched over its H heads: head h of q starts at qkv + b*T*3D + h*hs, rows 3D apart, so the heads
@@ -25,6 +29,7 @@
  * dS = P * (M dP' / (1-p) - rowsum(dO * O)), P' going to dv += P'^T dO.
  */
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/flash_attention.cuh"
 #include "sdp/cuda_scratch.h"
 
 #include <limits.h>
@@ -148,6 +153,101 @@ __global__ void rowdot_kernel(float *rowdot, const float *dout, const float *out
     if (lane == 0) rowdot[r] = s;
 }
 
+/* ---- the fused kernels (flash_attention.cuh) ---------------------------------------------------
+ */
+
+/* The most shared memory the fused kernels take at head size HS. */
+template <int HS> static size_t fused_shared_bytes() {
+    const size_t f = flash::sizes<HS>::fwd, kv = flash::sizes<HS>::dkdv, q = flash::sizes<HS>::dq;
+    const size_t most = f > kv ? f : kv;
+    return most > q ? most : q;
+}
+
+/* Whether this call runs the fused kernels: bf16 products (fp32 keeps the cuBLAS products, whose
+ * results equal the CPU's to rounding), no dropout on the probabilities, a head size they are
+ * built for, a grid that fits, and a device with the shared memory they need (sm_80 and sm_90
+ * have it; some smaller cards lack it at hs = 128). */
+static bool fused(const sdp_cuda_ctx *ctx, int B, int H, int hs, sdp_dropout drop) {
+    if (ctx->precision != SDP_PRECISION_BF16 || ctx->gemm_attention || drop.p != 0.0f ||
+        !flash::supports(hs) || (long long)B * H > 65535)
+        return false;
+    const size_t need = hs == 16   ? fused_shared_bytes<16>()
+                        : hs == 32 ? fused_shared_bytes<32>()
+                        : hs == 64 ? fused_shared_bytes<64>()
+                                   : fused_shared_bytes<128>();
+    return need <= ctx->max_shared_bytes;
+}
+
+static flash::args fused_args(const float *qkv, int T, int H, int hs, bool causal) {
+    flash::args a = {};
+    a.qkv = qkv;
+    a.T = T;
+    a.H = H;
+    a.scale = 1.0f / sqrtf((float)hs);
+    a.causal = causal;
+    return a;
+}
+
+/* Launches kernel over (query or key tiles, B*H) with its shared memory, which is above the
+ * default 48 KiB and so must be allowed first. */
+template <typename K>
+static void launch_fused(sdp_cuda_ctx *ctx, K kernel, size_t smem, int B, int T, int H,
+                         const flash::args &a) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const dim3 grid(ceil_div(T, flash::TILE), (unsigned)(B * H));
+    kernel<<<grid, flash::THREADS, smem, ctx->stream>>>(a);
+    LAUNCH_CHECK();
+}
+
+template <int HS>
+static void fused_fwd(sdp_cuda_ctx *ctx, flash::args a, float *out, float *lse, int B) {
+    a.o = out;
+    a.lse_out = lse;
+    launch_fused(ctx, flash::fwd_kernel<HS>, flash::sizes<HS>::fwd, B, a.T, a.H, a);
+}
+
+template <int HS> static void fused_bwd(sdp_cuda_ctx *ctx, flash::args a, int B) {
+    launch_fused(ctx, flash::dkdv_kernel<HS>, flash::sizes<HS>::dkdv, B, a.T, a.H, a);
+    launch_fused(ctx, flash::dq_kernel<HS>, flash::sizes<HS>::dq, B, a.T, a.H, a);
+}
+
+/* a with out, lse, dout, rowdot and dqkv set for the backward. */
+static void fused_bwd_any(sdp_cuda_ctx *ctx, const flash::args &a, int B, int hs) {
+    switch (hs) {
+    case 16:
+        fused_bwd<16>(ctx, a, B);
+        break;
+    case 32:
+        fused_bwd<32>(ctx, a, B);
+        break;
+    case 64:
+        fused_bwd<64>(ctx, a, B);
+        break;
+    default:
+        fused_bwd<128>(ctx, a, B);
+        break; /* flash::supports allows no other */
+    }
+}
+
+static void fused_fwd_any(sdp_cuda_ctx *ctx, const flash::args &a, float *out, float *lse, int B,
+                          int hs) {
+    switch (hs) {
+    case 16:
+        fused_fwd<16>(ctx, a, out, lse, B);
+        break;
+    case 32:
+        fused_fwd<32>(ctx, a, out, lse, B);
+        break;
+    case 64:
+        fused_fwd<64>(ctx, a, out, lse, B);
+        break;
+    default:
+        fused_fwd<128>(ctx, a, out, lse, B);
+        break;
+    }
+}
+
 /* ---- entry points --------------------------------------------------------------------------- */
 
 static void check_dims(int B, int T, int H, int hs) {
@@ -180,6 +280,10 @@ static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, co
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims(B, T, H, hs);
     SDP_ASSERT(scratch); /* sdp_cuda_attention_scratch_bytes(B, T, H) bytes of device memory */
+    if (fused(ctx, B, H, hs, drop)) {
+        fused_fwd_any(ctx, fused_args(qkv, T, H, hs, causal), out, lse, B, hs);
+        return;
+    }
     const heads a = make_heads(T, H, hs, causal);
     const int rows = H * T; /* score rows of one sequence */
     float *scores = scratch;
@@ -218,9 +322,20 @@ static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *
     const size_t per_seq = (size_t)H * a.tt, all_rows = (size_t)B * rows;
     float *probs = scratch;
     float *grads = probs + per_seq, *rowdot = grads + per_seq;
+    if (fused(ctx, B, H, hs, drop)) rowdot = scratch; /* the fused kernels need only the row sums */
     rowdot_kernel<<<ceil_div(all_rows, SOFTMAX_ROWS), SOFTMAX_ROWS * WARP, 0, ctx->stream>>>(
         rowdot, dout, out, (int)all_rows, T, H, hs);
     LAUNCH_CHECK();
+    if (fused(ctx, B, H, hs, drop)) {
+        flash::args f = fused_args(qkv, T, H, hs, causal);
+        f.out = out;
+        f.dout = dout;
+        f.lse = lse;
+        f.rowdot = rowdot;
+        f.dqkv = dqkv;
+        fused_bwd_any(ctx, f, B, hs);
+        return;
+    }
     for (int b = 0; b < B; b++) {
         const size_t row0 = (size_t)b * T;
         const float *q = qkv + row0 * a.ld_qkv, *k = q + a.ld_out, *v = k + a.ld_out;

@@ -16,6 +16,14 @@ void *sdp_backend_cuda_cublas(const sdp_backend *be) {
     return cuda_ctx(be)->cublas;
 }
 
+bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused) {
+    SDP_CHECK(be && be->name == backend_name,
+              "sdp_backend_cuda_set_fused_attention: not a CUDA backend");
+    const bool was = !cuda_ctx(be)->gemm_attention;
+    cuda_ctx(be)->gemm_attention = !fused;
+    return was;
+}
+
 bool sdp_backend_cuda_available(void) {
     return sdp_cuda_device_count() > 0;
 }

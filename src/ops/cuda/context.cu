@@ -106,6 +106,10 @@ sdp_cuda_ctx *sdp_cuda_ctx_create(int device, sdp_precision precision) {
     ctx->device = device;
     ctx->precision = precision;
     CUDA_CHECK(cudaSetDevice(device));
+    int max_shared = 0;
+    CUDA_CHECK(
+        cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    ctx->max_shared_bytes = (size_t)max_shared;
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&ctx->cublas));
     CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));

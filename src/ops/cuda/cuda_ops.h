@@ -63,6 +63,11 @@ typedef struct sdp_cuda_block sdp_cuda_block; /* one live device allocation (con
 typedef struct {
     int device;
     sdp_precision precision; /* of every matrix product (the GEMMs, attention) */
+    /* bf16 attention through cuBLAS GEMMs with the score matrices in device memory, as fp32 runs
+     * it, instead of the fused kernels (flash_attention.cuh): for benchmarks that compare them. */
+    bool gemm_attention;
+    size_t max_shared_bytes; /* a block's shared memory on this device, opted in (the fused
+                                attention's kernels need more than the default 48 KiB) */
     cudaStream_t stream;     /* every kernel, copy and cuBLAS call of this context runs here */
     cublasHandle_t cublas;   /* bound to stream */
     /* Bound to stream; made by the first convolution plan (conv2d.cu), so that contexts without

@@ -16,6 +16,12 @@ void *sdp_backend_cuda_cublas(const sdp_backend *be) {
     sdp_fatal("this sdp was built without CUDA: there is no cuBLAS handle");
 }
 
+bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused) {
+    (void)be;
+    (void)fused;
+    sdp_fatal("this sdp was built without CUDA: there is no CUDA attention to choose");
+}
+
 bool sdp_backend_cuda_entries(sdp_backend *t) {
     (void)t;
     return false;

@@ -1,0 +1,393 @@
+/* Fused (flash) attention for the bf16 context: the score matrices never leave the chip.
+ *
+ * The GEMM path of attention.cu writes each sequence's [H, T, T] scores to device memory and reads
+ * them back five times, which costs far more than the products themselves at T = 1024. Here one
+ * block holds a tile of 64 queries (or keys) and walks the other side's tiles through shared
+ * memory, keeping a running max and sum per row (the online softmax), so that device memory sees
+ * only q, k, v, out and their gradients. The products run on bf16 tensor cores (wmma 16x16x16,
+ * operands rounded to bf16 as cuBLAS's FAST_16BF does, fp32 accumulation), and every softmax step
+ * is fp32, so its results carry the GEMM path's rounding and meet the same tolerances.
+ *
+ * Layouts as attention.cu: qkv [B, T, 3D] (q heads, then k, then v), out and dout [B, T, D],
+ * lse and rowdot [B, H, T], D = H*HS. Four warps per block; warp w owns rows 16w..16w+15 of the
+ * block's tile. Under the causal mask a block skips the tiles wholly past the diagonal.
+ *
+ *   forward (one block per 64 queries of one head): S = q k^T, P = exp(scale S - m) with m the
+ *     running max, O = O e^(m_old - m) + P v, out = O / l, lse = m + log l.
+ *   backward, without atomics so that it is the same run to run:
+ *     dk/dv (one block per 64 keys): over the query tiles, P^T = exp(scale k q^T - lse),
+ *       dP^T = v dO^T, dS^T = P^T (dP^T - rowdot); dv += P^T dO, dk += scale dS^T q.
+ *     dq (one block per 64 queries): over the key tiles, the same P and dS; dq += scale dS k.
+ *   That recomputes q k^T and dO v^T once more than a backward with atomic dq would.
+ *
+ * This file is device code only, written so that tests/cuda_emu/ can also compile it for the CPU
+ * (a block's threads as fibers, wmma as whole-tile loops): shared memory is the one dynamic
+ * array, and every warp takes every barrier. Private to src/ops/cuda. */
+#ifndef SDP_OPS_CUDA_FLASH_ATTENTION_CUH
+#define SDP_OPS_CUDA_FLASH_ATTENTION_CUH
+
+#ifndef SDP_CUDA_EMU
+#include <cuda_bf16.h>
+#include <mma.h>
+#endif
+
+#include <math.h>
+#include <stddef.h>
+
+namespace flash {
+
+using bf16 = __nv_bfloat16;
+namespace wmma = nvcuda::wmma;
+
+enum {
+    TILE = 64,  /* queries or keys per block tile */
+    WARPS = 4,  /* per block, 16 rows each */
+    WROWS = 16, /* rows per warp: one wmma tile high */
+    THREADS = WARPS * 32,
+    FRAG = 16 /* wmma's m = n = k */
+};
+
+/* Head sizes the kernels are built for (one instantiation each); others take the GEMM path. */
+static inline bool supports(int hs) {
+    return hs == 16 || hs == 32 || hs == 64 || hs == 128;
+}
+
+typedef wmma::fragment<wmma::matrix_a, FRAG, FRAG, FRAG, bf16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, FRAG, FRAG, FRAG, bf16, wmma::row_major> frag_b_row;
+typedef wmma::fragment<wmma::matrix_b, FRAG, FRAG, FRAG, bf16, wmma::col_major> frag_b_col;
+typedef wmma::fragment<wmma::accumulator, FRAG, FRAG, FRAG, float> frag_acc;
+
+/* Everything a kernel needs, by value. */
+struct args {
+    const float *qkv, *out, *dout, *lse, *rowdot;
+    float *o, *lse_out, *dqkv;
+    int T, H;
+    float scale;
+    bool causal;
+};
+
+/* ---- shared memory ---------------------------------------------------------------------------
+ * Every kernel carves one dynamic array into bf16 tiles [TILE][HS], fp32 per-row values [TILE],
+ * and per-warp blocks of [WROWS][TILE] (scores and their kin). Rows are padded (by 16 bytes for
+ * bf16, 16 for fp32) so that the rows a wmma load reads fall in different banks; each piece and
+ * each warp's share stay multiples of 32 bytes, as wmma's pointers need. */
+
+template <int HS> struct sizes {
+    static constexpr int LDT = HS + 8;   /* bf16 tiles q, k, v, dO */
+    static constexpr int LDS = TILE + 4; /* fp32 per-warp blocks: S, dP */
+    static constexpr int LDP = TILE + 8; /* bf16 per-warp blocks: P, dS */
+    static constexpr int LDO = HS + 4;   /* fp32 per-warp output rows */
+    static constexpr size_t tile = (size_t)TILE * LDT * sizeof(bf16);
+    static constexpr size_t rows = (size_t)TILE * sizeof(float);
+    static constexpr size_t warp_f32 = (size_t)WARPS * WROWS * LDS * sizeof(float);
+    static constexpr size_t warp_bf16 = (size_t)WARPS * WROWS * LDP * sizeof(bf16);
+    static constexpr size_t warp_out = (size_t)WARPS * WROWS * LDO * sizeof(float);
+    /* q, k, v tiles; S and O in fp32, P in bf16, per warp */
+    static constexpr size_t fwd = 3 * tile + warp_f32 + warp_bf16 + warp_out;
+    /* k, v, q, dO tiles; lse and rowdot; S and dP in fp32, P and dS in bf16, per warp */
+    static constexpr size_t dkdv = 4 * tile + 2 * rows + 2 * warp_f32 + 2 * warp_bf16;
+    /* q, dO, k, v tiles; lse and rowdot; S and dP in fp32, dS in bf16, per warp */
+    static constexpr size_t dq = 4 * tile + 2 * rows + 2 * warp_f32 + warp_bf16;
+    static_assert(tile % 32 == 0 && rows % 32 == 0 && warp_f32 % 32 == 0 && warp_bf16 % 32 == 0 &&
+                      warp_out % 32 == 0,
+                  "each piece of shared memory keeps the next one aligned for wmma");
+    static_assert(WROWS * LDS * sizeof(float) % 32 == 0 && WROWS * LDP * sizeof(bf16) % 32 == 0 &&
+                      WROWS * LDO * sizeof(float) % 32 == 0,
+                  "each warp's share keeps the next warp's aligned for wmma");
+};
+
+/* Hands out consecutive pieces of the shared array. */
+struct carver {
+    unsigned char *at;
+    template <typename T> __device__ T *take(size_t bytes) {
+        T *p = (T *)at;
+        at += bytes;
+        return p;
+    }
+};
+
+extern __shared__ __align__(128) unsigned char smem[];
+
+/* ---- tile moves ------------------------------------------------------------------------------ */
+
+/* dst[r][d] (row stride LDT) = bf16(src[(row0 + r) * ld + d]) for the rows of [row0, row0 + TILE)
+ * below T, zero past it, so that padding rows contribute nothing to any product. */
+template <int HS>
+__device__ void load_tile(bf16 *dst, const float *src, size_t ld, int row0, int T) {
+    for (int e = threadIdx.x; e < TILE * HS; e += THREADS) {
+        const int r = e / HS, d = e % HS, t = row0 + r;
+        dst[r * sizes<HS>::LDT + d] = __float2bfloat16(t < T ? src[(size_t)t * ld + d] : 0.0f);
+    }
+}
+
+/* dst[r] = src[row0 + r] below T, 0 past it. */
+__device__ inline void load_rows(float *dst, const float *src, int row0, int T) {
+    for (int r = threadIdx.x; r < TILE; r += THREADS) dst[r] = row0 + r < T ? src[row0 + r] : 0.0f;
+}
+
+/* The column that lane visits at its j-th step (j < 32) of the warp's [WROWS][TILE] block, where
+ * lanes 2i and 2i+1 own row i, each one half of its columns: skewed by the lane, so that the 32
+ * lanes of a step hit 32 different banks. */
+__device__ inline int lane_column(int j, int lane) {
+    return (lane % 2) * 32 + (j + lane) % 32;
+}
+
+/* One warp: out[WROWS][TILE] (fp32, stride LDS) = a[WROWS][HS] b[TILE][HS]^T, a and b bf16 tiles
+ * (stride LDT): the scores of 16 rows against a tile. */
+template <int HS> __device__ void rows_times_tile_t(float *out, const bf16 *a, const bf16 *b) {
+    constexpr int LDT = sizes<HS>::LDT;
+    for (int n = 0; n < TILE / FRAG; n++) {
+        frag_acc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int k = 0; k < HS; k += FRAG) {
+            frag_a fa;
+            frag_b_col fb; /* b^T read column-major is b read row-major */
+            wmma::load_matrix_sync(fa, a + k, LDT);
+            wmma::load_matrix_sync(fb, b + n * FRAG * LDT + k, LDT);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(out + n * FRAG, acc, sizes<HS>::LDS, wmma::mem_row_major);
+    }
+}
+
+/* One warp: acc[n] += p[WROWS][TILE] (bf16, stride LDP) b[TILE][HS] (a bf16 tile, stride LDT),
+ * acc[n] holding columns 16n..16n+15 of the [WROWS][HS] result. */
+template <int HS>
+__device__ void accumulate_rows_times_tile(frag_acc (&acc)[HS / FRAG], const bf16 *p,
+                                           const bf16 *b) {
+    for (int k = 0; k < TILE; k += FRAG) {
+        frag_a fa;
+        wmma::load_matrix_sync(fa, p + k, sizes<HS>::LDP);
+        for (int n = 0; n < HS / FRAG; n++) {
+            frag_b_row fb;
+            wmma::load_matrix_sync(fb, b + k * sizes<HS>::LDT + n * FRAG, sizes<HS>::LDT);
+            wmma::mma_sync(acc[n], fa, fb, acc[n]);
+        }
+    }
+}
+
+/* One warp: dst[(row0 + r) * ld + c] += alpha acc[n](r, c - 16n) for the rows below T; stage is
+ * WROWS x FRAG floats of the warp's shared memory. */
+template <int HS>
+__device__ void add_rows_to(float *dst, size_t ld, int row0, int T, float alpha,
+                            frag_acc (&acc)[HS / FRAG], float *stage) {
+    const int lane = threadIdx.x % 32;
+    for (int n = 0; n < HS / FRAG; n++) {
+        wmma::store_matrix_sync(stage, acc[n], FRAG, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < WROWS * FRAG; e += 32) {
+            const int r = e / FRAG, c = e % FRAG;
+            if (row0 + r < T) dst[(size_t)(row0 + r) * ld + n * FRAG + c] += alpha * stage[e];
+        }
+        __syncwarp();
+    }
+}
+
+/* Whether query i sees key j. */
+__device__ inline bool sees(int i, int j, int T, bool causal) {
+    return j < T && (!causal || j <= i);
+}
+
+/* Key tiles that query tile qt needs: those up to the diagonal under the causal mask. */
+__device__ inline int key_tiles(int qt, int T, bool causal) {
+    const int all = (T + TILE - 1) / TILE;
+    return causal && qt + 1 < all ? qt + 1 : all;
+}
+
+/* ---- forward --------------------------------------------------------------------------------- */
+
+/* grid (query tiles, B*H), THREADS threads, sizes<HS>::fwd bytes of shared memory. Writes
+ * a.o [B, T, D] and a.lse_out [B, H, T]. */
+template <int HS> __global__ void __launch_bounds__(THREADS) fwd_kernel(args a) {
+    constexpr int LDT = sizes<HS>::LDT, LDS = sizes<HS>::LDS, LDP = sizes<HS>::LDP,
+                  LDO = sizes<HS>::LDO;
+    const int T = a.T, H = a.H, D = H * HS, bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int qt = blockIdx.x, q0 = qt * TILE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const size_t ld = 3 * (size_t)D;
+    const float *q = a.qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + D, *v = k + D;
+
+    carver sm{smem};
+    bf16 *sq = sm.take<bf16>(sizes<HS>::tile), *sk = sm.take<bf16>(sizes<HS>::tile),
+         *sv = sm.take<bf16>(sizes<HS>::tile);
+    float *ws = sm.take<float>(sizes<HS>::warp_f32) + warp * WROWS * LDS;
+    bf16 *wp = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
+    float *wo = sm.take<float>(sizes<HS>::warp_out) + warp * WROWS * LDO;
+
+    load_tile<HS>(sq, q, ld, q0, T);
+    for (int e = lane; e < WROWS * LDO; e += 32) wo[e] = 0.0f;
+    /* Lanes 2i and 2i+1 own row i of the warp (lane_column). */
+    const int i = lane / 2, half = lane % 2, qi = q0 + warp * WROWS + i;
+    float m = -INFINITY, l = 0.0f;
+
+    const int tiles = key_tiles(qt, T, a.causal);
+    for (int kt = 0; kt < tiles; kt++) {
+        __syncthreads(); /* every warp is done with the last k and v tiles */
+        load_tile<HS>(sk, k, ld, kt * TILE, T);
+        load_tile<HS>(sv, v, ld, kt * TILE, T);
+        __syncthreads();
+        rows_times_tile_t<HS>(ws, sq + warp * WROWS * LDT, sk);
+        __syncwarp();
+
+        float tile_max = -INFINITY;
+        for (int j = 0; j < 32; j++) {
+            const int c = lane_column(j, lane);
+            if (sees(qi, kt * TILE + c, T, a.causal))
+                tile_max = fmaxf(tile_max, a.scale * ws[i * LDS + c]);
+        }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        const float m_new = fmaxf(m, tile_max);
+        /* m_new is finite from the first tile on: every query sees key 0. */
+        const float rescale = m == -INFINITY ? 0.0f : expf(m - m_new);
+        float sum = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            const int c = lane_column(j, lane);
+            const float p = sees(qi, kt * TILE + c, T, a.causal)
+                                ? expf(a.scale * ws[i * LDS + c] - m_new)
+                                : 0.0f;
+            wp[i * LDP + c] = __float2bfloat16(p);
+            sum += p;
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        l = l * rescale + sum;
+        m = m_new;
+        for (int j = 0; j < HS / 2; j++)
+            wo[i * LDO + half * (HS / 2) + (j + lane) % (HS / 2)] *= rescale;
+        __syncwarp();
+
+        frag_acc acc[HS / FRAG];
+        for (int n = 0; n < HS / FRAG; n++)
+            wmma::load_matrix_sync(acc[n], wo + n * FRAG, LDO, wmma::mem_row_major);
+        accumulate_rows_times_tile<HS>(acc, wp, sv);
+        for (int n = 0; n < HS / FRAG; n++)
+            wmma::store_matrix_sync(wo + n * FRAG, acc[n], LDO, wmma::mem_row_major);
+        __syncwarp();
+    }
+
+    if (qi < T) {
+        float *o = a.o + ((size_t)b * T + qi) * D + (size_t)h * HS;
+        const float inv = 1.0f / l;
+        for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); d++) o[d] = wo[i * LDO + d] * inv;
+        if (half == 0) a.lse_out[(size_t)bh * T + qi] = m + logf(l);
+    }
+}
+
+/* ---- backward -------------------------------------------------------------------------------- */
+
+/* The softmax gradient of one warp's [WROWS][TILE] block (lane_column's order): P from the scores
+ * s (fp32, stride LDS) and lse, dS = P (dP - rowdot), both rounded to bf16 (stride LDP) for the
+ * products that follow; p may be NULL when only dS is needed. transposed: rows are keys and
+ * columns queries (the dk/dv kernel), else rows are queries. row0 and col0 are the first row's
+ * and column's positions in the sequence; lse and rowdot are per query, from the tile's first. */
+template <int HS>
+__device__ void softmax_grad_block(bf16 *p, bf16 *ds, const float *s, const float *dp,
+                                   const float *lse, const float *rowdot, int row0, int col0,
+                                   bool transposed, int T, const args &a) {
+    constexpr int LDS = sizes<HS>::LDS, LDP = sizes<HS>::LDP;
+    const int lane = threadIdx.x % 32, i = lane / 2;
+    for (int j = 0; j < 32; j++) {
+        const int c = lane_column(j, lane);
+        const int qi = transposed ? col0 + c : row0 + i, kj = transposed ? row0 + i : col0 + c;
+        const int qr = transposed ? c : i; /* the query's index into lse and rowdot */
+        const float pv =
+            qi < T && sees(qi, kj, T, a.causal) ? expf(a.scale * s[i * LDS + c] - lse[qr]) : 0.0f;
+        if (p) p[i * LDP + c] = __float2bfloat16(pv);
+        ds[i * LDP + c] = __float2bfloat16(pv * (dp[i * LDS + c] - rowdot[qr]));
+    }
+}
+
+/* grid (key tiles, B*H), THREADS threads, sizes<HS>::dkdv bytes of shared memory. Adds the
+ * gradients of k and v into a.dqkv. */
+template <int HS> __global__ void __launch_bounds__(THREADS) dkdv_kernel(args a) {
+    constexpr int LDT = sizes<HS>::LDT, LDS = sizes<HS>::LDS, LDP = sizes<HS>::LDP;
+    const int T = a.T, H = a.H, D = H * HS, bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int kt = blockIdx.x, k0 = kt * TILE, warp = threadIdx.x / 32;
+    const size_t ld = 3 * (size_t)D;
+    const float *q = a.qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + D, *v = k + D;
+    const float *dout = a.dout + (size_t)b * T * D + (size_t)h * HS;
+    const float *lse = a.lse + (size_t)bh * T, *rowdot = a.rowdot + (size_t)bh * T;
+
+    carver sm{smem};
+    bf16 *sk = sm.take<bf16>(sizes<HS>::tile), *sv = sm.take<bf16>(sizes<HS>::tile),
+         *sq = sm.take<bf16>(sizes<HS>::tile), *sdo = sm.take<bf16>(sizes<HS>::tile);
+    float *slse = sm.take<float>(sizes<HS>::rows), *srowdot = sm.take<float>(sizes<HS>::rows);
+    float *ws = sm.take<float>(sizes<HS>::warp_f32) + warp * WROWS * LDS;
+    float *wdp = sm.take<float>(sizes<HS>::warp_f32) + warp * WROWS * LDS;
+    bf16 *wp = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
+    bf16 *wds = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
+
+    load_tile<HS>(sk, k, ld, k0, T);
+    load_tile<HS>(sv, v, ld, k0, T);
+    frag_acc dk[HS / FRAG], dv[HS / FRAG];
+    for (int n = 0; n < HS / FRAG; n++) {
+        wmma::fill_fragment(dk[n], 0.0f);
+        wmma::fill_fragment(dv[n], 0.0f);
+    }
+    const int tiles = (T + TILE - 1) / TILE;
+    for (int qt = a.causal ? kt : 0; qt < tiles; qt++) {
+        __syncthreads(); /* every warp is done with the last q and dO tiles */
+        load_tile<HS>(sq, q, ld, qt * TILE, T);
+        load_tile<HS>(sdo, dout, D, qt * TILE, T);
+        load_rows(slse, lse, qt * TILE, T);
+        load_rows(srowdot, rowdot, qt * TILE, T);
+        __syncthreads();
+        rows_times_tile_t<HS>(ws, sk + warp * WROWS * LDT, sq);   /* S^T = k q^T */
+        rows_times_tile_t<HS>(wdp, sv + warp * WROWS * LDT, sdo); /* dP^T = v dO^T */
+        __syncwarp();
+        softmax_grad_block<HS>(wp, wds, ws, wdp, slse, srowdot, k0 + warp * WROWS, qt * TILE, true,
+                               T, a);
+        __syncwarp();
+        accumulate_rows_times_tile<HS>(dv, wp, sdo); /* dv += P^T dO */
+        accumulate_rows_times_tile<HS>(dk, wds, sq); /* dk += dS^T q (scaled below) */
+    }
+    add_rows_to<HS>(a.dqkv + (size_t)b * T * ld + D + (size_t)h * HS, ld, k0 + warp * WROWS, T,
+                    a.scale, dk, ws);
+    add_rows_to<HS>(a.dqkv + (size_t)b * T * ld + 2 * (size_t)D + (size_t)h * HS, ld,
+                    k0 + warp * WROWS, T, 1.0f, dv, ws);
+}
+
+/* grid (query tiles, B*H), THREADS threads, sizes<HS>::dq bytes of shared memory. Adds the
+ * gradient of q into a.dqkv. */
+template <int HS> __global__ void __launch_bounds__(THREADS) dq_kernel(args a) {
+    constexpr int LDT = sizes<HS>::LDT, LDS = sizes<HS>::LDS, LDP = sizes<HS>::LDP;
+    const int T = a.T, H = a.H, D = H * HS, bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int qt = blockIdx.x, q0 = qt * TILE, warp = threadIdx.x / 32;
+    const size_t ld = 3 * (size_t)D;
+    const float *q = a.qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + D, *v = k + D;
+    const float *dout = a.dout + (size_t)b * T * D + (size_t)h * HS;
+
+    carver sm{smem};
+    bf16 *sq = sm.take<bf16>(sizes<HS>::tile), *sdo = sm.take<bf16>(sizes<HS>::tile),
+         *sk = sm.take<bf16>(sizes<HS>::tile), *sv = sm.take<bf16>(sizes<HS>::tile);
+    float *slse = sm.take<float>(sizes<HS>::rows), *srowdot = sm.take<float>(sizes<HS>::rows);
+    float *ws = sm.take<float>(sizes<HS>::warp_f32) + warp * WROWS * LDS;
+    float *wdp = sm.take<float>(sizes<HS>::warp_f32) + warp * WROWS * LDS;
+    bf16 *wds = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
+
+    load_tile<HS>(sq, q, ld, q0, T);
+    load_tile<HS>(sdo, dout, D, q0, T);
+    load_rows(slse, a.lse + (size_t)bh * T, q0, T);
+    load_rows(srowdot, a.rowdot + (size_t)bh * T, q0, T);
+    frag_acc dq[HS / FRAG];
+    for (int n = 0; n < HS / FRAG; n++) wmma::fill_fragment(dq[n], 0.0f);
+    const int tiles = key_tiles(qt, T, a.causal);
+    for (int kt = 0; kt < tiles; kt++) {
+        __syncthreads(); /* every warp is done with the last k and v tiles */
+        load_tile<HS>(sk, k, ld, kt * TILE, T);
+        load_tile<HS>(sv, v, ld, kt * TILE, T);
+        __syncthreads();
+        rows_times_tile_t<HS>(ws, sq + warp * WROWS * LDT, sk);   /* S = q k^T */
+        rows_times_tile_t<HS>(wdp, sdo + warp * WROWS * LDT, sv); /* dP = dO v^T */
+        __syncwarp();
+        softmax_grad_block<HS>(NULL, wds, ws, wdp, slse + warp * WROWS, srowdot + warp * WROWS,
+                               q0 + warp * WROWS, kt * TILE, false, T, a);
+        __syncwarp();
+        accumulate_rows_times_tile<HS>(dq, wds, sk); /* dq += dS k (scaled below) */
+    }
+    add_rows_to<HS>(a.dqkv + (size_t)b * T * ld + (size_t)h * HS, ld, q0 + warp * WROWS, T, a.scale,
+                    dq, ws);
+}
+
+} /* namespace flash */
+
+#endif
