@@ -62,6 +62,7 @@ if(CMAKE_CXX_COMPILER AND NOT SDP_FUZZ)
   add_executable(test_flash_emulated ${CMAKE_SOURCE_DIR}/tests/cuda_emu/test_flash_emulated.cpp
                                      ${CMAKE_SOURCE_DIR}/tests/cuda_emu/cuda_emu.cpp)
   target_include_directories(test_flash_emulated PRIVATE ${CMAKE_SOURCE_DIR}/src
+                                                         ${CMAKE_SOURCE_DIR}/include
                                                          ${CMAKE_SOURCE_DIR}/tests/cuda_emu)
   set_target_properties(test_flash_emulated PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
   add_test(NAME test_flash_emulated COMMAND test_flash_emulated)

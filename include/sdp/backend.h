@@ -246,8 +246,8 @@ sdp_backend *sdp_backend_cuda(int device, sdp_precision precision);
 void *sdp_backend_cuda_cublas(const sdp_backend *be);
 /* Whether bf16 attention on a backend made by sdp_backend_cuda runs the fused kernels (true, the
  * default: the score matrices stay on chip) or cuBLAS GEMMs over score matrices in device memory
- * (false: how fp32 always runs it, and how bf16 runs dropout on the probabilities, head sizes
- * other than 16, 32, 64 and 128, and devices with too little shared memory for them). Returns the
+ * (false: how fp32 always runs it, and how bf16 runs head sizes other than 16, 32, 64 and 128,
+ * and devices with too little shared memory for them). Returns the
  * previous setting. For benchmarks that compare them (bench/bench_cuda_train.c). */
 bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused);
 /* Fills t's entries with the CUDA backend's, leaving name, ctx and mem alone: what

@@ -1,7 +1,8 @@
 /* The fused attention kernels of src/ops/cuda/flash_attention.cuh, run on the CPU by cuda_emu.h,
  * against a naive double-precision attention: forward (out, lse) and backward (dq, dk, dv added
- * into gradients that start non-zero), causal and not, over sequence lengths that fill no tile,
- * one tile exactly, and several, and every head size the kernels are built for.
+ * into gradients that start non-zero), causal and not, without and with dropout on the
+ * probabilities, over sequence lengths that fill no tile, one tile exactly, and several, and every
+ * head size the kernels are built for.
  *
  * Two passes. With bf16 kept as fp32 (emu::exact_bf16) the kernels compute plain fp32
  * attention, so any slip in the tiling, the masks, the online softmax or the indexing shows
@@ -21,7 +22,19 @@ namespace {
 struct shape {
     int B, T, H, hs;
     bool causal;
+    float drop; /* dropout on the probabilities */
 };
+
+const uint64_t DROP_KEY = 0xfeedfacecafebeefull;
+
+/* The keep factor of probability (b*H + h, i, j) under s's dropout: 0 or 1 / (1-p). */
+double keep_factor(const shape &s, int bh, int i, int j) {
+    if (s.drop == 0.0f) return 1.0;
+    const uint64_t at = ((uint64_t)bh * s.T + (uint64_t)i) * s.T + (uint64_t)j;
+    return sdp_dropout_keeps(DROP_KEY, at, sdp_dropout_threshold(s.drop))
+               ? (double)sdp_dropout_scale(s.drop)
+               : 0.0;
+}
 
 struct tensors {
     std::vector<float> qkv, dout, out, lse, rowdot, dqkv, dqkv0;
@@ -40,7 +53,7 @@ void reference(const shape &s, const tensors &x, std::vector<double> &out, std::
     out.assign((size_t)s.B * T * D, 0.0);
     lse.assign((size_t)s.B * H * T, 0.0);
     dqkv.assign((size_t)s.B * T * 3 * D, 0.0);
-    std::vector<double> p(T), dp(T);
+    std::vector<double> p(T), dp(T), keep(T);
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < H; h++) {
             auto q = [&](int t, int d) {
@@ -66,24 +79,28 @@ void reference(const shape &s, const tensors &x, std::vector<double> &out, std::
                 double sum = 0;
                 for (int j = 0; j < seen; j++) sum += exp(p[j] - m);
                 lse[((size_t)b * H + h) * T + i] = m + log(sum);
-                for (int j = 0; j < seen; j++) p[j] = exp(p[j] - m) / sum;
+                for (int j = 0; j < seen; j++) {
+                    p[j] = exp(p[j] - m) / sum;
+                    keep[j] = keep_factor(s, b * H + h, i, j);
+                }
+                /* out = P' v with P' = M P / (1-p); rowdot = dO . out */
                 double rowdot = 0;
                 for (int j = 0; j < seen; j++) {
                     dp[j] = 0;
                     for (int d = 0; d < hs; d++) dp[j] += dO(i, d) * v(j, d);
-                    rowdot += p[j] * dp[j];
+                    rowdot += keep[j] * p[j] * dp[j];
                 }
                 for (int d = 0; d < hs; d++) {
                     double o = 0;
-                    for (int j = 0; j < seen; j++) o += p[j] * v(j, d);
+                    for (int j = 0; j < seen; j++) o += keep[j] * p[j] * v(j, d);
                     out[((size_t)b * T + i) * D + h * hs + d] = o;
                 }
                 for (int j = 0; j < seen; j++) {
-                    const double ds = p[j] * (dp[j] - rowdot);
+                    const double ds = p[j] * (keep[j] * dp[j] - rowdot);
                     for (int d = 0; d < hs; d++) {
                         dq(i, d) += scale * ds * k(j, d);
                         dq(j, D + d) += scale * ds * q(i, d);
-                        dq(j, 2 * D + d) += p[j] * dO(i, d);
+                        dq(j, 2 * D + d) += keep[j] * p[j] * dO(i, d);
                     }
                 }
             }
@@ -122,6 +139,10 @@ template <int HS> void run_kernels(const shape &s, tensors &x) {
     a.H = s.H;
     a.scale = 1.0f / sqrtf((float)HS);
     a.causal = s.causal;
+    a.dropout = s.drop > 0.0f;
+    a.drop_key = DROP_KEY;
+    a.drop_threshold = sdp_dropout_threshold(s.drop);
+    a.drop_scale = sdp_dropout_scale(s.drop);
     const dim3 grid{tiles, (unsigned)(s.B * s.H), 1}, block{flash::THREADS, 1, 1};
     emu::launch(grid, block, flash::smem, flash::sizes<HS>::fwd, [&] { flash::fwd_kernel<HS>(a); });
 
@@ -191,10 +212,10 @@ bool check(const shape &s, bool exact) {
         exact ? elementwise_error(got_grad, dqkv) : normwise_error(got_grad, dqkv);
     const double tol = exact ? 1e-4 : 2e-2;
     const bool ok = e_out <= tol && e_lse <= tol && e_grad <= tol; /* NaN fails too */
-    printf("%-4s B=%d T=%3d H=%d hs=%3d %-6s  out %.1e  lse %.1e  dqkv %.1e  (tolerance %.0e, "
-           "%s)  %s\n",
-           exact ? "fp32" : "bf16", s.B, s.T, s.H, s.hs, s.causal ? "causal" : "full", e_out, e_lse,
-           e_grad, tol, exact ? "elementwise" : "normwise", ok ? "ok" : "FAILED");
+    printf("%-4s B=%d T=%3d H=%d hs=%3d %-6s drop %.2f  out %.1e  lse %.1e  dqkv %.1e  "
+           "(tolerance %.0e, %s)  %s\n",
+           exact ? "fp32" : "bf16", s.B, s.T, s.H, s.hs, s.causal ? "causal" : "full", s.drop,
+           e_out, e_lse, e_grad, tol, exact ? "elementwise" : "normwise", ok ? "ok" : "FAILED");
     return ok;
 }
 
@@ -202,9 +223,10 @@ bool check(const shape &s, bool exact) {
 
 int main() {
     const shape shapes[] = {
-        {2, 5, 2, 16, true},    {2, 5, 2, 16, false},  {1, 33, 2, 32, true},
-        {1, 33, 1, 32, false},  {1, 64, 2, 64, true},  {1, 130, 2, 64, true},
-        {2, 130, 1, 64, false}, {1, 97, 1, 128, true}, {1, 70, 1, 128, false},
+        {2, 5, 2, 16, true, 0.0f},    {2, 5, 2, 16, false, 0.0f},    {1, 33, 2, 32, true, 0.0f},
+        {1, 33, 1, 32, false, 0.0f},  {1, 64, 2, 64, true, 0.0f},    {1, 130, 2, 64, true, 0.0f},
+        {2, 130, 1, 64, false, 0.0f}, {1, 97, 1, 128, true, 0.0f},   {1, 70, 1, 128, false, 0.0f},
+        {2, 37, 2, 32, true, 0.25f},  {1, 130, 1, 64, false, 0.25f}, {1, 70, 2, 16, true, 0.5f},
     };
     int failed = 0, checked = 0;
     for (bool exact : {true, false})

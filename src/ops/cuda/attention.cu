@@ -1,8 +1,8 @@
 /* Multi-head softmax attention, causal or not, forward and backward, in the layouts of the CPU
  * kernel: qkv [B, T, 3*D] (q heads, then k heads, then v heads), out [B, T, D], lse [B, H, T].
  *
- * In bf16 without dropout, and at the head sizes they are built for, the fused kernels of
- * flash_attention.cuh run instead (fused() below): they never write the score matrices. What
+ * In bf16, at the head sizes they are built for, the fused kernels of flash_attention.cuh run
+ * instead (fused() below): they never write the score matrices. What
  * follows is the path that fp32 always takes, and bf16 otherwise.
  *
  * Every product is a cuBLAS GEMM in the context's precision (bf16 tensor cores or plain fp32),
@@ -164,12 +164,12 @@ template <int HS> static size_t fused_shared_bytes() {
 }
 
 /* Whether this call runs the fused kernels: bf16 products (fp32 keeps the cuBLAS products, whose
- * results equal the CPU's to rounding), no dropout on the probabilities, a head size they are
- * built for, a grid that fits, and a device with the shared memory they need (sm_80 and sm_90
- * have it; some smaller cards lack it at hs = 128). */
-static bool fused(const sdp_cuda_ctx *ctx, int B, int H, int hs, sdp_dropout drop) {
-    if (ctx->precision != SDP_PRECISION_BF16 || ctx->gemm_attention || drop.p != 0.0f ||
-        !flash::supports(hs) || (long long)B * H > 65535)
+ * results equal the CPU's to rounding), a head size they are built for, a grid that fits, and a
+ * device with the shared memory they need (sm_80 and sm_90 have it; some smaller cards lack it
+ * at hs = 128). */
+static bool fused(const sdp_cuda_ctx *ctx, int B, int H, int hs) {
+    if (ctx->precision != SDP_PRECISION_BF16 || ctx->gemm_attention || !flash::supports(hs) ||
+        (long long)B * H > 65535)
         return false;
     const size_t need = hs == 16   ? fused_shared_bytes<16>()
                         : hs == 32 ? fused_shared_bytes<32>()
@@ -178,13 +178,18 @@ static bool fused(const sdp_cuda_ctx *ctx, int B, int H, int hs, sdp_dropout dro
     return need <= ctx->max_shared_bytes;
 }
 
-static flash::args fused_args(const float *qkv, int T, int H, int hs, bool causal) {
+static flash::args fused_args(const float *qkv, int T, int H, int hs, bool causal,
+                              sdp_dropout drop) {
     flash::args a = {};
     a.qkv = qkv;
     a.T = T;
     a.H = H;
     a.scale = 1.0f / sqrtf((float)hs);
     a.causal = causal;
+    a.dropout = drop.p > 0.0f;
+    a.drop_key = drop.key;
+    a.drop_threshold = sdp_dropout_threshold(drop.p);
+    a.drop_scale = sdp_dropout_scale(drop.p);
     return a;
 }
 
@@ -280,8 +285,8 @@ static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, co
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims(B, T, H, hs);
     SDP_ASSERT(scratch); /* sdp_cuda_attention_scratch_bytes(B, T, H) bytes of device memory */
-    if (fused(ctx, B, H, hs, drop)) {
-        fused_fwd_any(ctx, fused_args(qkv, T, H, hs, causal), out, lse, B, hs);
+    if (fused(ctx, B, H, hs)) {
+        fused_fwd_any(ctx, fused_args(qkv, T, H, hs, causal, drop), out, lse, B, hs);
         return;
     }
     const heads a = make_heads(T, H, hs, causal);
@@ -322,12 +327,12 @@ static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *
     const size_t per_seq = (size_t)H * a.tt, all_rows = (size_t)B * rows;
     float *probs = scratch;
     float *grads = probs + per_seq, *rowdot = grads + per_seq;
-    if (fused(ctx, B, H, hs, drop)) rowdot = scratch; /* the fused kernels need only the row sums */
+    if (fused(ctx, B, H, hs)) rowdot = scratch; /* the fused kernels need only the row sums */
     rowdot_kernel<<<ceil_div(all_rows, SOFTMAX_ROWS), SOFTMAX_ROWS * WARP, 0, ctx->stream>>>(
         rowdot, dout, out, (int)all_rows, T, H, hs);
     LAUNCH_CHECK();
-    if (fused(ctx, B, H, hs, drop)) {
-        flash::args f = fused_args(qkv, T, H, hs, causal);
+    if (fused(ctx, B, H, hs)) {
+        flash::args f = fused_args(qkv, T, H, hs, causal, drop);
         f.out = out;
         f.dout = dout;
         f.lse = lse;

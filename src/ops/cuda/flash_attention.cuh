@@ -20,6 +20,10 @@
  *     dq (one block per 64 queries): over the key tiles, the same P and dS; dq += scale dS k.
  *   That recomputes q k^T and dO v^T once more than a backward with atomic dq would.
  *
+ * Dropout on the probabilities, as the GEMM path's: P' = M P / (1-p) multiplies v (lse and the
+ * running sum stay those of P), dv takes P', and dS = P (M dP' / (1-p) - rowdot), with M's
+ * element ((b*H + h)*T + i)*T + j drawn by sdp_dropout_keeps, the bits of every other backend.
+ *
  * This file is device code only, written so that tests/cuda_emu/ can also compile it for the CPU
  * (a block's threads as fibers, wmma as whole-tile loops): shared memory is the one dynamic
  * array, and every warp takes every barrier. Private to src/ops/cuda. */
@@ -31,8 +35,17 @@
 #include <mma.h>
 #endif
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "sdp/ops.h" /* sdp_dropout_keeps: the mask every backend draws */
+#ifdef __cplusplus
+}
+#endif
+
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 namespace flash {
 
@@ -64,6 +77,10 @@ struct args {
     int T, H;
     float scale;
     bool causal;
+    bool dropout; /* on the probabilities, drawn from drop_key: keep with 1 - p, then 1/(1-p) */
+    uint64_t drop_key;
+    uint32_t drop_threshold;
+    float drop_scale;
 };
 
 /* ---- shared memory ---------------------------------------------------------------------------
@@ -188,6 +205,13 @@ __device__ inline bool sees(int i, int j, int T, bool causal) {
     return j < T && (!causal || j <= i);
 }
 
+/* p as the product with v takes it: M p / (1-p) under dropout, for query i and key j of head bh. */
+__device__ inline float dropped(const args &a, int bh, int i, int j, float p) {
+    if (!a.dropout) return p;
+    const uint64_t at = ((uint64_t)bh * a.T + (uint64_t)i) * a.T + (uint64_t)j;
+    return sdp_dropout_keeps(a.drop_key, at, a.drop_threshold) ? a.drop_scale * p : 0.0f;
+}
+
 /* Key tiles that query tile qt needs: those up to the diagonal under the causal mask. */
 __device__ inline int key_tiles(int qt, int T, bool causal) {
     const int all = (T + TILE - 1) / TILE;
@@ -245,7 +269,7 @@ template <int HS> __global__ void __launch_bounds__(THREADS) fwd_kernel(args a) 
             const float p = sees(qi, kt * TILE + c, T, a.causal)
                                 ? expf(a.scale * ws[i * LDS + c] - m_new)
                                 : 0.0f;
-            wp[i * LDP + c] = __float2bfloat16(p);
+            wp[i * LDP + c] = __float2bfloat16(dropped(a, bh, qi, kt * TILE + c, p));
             sum += p;
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -274,15 +298,16 @@ template <int HS> __global__ void __launch_bounds__(THREADS) fwd_kernel(args a) 
 
 /* ---- backward -------------------------------------------------------------------------------- */
 
-/* The softmax gradient of one warp's [WROWS][TILE] block (lane_column's order): P from the scores
- * s (fp32, stride LDS) and lse, dS = P (dP - rowdot), both rounded to bf16 (stride LDP) for the
- * products that follow; p may be NULL when only dS is needed. transposed: rows are keys and
- * columns queries (the dk/dv kernel), else rows are queries. row0 and col0 are the first row's
- * and column's positions in the sequence; lse and rowdot are per query, from the tile's first. */
+/* The softmax gradient of one warp's [WROWS][TILE] block (lane_column's order) of head bh: P from
+ * the scores s (fp32, stride LDS) and lse, dS = P (dP - rowdot), both rounded to bf16 (stride
+ * LDP) for the products that follow (under dropout p gets P' and dS takes M dP' / (1-p)); p may
+ * be NULL when only dS is needed. transposed: rows are keys and columns queries (the dk/dv
+ * kernel), else rows are queries. row0 and col0 are the first row's and column's positions in
+ * the sequence; lse and rowdot are per query, from the tile's first. */
 template <int HS>
 __device__ void softmax_grad_block(bf16 *p, bf16 *ds, const float *s, const float *dp,
                                    const float *lse, const float *rowdot, int row0, int col0,
-                                   bool transposed, int T, const args &a) {
+                                   bool transposed, int T, int bh, const args &a) {
     constexpr int LDS = sizes<HS>::LDS, LDP = sizes<HS>::LDP;
     const int lane = threadIdx.x % 32, i = lane / 2;
     for (int j = 0; j < 32; j++) {
@@ -291,8 +316,9 @@ __device__ void softmax_grad_block(bf16 *p, bf16 *ds, const float *s, const floa
         const int qr = transposed ? c : i; /* the query's index into lse and rowdot */
         const float pv =
             qi < T && sees(qi, kj, T, a.causal) ? expf(a.scale * s[i * LDS + c] - lse[qr]) : 0.0f;
-        if (p) p[i * LDP + c] = __float2bfloat16(pv);
-        ds[i * LDP + c] = __float2bfloat16(pv * (dp[i * LDS + c] - rowdot[qr]));
+        const float keep = dropped(a, bh, qi, kj, 1.0f); /* 0, or 1 / (1-p) */
+        if (p) p[i * LDP + c] = __float2bfloat16(keep * pv);
+        ds[i * LDP + c] = __float2bfloat16(pv * (keep * dp[i * LDS + c] - rowdot[qr]));
     }
 }
 
@@ -335,7 +361,7 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dkdv_kernel(args a)
         rows_times_tile_t<HS>(wdp, sv + warp * WROWS * LDT, sdo); /* dP^T = v dO^T */
         __syncwarp();
         softmax_grad_block<HS>(wp, wds, ws, wdp, slse, srowdot, k0 + warp * WROWS, qt * TILE, true,
-                               T, a);
+                               T, bh, a);
         __syncwarp();
         accumulate_rows_times_tile<HS>(dv, wp, sdo); /* dv += P^T dO */
         accumulate_rows_times_tile<HS>(dk, wds, sq); /* dk += dS^T q (scaled below) */
@@ -380,7 +406,7 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dq_kernel(args a) {
         rows_times_tile_t<HS>(wdp, sdo + warp * WROWS * LDT, sv); /* dP = dO v^T */
         __syncwarp();
         softmax_grad_block<HS>(NULL, wds, ws, wdp, slse + warp * WROWS, srowdot + warp * WROWS,
-                               q0 + warp * WROWS, kt * TILE, false, T, a);
+                               q0 + warp * WROWS, kt * TILE, false, T, bh, a);
         __syncwarp();
         accumulate_rows_times_tile<HS>(dq, wds, sk); /* dq += dS k (scaled below) */
     }
