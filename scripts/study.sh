@@ -6,7 +6,7 @@
 #   calibrate   sdp's DDP on nanoGPT's shakespeare-char CPU recipe, on 1 and on 4 workers at the
 #               same global batch (3 seeds each), and a ResNet-20 on Fashion-MNIST for 5 epochs
 #   gpt         the reference recipe at N = 4: DDP and the four SDP modes at C = 0.5, each at the
-#               best of four learning rates (0.5x, 1x, 2x and 4x the recipe's, GPT_LRS, picked on
+#               best of five learning rates (0.5x to 8x the recipe's, GPT_LRS, picked on
 #               seed 1), then 3 seeds at equal steps and at matched FLOPs per worker
 #   gpt-fit     the dense alternatives, sized with sdp plan --fit on the same planner that
 #               tests/test_sdp_memplan.sh holds to the measured bytes: for forward and backward
@@ -70,9 +70,9 @@ COLUMNS_TSV="workload	config	seed	N	mask	unit	C	layers	width	lr	steps	tflop_per_
 # 4 heads, width 128, context 64, batch 12, 2000 iterations, lr 1e-3 cosine to 1e-4 after 100
 # warmup steps, beta2 0.99, weight decay 0.1, clip 1.0, no dropout. Its README reports a
 # validation loss of 1.88. Validation takes 200 batches of 12, as its eval_iters does.
-# Its learning rates here: 0.5x to 4x the recipe's. 2x was the best of 0.5x-2x for nearly every
-# configuration, so 4x was added to see past the grid's edge.
-GPT_LRS=(5e-4 1e-3 2e-3 4e-3)
+# Its learning rates here: 0.5x to 8x the recipe's. 2x was the best of 0.5x-2x for nearly every
+# configuration, then 4x the best of 0.5x-4x, so the grid grew until the best lay inside it.
+GPT_LRS=(5e-4 1e-3 2e-3 4e-3 8e-3)
 GPT_REF=(--model gpt --data "$TEXT" --layers 4 --heads 4 --width 128 --seq-len 64 --steps 2000
          --warmup 100 --lr 1e-3 --lr-min 1e-4 --beta2 0.99 --weight-decay 0.1 --clip 1.0
          --val-frac 0.1 --val-every 500 --log-every 100 --ckpt-every 500)
