@@ -352,7 +352,7 @@ gpt_overfit() { # workload percent
 gpt_large() {
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
   local w=gpt-large ddp_lr
-  LRS=(5e-4 1e-3 2e-3)
+  LRS=("${GPT_LRS[@]}")
   BASE=("${GPT_REF[@]}" --layers 6 --heads 6 --width 192 --batch 3 --val-batches 200)
   local plan=(--model gpt --layers 6 --heads 6 --width 192 --seq-len 64 --batch 3 --world 4
               --val-batches 200 --sdp-coverage 0.5)
