@@ -163,13 +163,25 @@ template <int HS> static size_t fused_shared_bytes() {
     return most > q ? most : q;
 }
 
+/* Whether the code this build runs on the context's device has the fused kernels: they are
+ * empty below sm_80 (a build for sm_75, or its PTX run on a newer card). Asked once. */
+static bool fused_built(sdp_cuda_ctx *ctx) {
+    if (ctx->fused_arch == 0) {
+        cudaFuncAttributes attr;
+        CUDA_CHECK(cudaFuncGetAttributes(&attr, flash::fwd_kernel<16>));
+        ctx->fused_arch =
+            attr.ptxVersion < attr.binaryVersion ? attr.ptxVersion : attr.binaryVersion;
+    }
+    return ctx->fused_arch >= 80;
+}
+
 /* Whether this call runs the fused kernels: bf16 products (fp32 keeps the cuBLAS products, whose
- * results equal the CPU's to rounding), a head size they are built for, a grid that fits, and a
- * device with the shared memory they need (sm_80 and sm_90 have it; some smaller cards lack it
- * at hs = 128). */
-static bool fused(const sdp_cuda_ctx *ctx, int B, int H, int hs) {
+ * results equal the CPU's to rounding), a head size they are built for, a grid that fits, code
+ * built for sm_80 or newer, and a device with the shared memory they need (sm_80 and sm_90 have
+ * it; some smaller cards lack it at hs = 128). */
+static bool fused(sdp_cuda_ctx *ctx, int B, int H, int hs) {
     if (ctx->precision != SDP_PRECISION_BF16 || ctx->gemm_attention || !flash::supports(hs) ||
-        (long long)B * H > 65535)
+        (long long)B * H > 65535 || !fused_built(ctx))
         return false;
     const size_t need = hs == 16   ? fused_shared_bytes<16>()
                         : hs == 32 ? fused_shared_bytes<32>()

@@ -68,8 +68,10 @@ typedef struct {
     bool gemm_attention;
     size_t max_shared_bytes; /* a block's shared memory on this device, opted in (the fused
                                 attention's kernels need more than the default 48 KiB) */
-    cudaStream_t stream;     /* every kernel, copy and cuBLAS call of this context runs here */
-    cublasHandle_t cublas;   /* bound to stream */
+    int fused_arch; /* the architecture the fused attention was built for on this device (80 for
+                       sm_80); 0 until attention.cu first asks */
+    cudaStream_t stream;   /* every kernel, copy and cuBLAS call of this context runs here */
+    cublasHandle_t cublas; /* bound to stream */
     /* Bound to stream; made by the first convolution plan (conv2d.cu), so that contexts without
      * convolutions (the transformers') never pay for a cuDNN handle's start-up and device memory.
      * NULL until then. */
