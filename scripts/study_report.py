@@ -92,6 +92,30 @@ def by_config(rows):
     return groups
 
 
+# A configuration's name: its prefix, its learning rate, and what follows (-matched).
+CONFIG_NAME = re.compile(r"^(?P<prefix>.*)-lr(?P<lr>[0-9.]+(?:e-?[0-9]+)?)(?P<suffix>-.*)?$")
+
+
+def tuned(rows):
+    """The configurations run on several seeds, each at its prefix's best learning rate: the one
+    with the lowest seed-1 validation loss over the grid, as scripts/study.sh's best_lr picks it.
+    When a grid grows, the seeds run at an earlier best stay in the rows but not here."""
+    best = {}
+    for r in rows:
+        m = CONFIG_NAME.match(r["config"])
+        if not m or m["suffix"] or r["seed"] != "1":
+            continue
+        loss = float(r["val_loss"])
+        if m["prefix"] not in best or loss < best[m["prefix"]][0]:
+            best[m["prefix"]] = (loss, m["lr"])
+    out = {}
+    for name, rs in by_config(rows).items():
+        m = CONFIG_NAME.match(name)
+        if len(rs) > 1 and (not m or m["prefix"] not in best or best[m["prefix"]][1] == m["lr"]):
+            out[name] = rs
+    return out
+
+
 def pareto(points):
     """The configurations that no other beats on both axes (less memory and lower loss or error)."""
     front, best = [], float("inf")
@@ -119,9 +143,9 @@ def plot(workload, rows):
     points = []
     groups = by_config(rows)
     # The learning-rate search's single-seed rows clutter the plot: it shows the configurations
-    # that were run on several seeds (their best learning rate), when there are any.
+    # that were run on several seeds at their best learning rate, when there are any.
     if any(len(rs) > 1 for rs in groups.values()):
-        groups = {n: rs for n, rs in groups.items() if len(rs) > 1}
+        groups = tuned(rows)
     for name, rs in groups.items():
         loss = [quality(r) for r in rs]
         mem = statistics.mean(mib(float(r["total_bytes"])) for r in rs)
@@ -217,7 +241,7 @@ def step_seconds(workload, r, mbits):
 
 def time_block(workload, rows):
     """The configurations run on several seeds, with their time to train at each link rate."""
-    groups = {n: rs for n, rs in by_config(rows).items() if len(rs) > 1}
+    groups = tuned(rows)
     head = " | ".join(f"step s at {m} Mbit/s | minutes at {m} Mbit/s" for m in LINKS_MBITS)
     out = [f"| configuration | steps | val loss | {head} |",
            "|---|---|---|" + "---|---|" * len(LINKS_MBITS)]
@@ -273,7 +297,7 @@ def lever_points(workload, rows):
     """Each configuration run on several seeds, and the same with each lever: (name, loss, MiB,
     [MiB with each lever of LEVERS]). A lever's memory is the row's measured total less what
     sdp plan says the lever saves on its largest worker; its loss is the row's."""
-    groups = {n: rs for n, rs in by_config(rows).items() if len(rs) > 1}
+    groups = tuned(rows)
     out = []
     for name, rs in groups.items():
         r0 = rs[0]
@@ -417,7 +441,7 @@ def which_mode_block():
     at matched FLOPs."""
     with open(os.path.join(STUDY, "gpt.tsv"), newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
-    groups = {n: rs for n, rs in by_config(rows).items() if len(rs) > 1}
+    groups = tuned(rows)
     mean = lambda rs, k: statistics.mean(float(r[k]) for r in rs)
     ddp = next(rs for n, rs in groups.items() if rs[0]["mask"] == "none" and rs[0]["width"] == "128"
                and not n.endswith("-matched"))
