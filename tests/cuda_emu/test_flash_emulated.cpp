@@ -183,22 +183,8 @@ bool check(const shape &s, bool exact) {
     x.out.assign(rows * D, NAN);
     x.lse.assign((size_t)s.B * s.H * s.T, NAN);
     x.rowdot.assign(x.lse.size(), 0.0f);
-    switch (s.hs) {
-    case 16:
-        run_kernels<16>(s, x);
-        break;
-    case 32:
-        run_kernels<32>(s, x);
-        break;
-    case 64:
-        run_kernels<64>(s, x);
-        break;
-    case 128:
-        run_kernels<128>(s, x);
-        break;
-    default:
-        emu::fail("no kernel for this head size");
-    }
+    if (!flash::supports(s.hs)) emu::fail("no kernel for this head size");
+    flash::with_head_size(s.hs, [&](auto HS) { run_kernels<HS>(s, x); });
 
     std::vector<double> out, lse, dqkv;
     reference(s, x, out, lse, dqkv);

@@ -156,13 +156,6 @@ __global__ void rowdot_kernel(float *rowdot, const float *dout, const float *out
 /* ---- the fused kernels (flash_attention.cuh) ---------------------------------------------------
  */
 
-/* The most shared memory the fused kernels take at head size HS. */
-template <int HS> static size_t fused_shared_bytes() {
-    const size_t f = flash::sizes<HS>::fwd, kv = flash::sizes<HS>::dkdv, q = flash::sizes<HS>::dq;
-    const size_t most = f > kv ? f : kv;
-    return most > q ? most : q;
-}
-
 /* Whether the code this build runs on the context's device has the fused kernels: they are
  * empty below sm_80 (a build for sm_75, or its PTX run on a newer card). Asked once. */
 static bool fused_built(sdp_cuda_ctx *ctx) {
@@ -183,10 +176,11 @@ static bool fused(sdp_cuda_ctx *ctx, int B, int H, int hs) {
     if (ctx->precision != SDP_PRECISION_BF16 || ctx->gemm_attention || !flash::supports(hs) ||
         (long long)B * H > 65535 || !fused_built(ctx))
         return false;
-    const size_t need = hs == 16   ? fused_shared_bytes<16>()
-                        : hs == 32 ? fused_shared_bytes<32>()
-                        : hs == 64 ? fused_shared_bytes<64>()
-                                   : fused_shared_bytes<128>();
+    const size_t need = flash::with_head_size(hs, [](auto HS) {
+        const size_t f = flash::sizes<HS>::fwd, kv = flash::sizes<HS>::dkdv;
+        const size_t most = f > kv ? f : kv, q = flash::sizes<HS>::dq;
+        return most > q ? most : q; /* the most any of the three kernels takes */
+    });
     return need <= ctx->max_shared_bytes;
 }
 
@@ -217,52 +211,21 @@ static void launch_fused(sdp_cuda_ctx *ctx, K kernel, size_t smem, int B, int T,
     LAUNCH_CHECK();
 }
 
-template <int HS>
-static void fused_fwd(sdp_cuda_ctx *ctx, flash::args a, float *out, float *lse, int B) {
+/* The forward, writing out and lse. */
+static void fused_fwd(sdp_cuda_ctx *ctx, flash::args a, float *out, float *lse, int B, int hs) {
     a.o = out;
     a.lse_out = lse;
-    launch_fused(ctx, flash::fwd_kernel<HS>, flash::sizes<HS>::fwd, B, a.T, a.H, a);
+    flash::with_head_size(hs, [&](auto HS) {
+        launch_fused(ctx, flash::fwd_kernel<HS>, flash::sizes<HS>::fwd, B, a.T, a.H, a);
+    });
 }
 
-template <int HS> static void fused_bwd(sdp_cuda_ctx *ctx, flash::args a, int B) {
-    launch_fused(ctx, flash::dkdv_kernel<HS>, flash::sizes<HS>::dkdv, B, a.T, a.H, a);
-    launch_fused(ctx, flash::dq_kernel<HS>, flash::sizes<HS>::dq, B, a.T, a.H, a);
-}
-
-/* a with out, lse, dout, rowdot and dqkv set for the backward. */
-static void fused_bwd_any(sdp_cuda_ctx *ctx, const flash::args &a, int B, int hs) {
-    switch (hs) {
-    case 16:
-        fused_bwd<16>(ctx, a, B);
-        break;
-    case 32:
-        fused_bwd<32>(ctx, a, B);
-        break;
-    case 64:
-        fused_bwd<64>(ctx, a, B);
-        break;
-    default:
-        fused_bwd<128>(ctx, a, B);
-        break; /* flash::supports allows no other */
-    }
-}
-
-static void fused_fwd_any(sdp_cuda_ctx *ctx, const flash::args &a, float *out, float *lse, int B,
-                          int hs) {
-    switch (hs) {
-    case 16:
-        fused_fwd<16>(ctx, a, out, lse, B);
-        break;
-    case 32:
-        fused_fwd<32>(ctx, a, out, lse, B);
-        break;
-    case 64:
-        fused_fwd<64>(ctx, a, out, lse, B);
-        break;
-    default:
-        fused_fwd<128>(ctx, a, out, lse, B);
-        break;
-    }
+/* The backward: a with out, lse, dout, rowdot and dqkv set. */
+static void fused_bwd(sdp_cuda_ctx *ctx, const flash::args &a, int B, int hs) {
+    flash::with_head_size(hs, [&](auto HS) {
+        launch_fused(ctx, flash::dkdv_kernel<HS>, flash::sizes<HS>::dkdv, B, a.T, a.H, a);
+        launch_fused(ctx, flash::dq_kernel<HS>, flash::sizes<HS>::dq, B, a.T, a.H, a);
+    });
 }
 
 /* ---- entry points --------------------------------------------------------------------------- */
@@ -298,7 +261,7 @@ static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, co
     check_dims(B, T, H, hs);
     SDP_ASSERT(scratch); /* sdp_cuda_attention_scratch_bytes(B, T, H) bytes of device memory */
     if (fused(ctx, B, H, hs)) {
-        fused_fwd_any(ctx, fused_args(qkv, T, H, hs, causal, drop), out, lse, B, hs);
+        fused_fwd(ctx, fused_args(qkv, T, H, hs, causal, drop), out, lse, B, hs);
         return;
     }
     const heads a = make_heads(T, H, hs, causal);
@@ -350,7 +313,7 @@ static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *
         f.lse = lse;
         f.rowdot = rowdot;
         f.dqkv = dqkv;
-        fused_bwd_any(ctx, f, B, hs);
+        fused_bwd(ctx, f, B, hs);
         return;
     }
     for (int b = 0; b < B; b++) {

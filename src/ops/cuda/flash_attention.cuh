@@ -47,6 +47,8 @@ extern "C" {
 #include <stddef.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 /* wmma on bf16 needs sm_80: for older architectures the kernels are built empty, and
  * attention.cu never launches them there (it asks the built code's architecture). */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -71,6 +73,21 @@ enum {
 /* Head sizes the kernels are built for (one instantiation each); others take the GEMM path. */
 static inline bool supports(int hs) {
     return hs == 16 || hs == 32 || hs == 64 || hs == 128;
+}
+
+/* f(std::integral_constant<int, HS>{}) for the head size hs, one that supports() allows: the
+ * one place a run-time head size becomes a kernel's template argument. */
+template <class F> inline auto with_head_size(int hs, F &&f) {
+    switch (hs) {
+    case 16:
+        return f(std::integral_constant<int, 16>{});
+    case 32:
+        return f(std::integral_constant<int, 32>{});
+    case 64:
+        return f(std::integral_constant<int, 64>{});
+    default:
+        return f(std::integral_constant<int, 128>{});
+    }
 }
 
 typedef wmma::fragment<wmma::matrix_a, FRAG, FRAG, FRAG, bf16, wmma::row_major> frag_a;
@@ -208,6 +225,32 @@ __device__ void add_rows_to(float *dst, size_t ld, int row0, int T, float alpha,
     }
 }
 
+/* What a block reads and writes of its head (blockIdx.y = b*H + h): q, k and v rows 3D apart,
+ * out and dO rows D apart, and where the head's dq, dk and dv go in dqkv (rows 3D apart); the
+ * pointers a kernel does not use are NULL. */
+template <int HS> struct head {
+    int T, D, bh;
+    size_t ld; /* 3D */
+    const float *q, *k, *v, *dout;
+    float *out, *dq, *dk, *dv;
+};
+
+template <int HS> __device__ head<HS> head_of(const args &a) {
+    head<HS> h;
+    h.T = a.T;
+    h.D = a.H * HS;
+    h.bh = blockIdx.y;
+    h.ld = 3 * (size_t)h.D;
+    const int b = h.bh / a.H, at = h.bh % a.H * HS;
+    const size_t first = (size_t)b * h.T * h.ld + at, first_out = (size_t)b * h.T * h.D + at;
+    h.q = a.qkv + first, h.k = h.q + h.D, h.v = h.k + h.D;
+    h.dout = a.dout ? a.dout + first_out : NULL;
+    h.out = a.o ? a.o + first_out : NULL;
+    h.dq = a.dqkv ? a.dqkv + first : NULL, h.dk = h.dq ? h.dq + h.D : NULL;
+    h.dv = h.dk ? h.dk + h.D : NULL;
+    return h;
+}
+
 /* Whether query i sees key j. */
 __device__ inline bool sees(int i, int j, int T, bool causal) {
     return j < T && (!causal || j <= i);
@@ -234,11 +277,9 @@ template <int HS> __global__ void __launch_bounds__(THREADS) fwd_kernel(args a) 
 #if SDP_FLASH_BODY
     constexpr int LDT = sizes<HS>::LDT, LDS = sizes<HS>::LDS, LDP = sizes<HS>::LDP,
                   LDO = sizes<HS>::LDO;
-    const int T = a.T, H = a.H, D = H * HS, bh = blockIdx.y, b = bh / H, h = bh % H;
-    const int qt = blockIdx.x, q0 = qt * TILE;
+    const head<HS> hd = head_of<HS>(a);
+    const int T = hd.T, bh = hd.bh, qt = blockIdx.x, q0 = qt * TILE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const size_t ld = 3 * (size_t)D;
-    const float *q = a.qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + D, *v = k + D;
 
     carver sm{smem};
     bf16 *sq = sm.take<bf16>(sizes<HS>::tile), *sk = sm.take<bf16>(sizes<HS>::tile),
@@ -247,7 +288,7 @@ template <int HS> __global__ void __launch_bounds__(THREADS) fwd_kernel(args a) 
     bf16 *wp = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
     float *wo = sm.take<float>(sizes<HS>::warp_out) + warp * WROWS * LDO;
 
-    load_tile<HS>(sq, q, ld, q0, T);
+    load_tile<HS>(sq, hd.q, hd.ld, q0, T);
     for (int e = lane; e < WROWS * LDO; e += 32) wo[e] = 0.0f;
     /* Lanes 2i and 2i+1 own row i of the warp (lane_column). */
     const int i = lane / 2, half = lane % 2, qi = q0 + warp * WROWS + i;
@@ -256,8 +297,8 @@ template <int HS> __global__ void __launch_bounds__(THREADS) fwd_kernel(args a) 
     const int tiles = key_tiles(qt, T, a.causal);
     for (int kt = 0; kt < tiles; kt++) {
         __syncthreads(); /* every warp is done with the last k and v tiles */
-        load_tile<HS>(sk, k, ld, kt * TILE, T);
-        load_tile<HS>(sv, v, ld, kt * TILE, T);
+        load_tile<HS>(sk, hd.k, hd.ld, kt * TILE, T);
+        load_tile<HS>(sv, hd.v, hd.ld, kt * TILE, T);
         __syncthreads();
         rows_times_tile_t<HS>(ws, sq + warp * WROWS * LDT, sk);
         __syncwarp();
@@ -298,7 +339,7 @@ template <int HS> __global__ void __launch_bounds__(THREADS) fwd_kernel(args a) 
     }
 
     if (qi < T) {
-        float *o = a.o + ((size_t)b * T + qi) * D + (size_t)h * HS;
+        float *o = hd.out + (size_t)qi * hd.D;
         const float inv = 1.0f / l;
         for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); d++) o[d] = wo[i * LDO + d] * inv;
         if (half == 0) a.lse_out[(size_t)bh * T + qi] = m + logf(l);
@@ -339,11 +380,8 @@ __device__ void softmax_grad_block(bf16 *p, bf16 *ds, const float *s, const floa
 template <int HS> __global__ void __launch_bounds__(THREADS) dkdv_kernel(args a) {
 #if SDP_FLASH_BODY
     constexpr int LDT = sizes<HS>::LDT, LDS = sizes<HS>::LDS, LDP = sizes<HS>::LDP;
-    const int T = a.T, H = a.H, D = H * HS, bh = blockIdx.y, b = bh / H, h = bh % H;
-    const int kt = blockIdx.x, k0 = kt * TILE, warp = threadIdx.x / 32;
-    const size_t ld = 3 * (size_t)D;
-    const float *q = a.qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + D, *v = k + D;
-    const float *dout = a.dout + (size_t)b * T * D + (size_t)h * HS;
+    const head<HS> hd = head_of<HS>(a);
+    const int T = hd.T, bh = hd.bh, kt = blockIdx.x, k0 = kt * TILE, warp = threadIdx.x / 32;
     const float *lse = a.lse + (size_t)bh * T, *rowdot = a.rowdot + (size_t)bh * T;
 
     carver sm{smem};
@@ -355,8 +393,8 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dkdv_kernel(args a)
     bf16 *wp = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
     bf16 *wds = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
 
-    load_tile<HS>(sk, k, ld, k0, T);
-    load_tile<HS>(sv, v, ld, k0, T);
+    load_tile<HS>(sk, hd.k, hd.ld, k0, T);
+    load_tile<HS>(sv, hd.v, hd.ld, k0, T);
     frag_acc dk[HS / FRAG], dv[HS / FRAG];
     for (int n = 0; n < HS / FRAG; n++) {
         wmma::fill_fragment(dk[n], 0.0f);
@@ -365,8 +403,8 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dkdv_kernel(args a)
     const int tiles = (T + TILE - 1) / TILE;
     for (int qt = a.causal ? kt : 0; qt < tiles; qt++) {
         __syncthreads(); /* every warp is done with the last q and dO tiles */
-        load_tile<HS>(sq, q, ld, qt * TILE, T);
-        load_tile<HS>(sdo, dout, D, qt * TILE, T);
+        load_tile<HS>(sq, hd.q, hd.ld, qt * TILE, T);
+        load_tile<HS>(sdo, hd.dout, hd.D, qt * TILE, T);
         load_rows(slse, lse, qt * TILE, T);
         load_rows(srowdot, rowdot, qt * TILE, T);
         __syncthreads();
@@ -379,10 +417,8 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dkdv_kernel(args a)
         accumulate_rows_times_tile<HS>(dv, wp, sdo); /* dv += P^T dO */
         accumulate_rows_times_tile<HS>(dk, wds, sq); /* dk += dS^T q (scaled below) */
     }
-    add_rows_to<HS>(a.dqkv + (size_t)b * T * ld + D + (size_t)h * HS, ld, k0 + warp * WROWS, T,
-                    a.scale, dk, ws);
-    add_rows_to<HS>(a.dqkv + (size_t)b * T * ld + 2 * (size_t)D + (size_t)h * HS, ld,
-                    k0 + warp * WROWS, T, 1.0f, dv, ws);
+    add_rows_to<HS>(hd.dk, hd.ld, k0 + warp * WROWS, T, a.scale, dk, ws);
+    add_rows_to<HS>(hd.dv, hd.ld, k0 + warp * WROWS, T, 1.0f, dv, ws);
 #else
     (void)a;
 #endif
@@ -393,11 +429,8 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dkdv_kernel(args a)
 template <int HS> __global__ void __launch_bounds__(THREADS) dq_kernel(args a) {
 #if SDP_FLASH_BODY
     constexpr int LDT = sizes<HS>::LDT, LDS = sizes<HS>::LDS, LDP = sizes<HS>::LDP;
-    const int T = a.T, H = a.H, D = H * HS, bh = blockIdx.y, b = bh / H, h = bh % H;
-    const int qt = blockIdx.x, q0 = qt * TILE, warp = threadIdx.x / 32;
-    const size_t ld = 3 * (size_t)D;
-    const float *q = a.qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + D, *v = k + D;
-    const float *dout = a.dout + (size_t)b * T * D + (size_t)h * HS;
+    const head<HS> hd = head_of<HS>(a);
+    const int T = hd.T, bh = hd.bh, qt = blockIdx.x, q0 = qt * TILE, warp = threadIdx.x / 32;
 
     carver sm{smem};
     bf16 *sq = sm.take<bf16>(sizes<HS>::tile), *sdo = sm.take<bf16>(sizes<HS>::tile),
@@ -407,8 +440,8 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dq_kernel(args a) {
     float *wdp = sm.take<float>(sizes<HS>::warp_f32) + warp * WROWS * LDS;
     bf16 *wds = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
 
-    load_tile<HS>(sq, q, ld, q0, T);
-    load_tile<HS>(sdo, dout, D, q0, T);
+    load_tile<HS>(sq, hd.q, hd.ld, q0, T);
+    load_tile<HS>(sdo, hd.dout, hd.D, q0, T);
     load_rows(slse, a.lse + (size_t)bh * T, q0, T);
     load_rows(srowdot, a.rowdot + (size_t)bh * T, q0, T);
     frag_acc dq[HS / FRAG];
@@ -416,8 +449,8 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dq_kernel(args a) {
     const int tiles = key_tiles(qt, T, a.causal);
     for (int kt = 0; kt < tiles; kt++) {
         __syncthreads(); /* every warp is done with the last k and v tiles */
-        load_tile<HS>(sk, k, ld, kt * TILE, T);
-        load_tile<HS>(sv, v, ld, kt * TILE, T);
+        load_tile<HS>(sk, hd.k, hd.ld, kt * TILE, T);
+        load_tile<HS>(sv, hd.v, hd.ld, kt * TILE, T);
         __syncthreads();
         rows_times_tile_t<HS>(ws, sq + warp * WROWS * LDT, sk);   /* S = q k^T */
         rows_times_tile_t<HS>(wdp, sdo + warp * WROWS * LDT, sv); /* dP = dO v^T */
@@ -427,8 +460,7 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dq_kernel(args a) {
         __syncwarp();
         accumulate_rows_times_tile<HS>(dq, wds, sk); /* dq += dS k (scaled below) */
     }
-    add_rows_to<HS>(a.dqkv + (size_t)b * T * ld + (size_t)h * HS, ld, q0 + warp * WROWS, T, a.scale,
-                    dq, ws);
+    add_rows_to<HS>(hd.dq, hd.ld, q0 + warp * WROWS, T, a.scale, dq, ws);
 #else
     (void)a;
 #endif
