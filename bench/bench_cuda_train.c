@@ -10,10 +10,11 @@
  *   bench_cuda_train ... --breakdown 1                                 then as many steps again,
  *                                                                      each backend entry's
  *                                                                      device time (CUDA events)
- *   bench_cuda_train ... --attention gemm                              bf16 attention through
- *                                                                      cuBLAS GEMMs over score
- *                                                                      matrices in device memory,
- *                                                                      not the fused kernels
+ *   bench_cuda_train ... --attention fused                             bf16 attention through
+ *                                                                      the fused kernels (score
+ *                                                                      matrices on chip), not
+ *                                                                      cuBLAS GEMMs over them in
+ *                                                                      device memory (the default)
  *   bench_cuda_train --sim-world N --sim-rank r [...]                  worker r of a simulated
  *                                                                      SDP job of N workers:
  *                                                                      forward masking, block
@@ -53,7 +54,7 @@ enum { VOCAB = 50257 };
 typedef struct {
     int batch, steps, world, rank; /* world 0: the full model */
     int breakdown;                 /* 1: then as many steps again, timed per backend entry */
-    bool gemm_attention;           /* bf16 attention by cuBLAS GEMMs, not the fused kernels */
+    bool fused_attention;          /* bf16 attention by the fused kernels, not cuBLAS GEMMs */
     sdp_precision precision;
 } options;
 
@@ -83,7 +84,7 @@ static options parse(int argc, char **argv) {
             const char *a = argv[++i];
             if (strcmp(a, "fused") != 0 && strcmp(a, "gemm") != 0)
                 usage_fail("--attention takes fused or gemm");
-            o.gemm_attention = strcmp(a, "gemm") == 0;
+            o.fused_attention = strcmp(a, "fused") == 0;
             continue;
         }
         int v = atoi(argv[++i]);
@@ -343,7 +344,7 @@ int main(int argc, char **argv) {
     trainer t;
     feed f;
     build(&t, &f, &o, &world);
-    sdp_backend_cuda_set_fused_attention(t.be, !o.gemm_attention);
+    sdp_backend_cuda_set_fused_attention(t.be, o.fused_attention);
     const size_t n = t.model.layout->numel;
     if (o.world > 0)
         printf("SDP worker %d of %d (forward masking, block units, C = 0.5): %d of %d layers, "
@@ -356,8 +357,8 @@ int main(int argc, char **argv) {
            "--precision %s (parameters, gradients, AdamW state and activations fp32)\n",
            t.cfg.vocab, SEQ, o.batch, precision_name(o.precision));
     printf("attention: %s\n",
-           o.precision == SDP_PRECISION_BF16 && !o.gemm_attention
-               ? "fused kernels (score matrices on chip; --attention gemm for cuBLAS)"
+           o.precision == SDP_PRECISION_BF16 && o.fused_attention
+               ? "fused kernels (score matrices on chip)"
                : "cuBLAS GEMMs over [H, T, T] score matrices in device memory, one sequence at a "
                  "time");
 

@@ -514,9 +514,9 @@ cuda_memory() { no_device_skip bash bench/cuda_memory.sh "$BUILD"; }
 # Where the bf16 step's time goes: ncu times every kernel of the bench's timed steps (it brackets
 # them with cudaProfilerStart/Stop), one after another at the card's own clocks; the kernels are
 # summed per step by name, and cuBLAS's GEMMs apart from sdp's own kernels.
-profile() { # profile [BENCH ARGS...]
-    local ncu steps=2 csv=$WORK/logs/profile-ddp.csv # in logs.tar.gz, whole
-    [ $# -gt 0 ] && csv=$WORK/logs/profile-sdp.csv
+profile() { # profile NAME [BENCH ARGS...]
+    local ncu steps=2 csv=$WORK/logs/profile-$1.csv # in logs.tar.gz, whole
+    shift
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null) || {
         echo "skip: ncu is not installed (Nsight Compute ships with the CUDA toolkit)"
         return 77
@@ -599,12 +599,13 @@ part_sanitize() {
     needs_build test_cuda_memplan.sh && step test_cuda_memplan.sh 240 bash tests/gpu/test_cuda_memplan.sh
 }
 part_profile() {
-    needs_build profile-ddp-bf16 && step profile-ddp-bf16 150 profile
-    needs_build profile-sdp-bf16 && step profile-sdp-bf16 150 profile --sim-world 8 --sim-rank 0
+    needs_build profile-ddp-bf16-fused && step profile-ddp-bf16-fused 150 profile ddp-fused --attention fused
+    needs_build profile-ddp-bf16 && step profile-ddp-bf16 150 profile ddp
+    needs_build profile-sdp-bf16 && step profile-sdp-bf16 150 profile sdp --sim-world 8 --sim-rank 0
 }
 part_bench() {
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
-    needs_build bench-ddp-bf16-gemm && step bench-ddp-bf16-gemm 120 bench bf16 --attention gemm
+    needs_build bench-ddp-bf16-fused && step bench-ddp-bf16-fused 120 bench bf16 --attention fused
     needs_build bench-sdp-bf16 && step bench-sdp-bf16 120 bench bf16 --sim-world 8 --sim-rank 0
     needs_build breakdown-ddp-bf16 && step breakdown-ddp-bf16 120 bench bf16 --breakdown 1
     needs_build bench-ddp-fp32 && step bench-ddp-fp32 120 bench fp32
@@ -731,16 +732,20 @@ all) # the most telling first: parity, speed, then what is slow or repeats
     needs_build backend-ops-bf16 && step backend-ops-bf16 150 "$BUILD/test_backend_ops" cuda-bf16
     needs_build test_cuda_model && step test_cuda_model 240 "$BUILD/test_cuda_model"
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
-    needs_build bench-ddp-bf16-gemm && step bench-ddp-bf16-gemm 120 bench bf16 --attention gemm
+    needs_build bench-ddp-bf16-fused && step bench-ddp-bf16-fused 120 bench bf16 --attention fused
     needs_build bench-sdp-bf16 && step bench-sdp-bf16 120 bench bf16 --sim-world 8 --sim-rank 0
     needs_build breakdown-ddp-bf16 && step breakdown-ddp-bf16 120 bench bf16 --breakdown 1
+    # the bf16 ops include the fused attention, the newest kernels: sanitized before the repeats
+    needs_build racecheck-ops && step racecheck-ops 240 sanitize racecheck test_backend_ops cuda-bf16
+    needs_build memcheck-ops && step memcheck-ops 240 sanitize memcheck test_backend_ops cuda-bf16
     needs_build test_cuda_reduce && step test_cuda_reduce 90 "$BUILD/test_cuda_reduce"
     needs_build test_cuda_train.sh && step test_cuda_train.sh 300 bash tests/gpu/test_cuda_train.sh
     needs_build bench-ddp-fp32 && step bench-ddp-fp32 120 bench fp32
     needs_build bench-sdp-fp32 && step bench-sdp-fp32 120 bench fp32 --sim-world 8 --sim-rank 0
     needs_build train-2ranks && step train-2ranks 180 train_2ranks
     needs_build cuda-memory && step cuda-memory 300 cuda_memory
-    part_sanitize
+    needs_build memcheck-model && step memcheck-model 240 sanitize memcheck test_cuda_model
+    needs_build test_cuda_memplan.sh && step test_cuda_memplan.sh 240 bash tests/gpu/test_cuda_memplan.sh
     needs_build ctest && step ctest "$BUDGET" run_ctest
     ;;
 esac

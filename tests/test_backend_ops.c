@@ -13,7 +13,8 @@
  *                               bits, unit roundoff 2e-3, and a result goes through two or three
  *                               products with rounded operands; a CPU emulation of these calls
  *                               gave 3e-3 to 6e-3; a wrong layout errs by O(1)); every other op
- *                               computes in fp32 and keeps the fp32 tolerances
+ *                               computes in fp32 and keeps the fp32 tolerances; attention runs
+ *                               twice, by cuBLAS GEMMs (the default) and by the fused kernels
  *
  * Every op is called through its checked entry point (sdp_<op>(be, ...), sdp/ops.h), as the
  * models call it. Inputs are random, uploaded to the backend under test from the reference's
@@ -1107,6 +1108,26 @@ static int empty_slots(const sdp_backend *t, const char *backend) {
     return empty;
 }
 
+/* Runs one case on h's backends and prints its line (name + suffix): the number of table fields
+ * it checked, negated when it failed or checked no shape. */
+static int run_case(harness *h, const op_case *oc, bool bf16, const char *suffix) {
+    h->normwise = bf16 && oc->matmul;
+    h->tol = h->normwise ? BF16 : oc->tol, h->worst = 0, h->shapes = 0, h->failed = false;
+    oc->run(h);
+    h->be[1]->sync(h->be[1]);
+    int fields = 0;
+    while (fields < MAX_FIELDS && oc->fields[fields]) fields++;
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", oc->name, suffix);
+    if (h->exact)
+        printf("%-4s %-24s %2d shapes, %s\n", h->failed ? "FAIL" : "ok", name, h->shapes,
+               h->failed ? "not bitwise equal" : "bitwise equal");
+    else
+        printf("%-4s %-24s %2d shapes, %s rel err %.2e (tol %.0e)\n", h->failed ? "FAIL" : "ok",
+               name, h->shapes, h->normwise ? "normwise" : "max", h->worst, h->tol);
+    return h->failed || h->shapes == 0 ? -fields : fields;
+}
+
 int main(int argc, char **argv) {
     const char *which = argc == 2 ? argv[1] : "";
     bool bf16 = strcmp(which, "cuda-bf16") == 0, cuda = bf16 || strcmp(which, "cuda") == 0;
@@ -1134,22 +1155,18 @@ int main(int argc, char **argv) {
     if (empty_slots(h.be[0], "the CPU backend") + empty_slots(h.be[1], which) > 0) return 1;
     int checked = 0, failed = 0;
     for (int c = 0; c < NCASES; c++) {
-        h.normwise = bf16 && CASES[c].matmul;
-        h.tol = h.normwise ? BF16 : CASES[c].tol, h.worst = 0, h.shapes = 0, h.failed = false;
-        CASES[c].run(&h);
-        h.be[1]->sync(h.be[1]);
-        int fields = 0;
-        while (fields < MAX_FIELDS && CASES[c].fields[fields]) fields++;
-        if (h.exact)
-            printf("%-4s %-24s %2d shapes, %s\n", h.failed ? "FAIL" : "ok", CASES[c].name, h.shapes,
-                   h.failed ? "not bitwise equal" : "bitwise equal");
-        else
-            printf("%-4s %-24s %2d shapes, %s rel err %.2e (tol %.0e)\n", h.failed ? "FAIL" : "ok",
-                   CASES[c].name, h.shapes, h.normwise ? "normwise" : "max", h.worst, h.tol);
-        if (h.failed || h.shapes == 0)
-            failed += fields;
+        const int fields = run_case(&h, &CASES[c], bf16, "");
+        if (fields < 0)
+            failed -= fields;
         else
             checked += fields;
+    }
+    /* bf16 attention runs cuBLAS GEMMs by default; the fused kernels are checked too. */
+    if (bf16) {
+        sdp_backend_cuda_set_fused_attention((sdp_backend *)h.be[1], true);
+        for (int c = 0; c < NCASES; c++)
+            if (CASES[c].run == case_attention_fwd || CASES[c].run == case_attention_bwd)
+                if (run_case(&h, &CASES[c], bf16, " [fused]") < 0) failed++;
     }
     sdp_backend_destroy((sdp_backend *)h.be[1]);
     sdp_backend_destroy((sdp_backend *)h.be[0]);

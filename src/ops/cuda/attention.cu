@@ -1,9 +1,10 @@
 /* Multi-head softmax attention, causal or not, forward and backward, in the layouts of the CPU
  * kernel: qkv [B, T, 3*D] (q heads, then k heads, then v heads), out [B, T, D], lse [B, H, T].
  *
- * In bf16, at the head sizes they are built for, the fused kernels of flash_attention.cuh run
- * instead (fused() below): they never write the score matrices. What
- * follows is the path that fp32 always takes, and bf16 otherwise.
+ * In bf16, when the context asks for them (sdp_backend_cuda_set_fused_attention) and at the head
+ * sizes they are built for, the fused kernels of flash_attention.cuh run instead (fused() below):
+ * they never write the score matrices. What follows is the path that fp32 always takes, and bf16
+ * by default: on the H200 it measured the faster of the two (docs/cuda.md).
  *
  * Every product is a cuBLAS GEMM in the context's precision (bf16 tensor cores or plain fp32),
  * and the softmax is a small kernel between them. One sequence b at a time, each GEMM is strided-
@@ -173,7 +174,7 @@ static bool fused_built(sdp_cuda_ctx *ctx) {
  * built for sm_80 or newer, and a device with the shared memory they need (sm_80 and sm_90 have
  * it; some smaller cards lack it at hs = 128). */
 static bool fused(sdp_cuda_ctx *ctx, int B, int H, int hs) {
-    if (ctx->precision != SDP_PRECISION_BF16 || ctx->gemm_attention || !flash::supports(hs) ||
+    if (ctx->precision != SDP_PRECISION_BF16 || !ctx->fused_attention || !flash::supports(hs) ||
         (long long)B * H > 65535 || !fused_built(ctx))
         return false;
     const size_t need = flash::with_head_size(hs, [](auto HS) {

@@ -19,8 +19,8 @@ void *sdp_backend_cuda_cublas(const sdp_backend *be) {
 bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused) {
     SDP_CHECK(be && be->name == backend_name,
               "sdp_backend_cuda_set_fused_attention: not a CUDA backend");
-    const bool was = !cuda_ctx(be)->gemm_attention;
-    cuda_ctx(be)->gemm_attention = !fused;
+    const bool was = cuda_ctx(be)->fused_attention;
+    cuda_ctx(be)->fused_attention = fused;
     return was;
 }
 

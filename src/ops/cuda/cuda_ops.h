@@ -63,9 +63,10 @@ typedef struct sdp_cuda_block sdp_cuda_block; /* one live device allocation (con
 typedef struct {
     int device;
     sdp_precision precision; /* of every matrix product (the GEMMs, attention) */
-    /* bf16 attention through cuBLAS GEMMs with the score matrices in device memory, as fp32 runs
-     * it, instead of the fused kernels (flash_attention.cuh): for benchmarks that compare them. */
-    bool gemm_attention;
+    /* bf16 attention through the fused kernels (flash_attention.cuh) instead of cuBLAS GEMMs over
+     * score matrices in device memory. Off by default: on the H200 the fused kernels were the
+     * slower (docs/cuda.md); benchmarks and tests turn them on. */
+    bool fused_attention;
     size_t max_shared_bytes; /* a block's shared memory on this device, opted in (the fused
                                 attention's kernels need more than the default 48 KiB) */
     int fused_arch; /* the architecture the fused attention was built for on this device (80 for
