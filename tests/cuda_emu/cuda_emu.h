@@ -8,7 +8,7 @@
  * shared array is a single buffer, filled with NaN before each block (reading what no thread
  * wrote poisons the result) and guarded past its end. wmma fragments hold their whole 16 x 16
  * tile in every lane; a load is a barrier of the warp, as the warp loads together, and checks
- * wmma's alignment rules. bf16 rounds to nearest even, or, with
+ * wmma's alignment rules; so do float4 loads (16 bytes). bf16 rounds to nearest even, or, with
  * emu_exact_bf16 set, keeps fp32, which makes a bf16 kernel an fp32 one that can be held to fp32
  * tolerances.
  *
@@ -100,6 +100,24 @@ inline __nv_bfloat16 __float2bfloat16(float f) {
 }
 inline float __bfloat162float(__nv_bfloat16 b) {
     return b.value;
+}
+struct __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+    return __nv_bfloat162{__float2bfloat16(a), __float2bfloat16(b)};
+}
+
+struct float4 {
+    float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) {
+    return float4{x, y, z, w};
+}
+/* A vector load from device memory: the GPU faults on an address not aligned to 16 bytes. */
+inline float4 __ldg(const float4 *p) {
+    if ((uintptr_t)p % 16 != 0) emu::fail("float4 load: an address not aligned to 16 bytes");
+    return *p;
 }
 
 namespace nvcuda {

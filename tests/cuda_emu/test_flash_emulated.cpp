@@ -209,10 +209,21 @@ bool check(const shape &s, bool exact) {
 
 int main() {
     const shape shapes[] = {
-        {2, 5, 2, 16, true, 0.0f},    {2, 5, 2, 16, false, 0.0f},    {1, 33, 2, 32, true, 0.0f},
-        {1, 33, 1, 32, false, 0.0f},  {1, 64, 2, 64, true, 0.0f},    {1, 130, 2, 64, true, 0.0f},
-        {2, 130, 1, 64, false, 0.0f}, {1, 97, 1, 128, true, 0.0f},   {1, 70, 1, 128, false, 0.0f},
-        {2, 37, 2, 32, true, 0.25f},  {1, 130, 1, 64, false, 0.25f}, {1, 70, 2, 16, true, 0.5f},
+        {2, 5, 2, 16, true, 0.0f},
+        {2, 5, 2, 16, false, 0.0f},
+        {1, 33, 2, 32, true, 0.0f},
+        {1, 33, 1, 32, false, 0.0f},
+        {1, 64, 2, 64, true, 0.0f},
+        {1, 130, 2, 64, true, 0.0f},
+        {2, 130, 1, 64, false, 0.0f},
+        {1, 97, 1, 128, true, 0.0f},
+        {1, 70, 1, 128, false, 0.0f},
+        {2, 37, 2, 32, true, 0.25f},
+        {1, 130, 1, 64, false, 0.25f},
+        {1, 70, 2, 16, true, 0.5f},
+        /* T one short of two tiles: the last key tile's last row is the first past T */
+        {1, 127, 1, 16, false, 0.0f},
+        {1, 127, 1, 16, true, 0.0f},
     };
     int failed = 0, checked = 0;
     for (bool exact : {true, false})

@@ -33,6 +33,7 @@
 #include "ops/cuda/flash_attention.cuh"
 #include "sdp/cuda_scratch.h"
 
+#include <initializer_list>
 #include <limits.h>
 #include <math.h>
 
@@ -171,12 +172,16 @@ static bool fused_built(sdp_cuda_ctx *ctx) {
 
 /* Whether this call runs the fused kernels: bf16 products (fp32 keeps the cuBLAS products, whose
  * results equal the CPU's to rounding), a head size they are built for, a grid that fits, code
- * built for sm_80 or newer, and a device with the shared memory they need (sm_80 and sm_90 have
- * it; some smaller cards lack it at hs = 128). */
-static bool fused(sdp_cuda_ctx *ctx, int B, int H, int hs) {
+ * built for sm_80 or newer, inputs aligned for their float4 loads (device allocations and the
+ * models' offsets into them are), and a device with the shared memory they need (sm_80 and sm_90
+ * have it; some smaller cards lack it at hs = 128). */
+static bool fused(sdp_cuda_ctx *ctx, int B, int H, int hs,
+                  std::initializer_list<const float *> reads) {
     if (ctx->precision != SDP_PRECISION_BF16 || !ctx->fused_attention || !flash::supports(hs) ||
         (long long)B * H > 65535 || !fused_built(ctx))
         return false;
+    for (const float *p : reads)
+        if ((uintptr_t)p % 16 != 0) return false;
     const size_t need = flash::with_head_size(hs, [](auto HS) {
         const size_t f = flash::sizes<HS>::fwd, kv = flash::sizes<HS>::dkdv;
         const size_t most = f > kv ? f : kv, q = flash::sizes<HS>::dq;
@@ -261,7 +266,7 @@ static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, co
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims(B, T, H, hs);
     SDP_ASSERT(scratch); /* sdp_cuda_attention_scratch_bytes(B, T, H) bytes of device memory */
-    if (fused(ctx, B, H, hs)) {
+    if (fused(ctx, B, H, hs, {qkv})) {
         fused_fwd(ctx, fused_args(qkv, T, H, hs, causal, drop), out, lse, B, hs);
         return;
     }
@@ -303,11 +308,12 @@ static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *
     const size_t per_seq = (size_t)H * a.tt, all_rows = (size_t)B * rows;
     float *probs = scratch;
     float *grads = probs + per_seq, *rowdot = grads + per_seq;
-    if (fused(ctx, B, H, hs)) rowdot = scratch; /* the fused kernels need only the row sums */
+    const bool run_fused = fused(ctx, B, H, hs, {qkv, dout});
+    if (run_fused) rowdot = scratch; /* the fused kernels need only the row sums */
     rowdot_kernel<<<ceil_div(all_rows, SOFTMAX_ROWS), SOFTMAX_ROWS * WARP, 0, ctx->stream>>>(
         rowdot, dout, out, (int)all_rows, T, H, hs);
     LAUNCH_CHECK();
-    if (fused(ctx, B, H, hs)) {
+    if (run_fused) {
         flash::args f = fused_args(qkv, T, H, hs, causal, drop);
         f.out = out;
         f.dout = dout;

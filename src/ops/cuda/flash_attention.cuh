@@ -13,7 +13,7 @@
  * block's tile. Under the causal mask a block skips the tiles wholly past the diagonal.
  *
  *   forward (one block per 64 queries of one head): S = q k^T, P = exp(scale S - m) with m the
- *     running max, O = O e^(m_old - m) + P v, out = O / l, lse = m + log l.
+ *     running max, O = O e^(m_old - m) + P v, out = O / l, lse = m + log l (computed in base 2).
  *   backward, without atomics so that it is the same run to run:
  *     dk/dv (one block per 64 keys): over the query tiles, P^T = exp(scale k q^T - lse),
  *       dP^T = v dO^T, dS^T = P^T (dP^T - rowdot); dv += P^T dO, dk += scale dS^T q.
@@ -60,7 +60,15 @@ extern "C" {
 namespace flash {
 
 using bf16 = __nv_bfloat16;
+using bf162 = __nv_bfloat162;
 namespace wmma = nvcuda::wmma;
+
+/* Loops over a thread's registers must unroll, or the arrays they index go to local memory. */
+#ifdef __CUDACC__
+#define FLASH_UNROLL _Pragma("unroll")
+#else
+#define FLASH_UNROLL
+#endif
 
 enum {
     TILE = 64,  /* queries or keys per block tile */
@@ -115,6 +123,10 @@ struct args {
  * each warp's share stay multiples of 32 bytes, as wmma's pointers need. */
 
 template <int HS> struct sizes {
+    /* Whether the next tiles' loads are issued before this tile's products, to overlap them: two
+     * fp32 tiles in flight take TILE*HS/64 registers a thread, too many at HS = 128 beside the
+     * backward's accumulators, so there each tile is loaded when it is needed. */
+    static constexpr bool ahead = HS <= 64;
     static constexpr int LDT = HS + 8;   /* bf16 tiles q, k, v, dO */
     static constexpr int LDS = TILE + 4; /* fp32 per-warp blocks: S, dP */
     static constexpr int LDP = TILE + 8; /* bf16 per-warp blocks: P, dS */
@@ -152,20 +164,102 @@ extern __shared__ __align__(128) unsigned char smem[];
 
 /* ---- tile moves ------------------------------------------------------------------------------ */
 
-/* dst[r][d] (row stride LDT) = bf16(src[(row0 + r) * ld + d]) for the rows of [row0, row0 + TILE)
- * below T, zero past it, so that padding rows contribute nothing to any product. */
-template <int HS>
-__device__ void load_tile(bf16 *dst, const float *src, size_t ld, int row0, int T) {
-    for (int e = threadIdx.x; e < TILE * HS; e += THREADS) {
-        const int r = e / HS, d = e % HS, t = row0 + r;
-        dst[r * sizes<HS>::LDT + d] = __float2bfloat16(t < T ? src[(size_t)t * ld + d] : 0.0f);
-    }
+/* A [TILE][HS] tile of fp32 rows in device memory moves to a bf16 tile of shared memory (row
+ * stride LDT) in float4s: the thread's n-th float4 is element c..c+3 of tile row r. Rows past T
+ * read as zero, so that padding rows contribute nothing to any product. Rows start 16 bytes
+ * aligned: HS, D and 3D are multiples of 4, and attention.cu checks the pointers. */
+template <int HS> struct tile_regs {
+    static constexpr int N = TILE * HS / 4 / THREADS;
+    float4 v[N];
+};
+
+template <int HS> __device__ inline int slot_row(int n) {
+    return (n * THREADS + (int)threadIdx.x) / (HS / 4);
+}
+template <int HS> __device__ inline int slot_col(int n) {
+    return (n * THREADS + (int)threadIdx.x) % (HS / 4) * 4;
 }
 
-/* dst[r] = src[row0 + r] below T, 0 past it. */
-__device__ inline void load_rows(float *dst, const float *src, int row0, int T) {
-    for (int r = threadIdx.x; r < TILE; r += THREADS) dst[r] = row0 + r < T ? src[row0 + r] : 0.0f;
+template <int HS>
+__device__ inline float4 fetch_slot(int n, const float *src, size_t ld, int row0, int T) {
+    const int t = row0 + slot_row<HS>(n);
+    return t < T ? __ldg((const float4 *)(src + (size_t)t * ld + slot_col<HS>(n)))
+                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
+
+template <int HS> __device__ inline void put_slot(bf16 *dst, int n, float4 v) {
+    bf16 *d = dst + slot_row<HS>(n) * sizes<HS>::LDT + slot_col<HS>(n);
+    *(bf162 *)d = __floats2bfloat162_rn(v.x, v.y);
+    *(bf162 *)(d + 2) = __floats2bfloat162_rn(v.z, v.w);
+}
+
+/* Issues the loads of a tile into registers, for put_tile after the next barrier. */
+template <int HS>
+__device__ void fetch_tile(tile_regs<HS> &f, const float *src, size_t ld, int row0, int T) {
+    FLASH_UNROLL
+    for (int n = 0; n < tile_regs<HS>::N; n++) f.v[n] = fetch_slot<HS>(n, src, ld, row0, T);
+}
+
+template <int HS> __device__ void put_tile(bf16 *dst, const tile_regs<HS> &f) {
+    FLASH_UNROLL
+    for (int n = 0; n < tile_regs<HS>::N; n++) put_slot<HS>(dst, n, f.v[n]);
+}
+
+/* Loads a tile straight into shared memory: where no registers are spared for fetch_tile. */
+template <int HS>
+__device__ void load_tile(bf16 *dst, const float *src, size_t ld, int row0, int T) {
+    for (int n = 0; n < tile_regs<HS>::N; n++)
+        put_slot<HS>(dst, n, fetch_slot<HS>(n, src, ld, row0, T));
+}
+
+/* Thread r < TILE's value of the per-row array src for rows from row0: src[row0 + r] below T, 0
+ * past it (threads from TILE on hold 0); put_row stores it at dst[r]. */
+__device__ inline float fetch_row(const float *src, int row0, int T) {
+    const int r = (int)threadIdx.x;
+    return r < TILE && row0 + r < T ? src[row0 + r] : 0.0f;
+}
+__device__ inline void put_row(float *dst, float v) {
+    if ((int)threadIdx.x < TILE) dst[threadIdx.x] = v;
+}
+
+/* Two tiles of the same rows (k and v, or q and dO), with optionally two per-row arrays (lse and
+ * rowdot), on their way to shared memory. With sizes<HS>::ahead, fetch issues the loads of the
+ * next rows into registers before the products of this tile, and put stores them after the
+ * barrier that frees shared memory, so that the loads overlap the products; without, put loads
+ * them itself. */
+template <int HS> struct tile_pair {
+    const float *a, *b;
+    size_t lda, ldb;
+    int T;
+    const float *rows_a, *rows_b;
+    tile_regs<HS> ra, rb;
+    float va = 0.0f, vb = 0.0f;
+
+    __device__ tile_pair(const float *a_, const float *b_, size_t lda_, size_t ldb_, int T_,
+                         const float *rows_a_ = NULL, const float *rows_b_ = NULL)
+        : a(a_), b(b_), lda(lda_), ldb(ldb_), T(T_), rows_a(rows_a_), rows_b(rows_b_) {}
+
+    __device__ void fetch(int row0) {
+        if constexpr (sizes<HS>::ahead) {
+            fetch_tile<HS>(ra, a, lda, row0, T);
+            fetch_tile<HS>(rb, b, ldb, row0, T);
+            if (rows_a) va = fetch_row(rows_a, row0, T), vb = fetch_row(rows_b, row0, T);
+        }
+    }
+
+    /* The rows from row0 into sa and sb (and srows_a, srows_b): fetched, or loaded now. */
+    __device__ void put(bf16 *sa, bf16 *sb, float *srows_a, float *srows_b, int row0) {
+        if constexpr (sizes<HS>::ahead) {
+            put_tile<HS>(sa, ra);
+            put_tile<HS>(sb, rb);
+        } else {
+            load_tile<HS>(sa, a, lda, row0, T);
+            load_tile<HS>(sb, b, ldb, row0, T);
+            if (rows_a) va = fetch_row(rows_a, row0, T), vb = fetch_row(rows_b, row0, T);
+        }
+        if (rows_a) put_row(srows_a, va), put_row(srows_b, vb);
+    }
+};
 
 /* The column that lane visits at its j-th step (j < 32) of the warp's [WROWS][TILE] block, where
  * lanes 2i and 2i+1 own row i, each one half of its columns: skewed by the lane, so that the 32
@@ -256,6 +350,18 @@ __device__ inline bool sees(int i, int j, int T, bool causal) {
     return j < T && (!causal || j <= i);
 }
 
+/* Whether queries [q_first, q_last] all see keys [k_first, k_last] and all lie below T: then a
+ * block of scores needs no per-element mask, which is so for all but the diagonal and last
+ * tiles. */
+__device__ inline bool all_seen(int q_first, int q_last, int k_last, int T, bool causal) {
+    return q_last < T && k_last < T && (!causal || k_last <= q_first);
+}
+
+/* The softmax runs in base 2 (exp2f is a few instructions where expf is many): scores are scaled
+ * by scale * log2(e), and lse converts at the ends. */
+#define FLASH_LOG2E 1.4426950408889634f
+#define FLASH_LN2   0.6931471805599453f
+
 /* p as the product with v takes it: M p / (1-p) under dropout, for query i and key j of head bh. */
 __device__ inline float dropped(const args &a, int bh, int i, int j, float p) {
     if (!a.dropout) return p;
@@ -288,36 +394,41 @@ template <int HS> __global__ void __launch_bounds__(THREADS) fwd_kernel(args a) 
     bf16 *wp = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
     float *wo = sm.take<float>(sizes<HS>::warp_out) + warp * WROWS * LDO;
 
+    const int tiles = key_tiles(qt, T, a.causal);
+    tile_pair<HS> kv{hd.k, hd.v, hd.ld, hd.ld, T};
+    kv.fetch(0);
     load_tile<HS>(sq, hd.q, hd.ld, q0, T);
     for (int e = lane; e < WROWS * LDO; e += 32) wo[e] = 0.0f;
     /* Lanes 2i and 2i+1 own row i of the warp (lane_column). */
     const int i = lane / 2, half = lane % 2, qi = q0 + warp * WROWS + i;
-    float m = -INFINITY, l = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* the running max (of scale2 S) and sum */
+    const float scale2 = a.scale * FLASH_LOG2E;
 
-    const int tiles = key_tiles(qt, T, a.causal);
     for (int kt = 0; kt < tiles; kt++) {
         __syncthreads(); /* every warp is done with the last k and v tiles */
-        load_tile<HS>(sk, hd.k, hd.ld, kt * TILE, T);
-        load_tile<HS>(sv, hd.v, hd.ld, kt * TILE, T);
+        kv.put(sk, sv, NULL, NULL, kt * TILE);
         __syncthreads();
+        if (kt + 1 < tiles) kv.fetch((kt + 1) * TILE);
         rows_times_tile_t<HS>(ws, sq + warp * WROWS * LDT, sk);
         __syncwarp();
 
+        const int q_first = q0 + warp * WROWS;
+        const bool whole = all_seen(q_first, q_first, kt * TILE + TILE - 1, T, a.causal);
         float tile_max = -INFINITY;
         for (int j = 0; j < 32; j++) {
             const int c = lane_column(j, lane);
-            if (sees(qi, kt * TILE + c, T, a.causal))
-                tile_max = fmaxf(tile_max, a.scale * ws[i * LDS + c]);
+            if (whole || sees(qi, kt * TILE + c, T, a.causal))
+                tile_max = fmaxf(tile_max, scale2 * ws[i * LDS + c]);
         }
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
         const float m_new = fmaxf(m, tile_max);
         /* m_new is finite from the first tile on: every query sees key 0. */
-        const float rescale = m == -INFINITY ? 0.0f : expf(m - m_new);
+        const float rescale = m == -INFINITY ? 0.0f : exp2f(m - m_new);
         float sum = 0.0f;
         for (int j = 0; j < 32; j++) {
             const int c = lane_column(j, lane);
-            const float p = sees(qi, kt * TILE + c, T, a.causal)
-                                ? expf(a.scale * ws[i * LDS + c] - m_new)
+            const float p = whole || sees(qi, kt * TILE + c, T, a.causal)
+                                ? exp2f(scale2 * ws[i * LDS + c] - m_new)
                                 : 0.0f;
             wp[i * LDP + c] = __float2bfloat16(dropped(a, bh, qi, kt * TILE + c, p));
             sum += p;
@@ -342,7 +453,7 @@ template <int HS> __global__ void __launch_bounds__(THREADS) fwd_kernel(args a) 
         float *o = hd.out + (size_t)qi * hd.D;
         const float inv = 1.0f / l;
         for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); d++) o[d] = wo[i * LDO + d] * inv;
-        if (half == 0) a.lse_out[(size_t)bh * T + qi] = m + logf(l);
+        if (half == 0) a.lse_out[(size_t)bh * T + qi] = (m + log2f(l)) * FLASH_LN2;
     }
 #else
     (void)a;
@@ -363,12 +474,17 @@ __device__ void softmax_grad_block(bf16 *p, bf16 *ds, const float *s, const floa
                                    bool transposed, int T, int bh, const args &a) {
     constexpr int LDS = sizes<HS>::LDS, LDP = sizes<HS>::LDP;
     const int lane = threadIdx.x % 32, i = lane / 2;
+    const int row_last = row0 + WROWS - 1, col_last = col0 + TILE - 1;
+    const bool whole = transposed ? all_seen(col0, col_last, row_last, T, a.causal)
+                                  : all_seen(row0, row_last, col_last, T, a.causal);
+    const float scale2 = a.scale * FLASH_LOG2E;
     for (int j = 0; j < 32; j++) {
         const int c = lane_column(j, lane);
         const int qi = transposed ? col0 + c : row0 + i, kj = transposed ? row0 + i : col0 + c;
         const int qr = transposed ? c : i; /* the query's index into lse and rowdot */
-        const float pv =
-            qi < T && sees(qi, kj, T, a.causal) ? expf(a.scale * s[i * LDS + c] - lse[qr]) : 0.0f;
+        const float pv = whole || (qi < T && sees(qi, kj, T, a.causal))
+                             ? exp2f(scale2 * s[i * LDS + c] - lse[qr] * FLASH_LOG2E)
+                             : 0.0f;
         const float keep = dropped(a, bh, qi, kj, 1.0f); /* 0, or 1 / (1-p) */
         if (p) p[i * LDP + c] = __float2bfloat16(keep * pv);
         ds[i * LDP + c] = __float2bfloat16(pv * (keep * dp[i * LDS + c] - rowdot[qr]));
@@ -393,6 +509,9 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dkdv_kernel(args a)
     bf16 *wp = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
     bf16 *wds = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
 
+    const int tiles = (T + TILE - 1) / TILE, first = a.causal ? kt : 0;
+    tile_pair<HS> qdo{hd.q, hd.dout, hd.ld, (size_t)hd.D, T, lse, rowdot};
+    qdo.fetch(first * TILE);
     load_tile<HS>(sk, hd.k, hd.ld, k0, T);
     load_tile<HS>(sv, hd.v, hd.ld, k0, T);
     frag_acc dk[HS / FRAG], dv[HS / FRAG];
@@ -400,14 +519,11 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dkdv_kernel(args a)
         wmma::fill_fragment(dk[n], 0.0f);
         wmma::fill_fragment(dv[n], 0.0f);
     }
-    const int tiles = (T + TILE - 1) / TILE;
-    for (int qt = a.causal ? kt : 0; qt < tiles; qt++) {
+    for (int qt = first; qt < tiles; qt++) {
         __syncthreads(); /* every warp is done with the last q and dO tiles */
-        load_tile<HS>(sq, hd.q, hd.ld, qt * TILE, T);
-        load_tile<HS>(sdo, hd.dout, hd.D, qt * TILE, T);
-        load_rows(slse, lse, qt * TILE, T);
-        load_rows(srowdot, rowdot, qt * TILE, T);
+        qdo.put(sq, sdo, slse, srowdot, qt * TILE);
         __syncthreads();
+        if (qt + 1 < tiles) qdo.fetch((qt + 1) * TILE);
         rows_times_tile_t<HS>(ws, sk + warp * WROWS * LDT, sq);   /* S^T = k q^T */
         rows_times_tile_t<HS>(wdp, sv + warp * WROWS * LDT, sdo); /* dP^T = v dO^T */
         __syncwarp();
@@ -440,18 +556,20 @@ template <int HS> __global__ void __launch_bounds__(THREADS) dq_kernel(args a) {
     float *wdp = sm.take<float>(sizes<HS>::warp_f32) + warp * WROWS * LDS;
     bf16 *wds = sm.take<bf16>(sizes<HS>::warp_bf16) + warp * WROWS * LDP;
 
+    const int tiles = key_tiles(qt, T, a.causal);
+    tile_pair<HS> kv{hd.k, hd.v, hd.ld, hd.ld, T};
+    kv.fetch(0);
     load_tile<HS>(sq, hd.q, hd.ld, q0, T);
     load_tile<HS>(sdo, hd.dout, hd.D, q0, T);
-    load_rows(slse, a.lse + (size_t)bh * T, q0, T);
-    load_rows(srowdot, a.rowdot + (size_t)bh * T, q0, T);
+    put_row(slse, fetch_row(a.lse + (size_t)bh * T, q0, T));
+    put_row(srowdot, fetch_row(a.rowdot + (size_t)bh * T, q0, T));
     frag_acc dq[HS / FRAG];
     for (int n = 0; n < HS / FRAG; n++) wmma::fill_fragment(dq[n], 0.0f);
-    const int tiles = key_tiles(qt, T, a.causal);
     for (int kt = 0; kt < tiles; kt++) {
         __syncthreads(); /* every warp is done with the last k and v tiles */
-        load_tile<HS>(sk, hd.k, hd.ld, kt * TILE, T);
-        load_tile<HS>(sv, hd.v, hd.ld, kt * TILE, T);
+        kv.put(sk, sv, NULL, NULL, kt * TILE);
         __syncthreads();
+        if (kt + 1 < tiles) kv.fetch((kt + 1) * TILE);
         rows_times_tile_t<HS>(ws, sq + warp * WROWS * LDT, sk);   /* S = q k^T */
         rows_times_tile_t<HS>(wdp, sdo + warp * WROWS * LDT, sv); /* dP = dO v^T */
         __syncwarp();
