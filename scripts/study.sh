@@ -27,7 +27,7 @@
 #               shrunk to forward masking's memory (equal steps and matched FLOPs), forward masking
 #               with neuron units (equal steps and matched FLOPs), forward masking grown to DDP's
 #               memory, and backward masking with neuron units
-#   resnet      the ResNet-20 on Fashion-MNIST (5 epochs): DDP; backward masking with neuron units
+#   resnet      the ResNet-20 on Fashion-MNIST (5 epochs; learning rates 0.05 to 0.4): DDP; backward masking with neuron units
 #               (the least memory at C = 0.5 on the planner, and the best accuracy after one epoch);
 #               the dense model shrunk to its memory (equal steps and matched FLOPs); forward
 #               masking with block units (equal steps and matched FLOPs). No "bigger model" row:
@@ -374,7 +374,7 @@ gpt_large() {
 
 resnet() {
   local w=resnet ddp_lr small
-  LRS=(0.05 0.1 0.2)
+  LRS=(0.05 0.1 0.2 0.4)
   BASE=("${RESNET_REF[@]}")
   local plan=(--model resnet --depth 20 --channels 16 --batch 32 --optimizer sgd --world 4
               --dataset fashion-mnist --sdp-coverage 0.5)
