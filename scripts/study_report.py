@@ -197,9 +197,14 @@ def block(workload):
         svg = plot(workload, rows)
         if svg:
             lines += ["", f"![{workload}: loss against memory]({svg})"]
+        # The same configurations as the plot: a single seed picked as a grid's best, or seeds
+        # at a rate the grid has since left, would put selection or stale rows on the front.
+        groups = by_config(rows)
+        if any(len(rs) > 1 for rs in groups.values()):
+            groups = tuned(rows)
         front = pareto([(statistics.mean(mib(float(r["total_bytes"])) for r in rs),
                          statistics.mean(quality(r) for r in rs), name)
-                        for name, rs in by_config(rows).items()])
+                        for name, rs in groups.items()])
         lower = "lower test error" if is_vision(rows) else "lower loss"
         lines += ["", f"On the Pareto front (less memory and {lower} than every other "
                   "configuration to its left): " + ", ".join(n for _, _, n in front) + "."]
