@@ -350,7 +350,7 @@ __device__ inline bool sees(int i, int j, int T, bool causal) {
     return j < T && (!causal || j <= i);
 }
 
-/* Whether queries [q_first, q_last] all see keys [k_first, k_last] and all lie below T: then a
+/* Whether queries [q_first, q_last] all see every key up to k_last, and all lie below T: then a
  * block of scores needs no per-element mask, which is so for all but the diagonal and last
  * tiles. */
 __device__ inline bool all_seen(int q_first, int q_last, int k_last, int T, bool causal) {
