@@ -4,7 +4,8 @@
 #
 # Usage: bash scripts/study.sh WORKLOAD...        (after scripts/build.sh)
 #   calibrate   sdp's DDP on nanoGPT's shakespeare-char CPU recipe, on 1 and on 4 workers at the
-#               same global batch (3 seeds each), and a ResNet-20 on Fashion-MNIST for 5 epochs
+#               same global batch (3 seeds each), a ResNet-20 on Fashion-MNIST for 5 epochs, and
+#               the ViT below for 10 epochs
 #   gpt         the reference recipe at N = 4: DDP and the four SDP modes at C = 0.5, each at the
 #               best of five learning rates (0.5x to 8x the recipe's, GPT_LRS, picked on
 #               seed 1), then 3 seeds at equal steps and at matched FLOPs per worker
@@ -34,6 +35,10 @@
 #               no SDP mode grown a channel step fits DDP's memory here (docs/results.md)
 #               Its runs are 5-9 minutes each: SEEDS=1 first gives every configuration's
 #               learning-rate grid, and a second pass adds seeds 2 and 3.
+#   vit         a ViT (4 layers, width 64, 7 x 7 patches) on Fashion-MNIST (10 epochs; learning
+#               rates 1e-3 to 8e-3): DDP; forward masking with neuron units (equal steps and
+#               matched FLOPs); the dense model shrunk to its memory (equal steps and matched
+#               FLOPs); backward masking with neuron units; forward masking grown to DDP's memory
 #   gpt-levers  the reference GPT's DDP and forward/neuron C = 0.5 rows (best learning rate, seed
 #               1) again with --recompute layer and --zero 1, then 2: the losses and the memory of the levers
 #               measured, beside what study_report.py derives from sdp plan
@@ -81,6 +86,13 @@ GPT_REF=(--model gpt --data "$TEXT" --layers 4 --heads 4 --width 128 --seq-len 6
 RESNET_REF=(--model resnet --depth 20 --channels 16 --dataset fashion-mnist --batch 32
             --steps 2345 --optimizer sgd --lr 0.1 --lr-min 0.001 --momentum 0.9 --nesterov
             --weight-decay 5e-4 --val-every 469 --log-every 50 --ckpt-every 469)
+# A ViT on Fashion-MNIST: 4 layers, 4 heads, width 64, 7 x 7 patches (16 tokens and a class
+# token), 10 epochs of 4 x 32 images, AdamW at the defaults (beta2 0.95, weight decay 0.1, 100
+# warmup steps, cosine to 1e-4), no random crops: at lr 3e-3 it reached 88.57% without them and
+# 84.67% with 3-pixel crops (a model this small underfits, and augmentation only slows it).
+# One evaluation of the whole test split per epoch.
+VIT_REF=(--model vit --layers 4 --heads 4 --width 64 --patch 7 --dataset fashion-mnist --batch 32
+         --steps 4690 --lr 3e-3 --crop-pad 0 --val-every 469 --log-every 100 --ckpt-every 469)
 
 tsv_of() { echo "docs/study/$1.tsv"; }
 
@@ -391,6 +403,32 @@ resnet() {
   [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "forward-block-c0.5-lr$LR" "ddp-lr$ddp_lr" 2345 "${fwd[@]}"
 }
 
+# The ViT: no batch norm, so forward masking's worker is a compact transformer with nothing to
+# re-estimate, and it plans 37% less than DDP's (sdp plan). DDP; forward masking with neuron units
+# (equal steps and matched FLOPs); the dense model shrunk (by width) to its memory (equal steps and
+# matched FLOPs); backward masking with neuron units; and forward masking grown to DDP's memory.
+vit() {
+  local w=vit ddp_lr small big
+  LRS=(1e-3 2e-3 4e-3 8e-3)
+  BASE=("${VIT_REF[@]}")
+  local plan=(--model vit --layers 4 --heads 4 --width 64 --patch 7 --batch 32 --world 4
+              --dataset fashion-mnist --sdp-coverage 0.5)
+  # shellcheck disable=SC2046
+  local fwd=($(mode_flags forward-neuron 0.5)) bwd=($(mode_flags backward-neuron 0.5))
+  small=$(fit_width "$(plan_total "${plan[@]}" "${fwd[@]}")" none - "${plan[@]}")
+  big=$(fit_width "$(plan_total "${plan[@]}" --sdp-mask none)" forward neuron "${plan[@]}")
+  echo "== vit: DDP shrunk to width $small fits forward masking's worker; forward masking grown" \
+       "to width $big fits DDP's"
+  tuned $w ddp
+  ddp_lr=$LR
+  tuned $w forward-neuron-c0.5 "${fwd[@]}"
+  [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "forward-neuron-c0.5-lr$LR" "ddp-lr$ddp_lr" 4690 "${fwd[@]}"
+  tuned $w "ddp-w$small" --width "$small"
+  [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "ddp-w$small-lr$LR" "ddp-lr$ddp_lr" 4690 --width "$small"
+  tuned $w backward-neuron-c0.5 "${bwd[@]}"
+  tuned $w "forward-neuron-c0.5-w$big" --width "$big" "${fwd[@]}"
+}
+
 # The levers measured, not only planned: the reference GPT's DDP and forward/neuron C = 0.5 at
 # their best learning rates, seed 1, with --zero 1 (then 2) and --recompute layer. The same training as the
 # rows of docs/study/gpt.tsv they repeat, in the memory sdp plan predicts (study_report.py sets
@@ -419,6 +457,7 @@ calibrate() {
     run calibrate gpt-ddp-n4 "$seed" 4 "${GPT_REF[@]}" --batch 3 --val-batches 200
   done
   run calibrate resnet20-ddp-n4 1 4 "${RESNET_REF[@]}"
+  run calibrate vit-ddp-n4 1 4 "${VIT_REF[@]}"
 }
 
 [ $# -gt 0 ] || { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 1; }
@@ -433,8 +472,9 @@ for w in "$@"; do
     gpt-overfit3) gpt_overfit gpt-overfit3 3 ;;
     gpt-large) gpt_large ;;
     resnet) resnet ;;
+    vit) vit ;;
     gpt-levers) gpt_levers ;;
-    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3, gpt-large, resnet or gpt-levers" >&2
+    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3, gpt-large, resnet, vit or gpt-levers" >&2
        exit 1 ;;
   esac
   echo "== $w: $((SECONDS - t0)) s"
