@@ -85,6 +85,9 @@ check 4 --sdp-mask forward --sdp-unit neuron --zero 2
 check 4 --sdp-mask forward --sdp-unit block --zero 2 --sdp-assign random --model llama
 check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 2
 check 3 --sdp-mask backward --sdp-unit neuron --sdp-owners 2 --zero 2 --optimizer sgd
+# ... and with several micro-batches, each but the last reduce-scatters its layers' pieces too.
+check 4 --sdp-mask forward --sdp-unit neuron --zero 2 --grad-accum 3
+check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 2 --grad-accum 2
 # Checkpoints and blocks sent in windows smaller than the model, as for any large model.
 export SDP_CKPT_WINDOW=5000
 check 4 --sdp-mask forward --sdp-unit block

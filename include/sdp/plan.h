@@ -31,6 +31,9 @@ typedef struct {
     /* ZeRO stage (--zero): 0, or 1: each owner keeps the optimizer state of its shard of every
      * bucket only (sdp_sync_shard). It changes who holds which state, not who owns which unit. */
     int zero;
+    /* Micro-batches per step (--grad-accum; 0 counts as 1). Only the bytes sent depend on it:
+     * under --zero 2 each micro-batch reduce-scatters its layers' gradients (memplan.c). */
+    int grad_accum;
 } sdp_plan_cfg;
 
 typedef struct {

@@ -84,6 +84,9 @@ typedef struct {
     size_t *run_pos;     /* per run: its place in that bucket's region */
     int npieces;
     sdp_piece *pieces; /* --zero 2 only: every bucket's, bucket after bucket, in region order */
+    bool early_micro_batch; /* --zero 2: a micro-batch before the step's last is being reduced */
+    int micro_batches_in;   /* --zero 2: micro-batches of this step whose layers' pieces are in
+                               the shards already (the next ones add to them) */
     sdp_comm_bytes bytes;
     sdp_mem *mem;
     /* Where the gradients and parameters passed in live (sdp_sync_use_backend) */
@@ -150,7 +153,17 @@ void sdp_sync_grads(sdp_sync *s, float *grads);
  * rest of the gradient buffer is spent. Under --zero 2 each bucket goes piece by piece, a layer's
  * pieces started by layer_done (which the backward pass must call after every layer: the layer two
  * below reuses the slot) and the stem's and head's by grads_end; the shards lie at the start of
- * the gradient buffer (state order: sdp_bucket.state_start). One micro-batch per step only. */
+ * the gradient buffer (state order: sdp_bucket.state_start).
+ *
+ * With several micro-batches per step, --zero 2 has no room to accumulate a layer's gradients
+ * in: every micro-batch before the last runs between micro_batch_begin and micro_batch_end,
+ * with layer_done after each layer as usual, and its layers' pieces are reduce-scattered and
+ * added to the shards (the stem's and head's, held whole, wait for the last). The last
+ * micro-batch runs between grads_begin and grads_end. reduces_every_micro_batch says whether a
+ * worker's sync needs this (--zero 2); the others accumulate locally and reduce once. */
+bool sdp_sync_reduces_every_micro_batch(const sdp_sync *s);
+void sdp_sync_micro_batch_begin(sdp_sync *s);
+void sdp_sync_micro_batch_end(sdp_sync *s, float *grads);
 
 /* Global gradient norm with every unit counted once (each owner contributes 1/k of its units'
  * squares; under --zero 1 each owner its shards' squares), identical on every rank. Call after

@@ -31,21 +31,37 @@ typedef struct {
     char fit[OPT_STR_MAX], fit_by[OPT_STR_MAX]; /* sdp plan --fit (plan_fit.h) */
 } plan_opts;
 
-static const char *SHARED_OPTS[] = {"model",        "layers",
-                                    "heads",        "width",
-                                    "d-ff",         "seq-len",
-                                    "vocab",        "batch",
-                                    "optimizer",    "sdp-mask",
-                                    "sdp-unit",     "sdp-owners",
-                                    "sdp-coverage", "sdp-assign",
-                                    "sdp-chunks",   "sdp-seed",
-                                    "branch-scale", "seed",
-                                    "depth",        "channels",
-                                    "patch",        "dropout",
-                                    "dataset",      "device",
-                                    "val-batches",  "bn-recal-batches",
-                                    "threads",      "recompute",
-                                    "zero",         NULL};
+static const char *SHARED_OPTS[] = {"model",
+                                    "layers",
+                                    "heads",
+                                    "width",
+                                    "d-ff",
+                                    "seq-len",
+                                    "vocab",
+                                    "batch",
+                                    "optimizer",
+                                    "sdp-mask",
+                                    "sdp-unit",
+                                    "sdp-owners",
+                                    "sdp-coverage",
+                                    "sdp-assign",
+                                    "sdp-chunks",
+                                    "sdp-seed",
+                                    "branch-scale",
+                                    "seed",
+                                    "depth",
+                                    "channels",
+                                    "patch",
+                                    "dropout",
+                                    "dataset",
+                                    "device",
+                                    "val-batches",
+                                    "bn-recal-batches",
+                                    "threads",
+                                    "recompute",
+                                    "zero",
+                                    "grad-accum",
+                                    NULL};
 
 static opt_spec *plan_specs(void) {
     static const opt_spec extra[] = {
@@ -417,6 +433,10 @@ int cmd_plan(int argc, char **argv) {
     sdp_steptime_cfg sc;
     plan_calibration cal;
     if (plan_steptime_on(&o.st)) {
+        SDP_CHECK(o.t.grad_accum <= 1,
+                  "--link-gbps prices one micro-batch per step, and --grad-accum %d asks for "
+                  "more: drop --grad-accum (or --link-gbps)",
+                  o.t.grad_accum);
         st = sdp_alloc(&mem, SDP_MEM_SCRATCH, (size_t)o.world * sizeof *st);
         predict_steps(&o, &plan, &ddp_plan, &full, rows, &ddp, &sc, &cal, st, &ddp_st, &mem);
     }

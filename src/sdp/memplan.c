@@ -23,6 +23,11 @@ static uint64_t ring_bytes(size_t elems, int members) {
     return (uint64_t)(2.0 * (members - 1) / members * (double)elems * sizeof(float));
 }
 
+/* Half a ring all-reduce: what sdp_sync counts for a reduce-scatter alone. */
+static uint64_t ring_reduce_scatter_bytes(size_t elems, int members) {
+    return (uint64_t)(1.0 * (members - 1) / members * (double)elems * sizeof(float));
+}
+
 /* The trained elements of each owner group (malloc'd, ngroups + 1 entries) and, in *shared, of
  * the shared tensors. */
 static size_t *trained_group_elems(const sdp_plan *p, const sdp_layout *full, size_t *shared) {
@@ -74,14 +79,16 @@ static size_t *zero2_rows(const sdp_plan *p, const sdp_layout *full) {
     return rows;
 }
 
-/* --zero 2, for ranks [r0, r1) into state[r - r0] and grads[r - r0]. Each bucket is cut into
- * pieces as sdp_sync's cut_pieces cuts its region (stem, each block, head; tensors are laid out
- * in that order, sdp_layout_add), and each piece is sharded over the bucket's members on its own:
- * a worker's optimizer state is the sum of its shards. Its gradient buffer (place_pieces) holds
- * those shards, its stem's and head's gradients whole, and two slots as large as its largest
- * block's. */
+/* --zero 2, for ranks [r0, r1) into state[r - r0], grads[r - r0] and sent[r - r0]. Each bucket is
+ * cut into pieces as sdp_sync's cut_pieces cuts its region (stem, each block, head; tensors are
+ * laid out in that order, sdp_layout_add), and each piece is sharded over the bucket's members on
+ * its own: a worker's optimizer state is the sum of its shards. Its gradient buffer
+ * (place_pieces) holds those shards, its stem's and head's gradients whole, and two slots as
+ * large as its largest block's. With --grad-accum A, every micro-batch but the last also
+ * reduce-scatters each layer's pieces, as sdp_sync counts them: sent gets those bytes. */
 static void zero2_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r1, size_t *state,
-                        size_t *grads) {
+                        size_t *grads, uint64_t *sent) {
+    const uint64_t early = p->cfg.grad_accum > 1 ? (uint64_t)p->cfg.grad_accum - 1 : 0;
     const char *what = "a worker's memory plan";
     const int N = p->cfg.world, nb = full->nblocks, shared = p->ngroups, cols = nb + 2;
     const size_t nr = (size_t)(r1 - r0);
@@ -89,7 +96,7 @@ static void zero2_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r
     size_t *held = sdp_xcalloc(nr * (size_t)cols, sizeof(size_t), what); /* per rank, column */
     size_t *piece_count = sdp_xcalloc((size_t)cols, sizeof(size_t), what);
     int *piece_layer = sdp_xcalloc((size_t)cols, sizeof(int), what);
-    for (size_t r = 0; r < nr; r++) state[r] = 0;
+    for (size_t r = 0; r < nr; r++) state[r] = sent[r] = 0;
     for (int bucket = 0; bucket <= shared; bucket++) {
         const sdp_owner_group *og = bucket < shared ? &p->groups[bucket] : NULL;
         if (og && og->nmembers == N) continue; /* in the shared bucket */
@@ -120,6 +127,8 @@ static void zero2_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r
                 size_t lo, hi;
                 sdp_sync_shard(piece_count[i], k, j, &lo, &hi);
                 state[r - r0] += hi - lo;
+                if (piece_layer[i] >= 0 && k > 1)
+                    sent[r - r0] += early * ring_reduce_scatter_bytes(piece_count[i], k);
             }
         }
     }
@@ -173,7 +182,10 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
                 shard_elems(p, group_elems[g], og->nmembers, sdp_owner_group_index(og, rank));
     }
     free(group_elems);
-    if (p->cfg.zero == 2) zero2_elems(p, full, rank, rank + 1, &out->state_elems, &out->grad_elems);
+    if (p->cfg.zero != 2) return;
+    uint64_t early;
+    zero2_elems(p, full, rank, rank + 1, &out->state_elems, &out->grad_elems, &early);
+    out->sent_per_step += early;
 }
 
 void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_plan *out) {
@@ -216,7 +228,11 @@ void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_p
     if (p->cfg.zero != 2) return;
     size_t *grads = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
     size_t *state = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
-    zero2_elems(p, full, 0, N, state, grads);
-    for (int r = 0; r < N; r++) out[r].state_elems = state[r], out[r].grad_elems = grads[r];
-    free(grads), free(state);
+    uint64_t *early = sdp_xmalloc(sizeof(uint64_t) * (size_t)(N + 1), "the workers' memory plans");
+    zero2_elems(p, full, 0, N, state, grads, early);
+    for (int r = 0; r < N; r++) {
+        out[r].state_elems = state[r], out[r].grad_elems = grads[r];
+        out[r].sent_per_step += early[r];
+    }
+    free(grads), free(state), free(early);
 }

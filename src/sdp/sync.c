@@ -534,6 +534,13 @@ static void count_ring_allreduce(sdp_sync *s, size_t elems, int members) {
     s->bytes.recv += bytes;
 }
 
+/* A ring reduce-scatter alone: half an all-reduce (sdp plan counts it alike, memplan.c). */
+static void count_ring_reduce_scatter(sdp_sync *s, size_t elems, int members) {
+    uint64_t bytes = (uint64_t)(1.0 * (members - 1) / members * (double)elems * sizeof(float));
+    s->bytes.sent += bytes;
+    s->bytes.recv += bytes;
+}
+
 /* MPI counts are ints: very large buckets go in pieces. */
 static void start_bucket(sdp_sync *s, sdp_bucket *b, float *grads) {
     if (b->started || !reduced(b) || staged(s, b)) return;
@@ -589,13 +596,18 @@ static void start_piece(sdp_sync *s, sdp_piece *p, float *grads) {
     p->started = true;
     const sdp_bucket *b = &s->buckets[p->bucket];
     if (!reduced(b)) return;
-    count_ring_allreduce(s, p->hi - p->lo, b->nmembers); /* as start_bucket counts it */
+    /* An early micro-batch's reduce-scatter has no all-gather to follow it. */
+    if (s->early_micro_batch)
+        count_ring_reduce_scatter(s, p->hi - p->lo, b->nmembers);
+    else
+        count_ring_allreduce(s, p->hi - p->lo, b->nmembers); /* as start_bucket counts it */
     MPI_Ireduce_scatter(MPI_IN_PLACE, grads + p->store, p->counts, MPI_FLOAT, MPI_SUM, b->comm,
                         &p->req);
 }
 
 /* Waits for a piece's reduce-scatter, copies this worker's part of its shard to the shards' area
- * and clears the piece's place for the next layer that uses it. */
+ * (adds it, for a layer's piece after an earlier micro-batch of the step put its own there) and
+ * clears the piece's place for the next layer that uses it. */
 static void finish_piece(sdp_sync *s, sdp_piece *p, float *grads) {
     if (!p->started || p->done) return;
     p->done = true;
@@ -603,7 +615,12 @@ static void finish_piece(sdp_sync *s, sdp_piece *p, float *grads) {
      * the piece is its shard. */
     if (reduced(&s->buckets[p->bucket])) MPI_Wait(&p->req, MPI_STATUS_IGNORE);
     const size_t n = p->shard_hi - p->shard_lo;
-    if (n) memcpy(grads + p->state_start, grads + p->store, n * sizeof(float));
+    float *shard = grads + p->state_start;
+    const float *sum = grads + p->store;
+    if (p->layer >= 0 && s->micro_batches_in > 0)
+        for (size_t i = 0; i < n; i++) shard[i] += sum[i];
+    else if (n)
+        memcpy(shard, sum, n * sizeof(float));
     memset(grads + p->store, 0, (p->hi - p->lo) * sizeof(float));
 }
 
@@ -642,9 +659,10 @@ static void grads_end_pieces(sdp_sync *s, float *grads) {
         scale(s, grads + p->state_start, p->shard_hi - p->shard_lo,
               1.0f / (float)s->buckets[p->bucket].nmembers);
     }
+    s->micro_batches_in = 0;
 }
 
-void sdp_sync_grads_begin(sdp_sync *s) {
+static void reset_reductions(sdp_sync *s) {
     for (int b = 0; b < s->nbuckets; b++) {
         s->buckets[b].started = false;
         s->buckets[b].nreq = 0;
@@ -653,6 +671,38 @@ void sdp_sync_grads_begin(sdp_sync *s) {
         s->pieces[i].started = s->pieces[i].done = false;
         s->pieces[i].req = MPI_REQUEST_NULL;
     }
+}
+
+void sdp_sync_grads_begin(sdp_sync *s) {
+    reset_reductions(s);
+    s->early_micro_batch = false;
+}
+
+bool sdp_sync_reduces_every_micro_batch(const sdp_sync *s) {
+    return s->zero2;
+}
+
+void sdp_sync_micro_batch_begin(sdp_sync *s) {
+    SDP_CHECK(s->zero2, "sdp_sync_micro_batch_begin is for --zero 2 only; this is a bug in sdp, "
+                        "please report it");
+    reset_reductions(s);
+    s->early_micro_batch = true;
+}
+
+/* The layers' pieces go into the shards now: the next micro-batch's backward refills the slots.
+ * The stem's and head's pieces, held whole, keep accumulating until the last micro-batch. */
+void sdp_sync_micro_batch_end(sdp_sync *s, float *grads) {
+    for (int i = 0; i < s->npieces; i++) {
+        sdp_piece *p = &s->pieces[i];
+        if (p->layer < 0) continue;
+        SDP_CHECK(p->started,
+                  "--zero 2: layer %d's gradients were never handed over (the backward pass must "
+                  "call layer_done after every layer); this is a bug in sdp, please report it",
+                  p->layer);
+        finish_piece(s, p, grads);
+    }
+    s->micro_batches_in++;
+    s->early_micro_batch = false;
 }
 
 void sdp_sync_layer_done(sdp_sync *s, float *grads, int layer) {

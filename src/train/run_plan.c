@@ -126,5 +126,6 @@ sdp_plan_cfg train_run_plan_config(const train_opts *o, int world, const sdp_lay
     c.chunks = o->sdp_chunks;
     c.seed = (uint64_t)(o->sdp_seed ? o->sdp_seed : o->seed);
     c.zero = train_opts_zero(o);
+    c.grad_accum = o->grad_accum;
     return c;
 }

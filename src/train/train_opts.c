@@ -95,7 +95,8 @@ const opt_spec TRAIN_OPTS[] = {
      "of it; gradients are reduce-scattered and updated parameters all-gathered, the same bytes "
      "as the all-reduce; --device cpu); or 2 (gradients sharded too: each layer's are "
      "reduce-scattered as its backward ends, and the buffer keeps two layers and the shards; "
-     "--grad-accum 1)",
+     "with --grad-accum A, every micro-batch reduce-scatters its layers: up to 1 + (A - 1) / 2 "
+     "times the bytes)",
      0},
     {"check-replicas", OPT_INT, F(check_replicas), "0",
      "every S steps, check that all owners of a unit hold identical state; 0 = never", 0},
@@ -170,11 +171,6 @@ void train_opts_check_zero(const train_opts *o) {
               "--zero %d needs the other owners to all-gather each update, which a --sim-world run "
               "does not have: use --zero 0",
               stage);
-    SDP_CHECK(stage != 2 || o->grad_accum <= 1, /* sdp plan has no --grad-accum: 0 */
-              "--zero 2 reduce-scatters each layer's gradients as soon as its backward is done, "
-              "which leaves nothing to accumulate into: use --grad-accum 1, or --zero 1 with "
-              "--grad-accum %d",
-              o->grad_accum);
 }
 
 sdp_precision train_opts_precision(const train_opts *o) {

@@ -174,11 +174,15 @@ trainer_step_result trainer_step(trainer *t) {
         local[0] += mt.loss;
         local[1] += mt.count;
         const bool last = a == A - 1; /* only the last micro-batch completes the gradients */
+        /* --zero 2 keeps no room to accumulate a layer in: each micro-batch hands its over. */
+        const bool early = !last && sync && sdp_sync_reduces_every_micro_batch(&t->sync);
         if (last && sync) sdp_sync_grads_begin(&t->sync);
-        m->layer_done = last && sync ? on_layer_done : NULL;
+        if (early) sdp_sync_micro_batch_begin(&t->sync);
+        m->layer_done = (last || early) && sync ? on_layer_done : NULL;
         m->layer_done_ctx = t;
         double t1 = now_ms();
         m->ops->backward(m, 1.0f / (float)(B * T * A));
+        if (early) sdp_sync_micro_batch_end(&t->sync, t->grads);
         r.ms_forward += t1 - t0;
         r.ms_backward += now_ms() - t1;
     }
