@@ -500,15 +500,17 @@ static size_t use_device_publishing(sdp_sync *s) {
 void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be) {
     s->be = be;
     if (!on_device(s)) return;
-    SDP_CHECK(
-        !s->zero,
-        "--zero %d shards state in host memory only: use --zero 0 on a device, or --device cpu",
-        s->plan->cfg.zero);
+    SDP_CHECK(!s->zero2,
+              "--zero 2 keeps its gradient slots in host memory only: use --zero 1 or 0 on a "
+              "device, or --device cpu");
     size_t largest_staged = 0;
-    /* Buckets are opened in group order on every rank, as their MPI communicators were made. */
+    /* Buckets are opened in group order on every rank, as their MPI communicators were made.
+     * --zero 1 stages every bucket through host memory: the device communicators have no
+     * reduce-scatter or all-gather (docs/cuda.md). */
     for (int b = 0; b < s->nbuckets; b++) {
         sdp_bucket *bk = &s->buckets[b];
-        if (bk->comm != MPI_COMM_NULL && bk->nmembers > 1) bk->dev = be->comm_open(be, bk->comm);
+        if (bk->comm != MPI_COMM_NULL && bk->nmembers > 1 && !s->zero)
+            bk->dev = be->comm_open(be, bk->comm);
         if (staged(s, bk) && bk->count > largest_staged) largest_staged = bk->count;
     }
     const size_t publish_staged = use_device_publishing(s);
@@ -581,6 +583,19 @@ static void reduce_staged(sdp_sync *s, sdp_bucket *b, float *grads) {
     MPI_Waitall(b->nreq, b->reqs, MPI_STATUSES_IGNORE);
     b->nreq = 0;
     from_host(s, grads + b->start, s->stage, b->count);
+}
+
+/* --zero 1 on a device: the bucket down to the host, reduce-scattered there as start_bucket does
+ * it in host memory (the non-blocking call, whose additions match it bit for bit), and this
+ * member's summed shard back up to its place. */
+static void reduce_scatter_staged(sdp_sync *s, sdp_bucket *b, float *grads) {
+    b->started = true;
+    count_ring_allreduce(s, b->count, b->nmembers); /* with the all-gather, as start_bucket */
+    to_host(s, s->stage, grads + b->start, b->count);
+    MPI_Request req;
+    MPI_Ireduce_scatter(MPI_IN_PLACE, s->stage, b->shard_counts, MPI_FLOAT, MPI_SUM, b->comm, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    from_host(s, grads + b->start + b->shard_lo, s->stage, b->shard_hi - b->shard_lo);
 }
 
 static void scale(const sdp_sync *s, float *x, size_t n, float by) {
@@ -732,13 +747,14 @@ void sdp_sync_grads_end(sdp_sync *s, float *grads) {
     for (int b = 0; b < s->nbuckets; b++) {
         sdp_bucket *bk = &s->buckets[b];
         if (!reduced(bk)) continue;
-        if (staged(s, bk)) reduce_staged(s, bk, grads);
+        if (staged(s, bk)) (s->zero ? reduce_scatter_staged : reduce_staged)(s, bk, grads);
         if (bk->nreq > 0) MPI_Waitall(bk->nreq, bk->reqs, MPI_STATUSES_IGNORE);
         bk->nreq = 0;
         float *own = grads + bk->start + bk->shard_lo;
         const size_t n = bk->shard_hi - bk->shard_lo;
-        /* An in-place reduce-scatter leaves a member's sum at the start of the region. */
-        if (s->zero) memmove(own, grads + bk->start, n * sizeof(float));
+        /* An in-place reduce-scatter leaves a member's sum at the start of the region (staged,
+         * it went to its place already). */
+        if (s->zero && !staged(s, bk)) memmove(own, grads + bk->start, n * sizeof(float));
         scale(s, own, n, 1.0f / (float)bk->nmembers);
     }
 }
@@ -772,15 +788,21 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
 /* ---- parameters ----------------------------------------------------------------------------- */
 
 /* Copies the parameters of [lo, hi) of a bucket's region between params (at their local offsets)
- * and `region`, which holds the region's places from `region_lo` on. */
+ * and `region`, which holds the region's places from `region_lo` on: host memory when the
+ * bucket is staged (params then live in the backend's memory), else params' own. */
 static void bucket_params(const sdp_sync *s, const sdp_bucket *b, float *params, float *region,
                           size_t region_lo, bool into_region, size_t lo, size_t hi) {
+    const bool host_region = staged(s, b);
     for (size_t pos = 0, j = 0; j < (size_t)b->nruns; pos += run_at(s, b->runs[j])->len, j++) {
         const sdp_run *r = run_at(s, b->runs[j]);
         const size_t a = pos > lo ? pos : lo, e = pos + r->len < hi ? pos + r->len : hi;
         if (e <= a) continue;
         float *in_params = params + r->local + (a - pos), *in_region = region + (a - region_lo);
-        if (into_region)
+        if (host_region && into_region)
+            to_host(s, in_region, in_params, e - a);
+        else if (host_region)
+            from_host(s, in_params, in_region, e - a);
+        else if (into_region)
             memcpy(in_region, in_params, (e - a) * sizeof(float));
         else
             memcpy(in_params, in_region, (e - a) * sizeof(float));
@@ -810,7 +832,7 @@ void sdp_sync_share_updates(sdp_sync *s, float *params, float *grads) {
     for (int b = 0; b < s->nbuckets; b++) {
         sdp_bucket *bk = &s->buckets[b];
         if (!reduced(bk)) continue;
-        float *region = grads + bk->start;
+        float *region = staged(s, bk) ? s->stage : grads + bk->start;
         bucket_params(s, bk, params, region, 0, true, bk->shard_lo, bk->shard_hi);
         /* The bytes were counted with the reduce-scatter (start_bucket). */
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, bk->shard_counts,
