@@ -361,27 +361,38 @@ gpt_overfit() { # workload percent
   tuned $w "ddp-w$small-drop0.2" --width "$small" --dropout 0.2
 }
 
-gpt_large() {
-  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
-  local w=gpt-large ddp_lr
-  LRS=("${GPT_LRS[@]}")
-  BASE=("${GPT_REF[@]}" --layers 6 --heads 6 --width 192 --batch 3 --val-batches 200)
-  local plan=(--model gpt --layers 6 --heads 6 --width 192 --seq-len 64 --batch 3 --world 4
-              --val-batches 200 --sdp-coverage 0.5)
-  local fwd=(--sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5) small big
+# The rows of a transformer whose forward-masking worker is smaller than DDP's, with LRS and BASE
+# set: DDP; forward masking with neuron units at C = 0.5 (equal steps, and matched FLOPs: STEPS
+# of DDP's); the dense model shrunk by width to its memory (equal steps and matched FLOPs); forward
+# masking grown by width to DDP's memory; and backward masking with neuron units. PLAN holds the
+# sdp plan flags of the reference model at N = 4 and C = 0.5.
+fit_rows() { # workload steps plan-flags...
+  local w=$1 steps=$2 ddp_lr small big; shift 2
+  local plan=("$@")
+  # shellcheck disable=SC2046
+  local fwd=($(mode_flags forward-neuron 0.5)) bwd=($(mode_flags backward-neuron 0.5))
   small=$(fit_width "$(plan_total "${plan[@]}" "${fwd[@]}")" none - "${plan[@]}")
   big=$(fit_width "$(plan_total "${plan[@]}" --sdp-mask none)" forward neuron "${plan[@]}")
-  echo "== gpt-large: DDP shrunk to width $small fits forward masking's worker; forward masking" \
+  echo "== $w: DDP shrunk to width $small fits forward masking's worker; forward masking" \
        "grown to width $big fits DDP's"
-  tuned $w ddp
+  tuned "$w" ddp
   ddp_lr=$LR
-  tuned $w forward-neuron-c0.5 "${fwd[@]}"
-  [ -z "$LR" ] || matched $w "forward-neuron-c0.5-lr$LR" "ddp-lr$ddp_lr" 2000 "${fwd[@]}"
-  tuned $w "ddp-w$small" --width "$small"
-  [ -z "$LR" ] || matched $w "ddp-w$small-lr$LR" "ddp-lr$ddp_lr" 2000 --width "$small"
-  tuned $w "forward-neuron-c0.5-w$big" --width "$big" "${fwd[@]}"
-  # shellcheck disable=SC2046
-  tuned $w backward-neuron-c0.5 $(mode_flags backward-neuron 0.5)
+  tuned "$w" forward-neuron-c0.5 "${fwd[@]}"
+  [ -z "$LR" ] || [ -z "$ddp_lr" ] ||
+    matched "$w" "forward-neuron-c0.5-lr$LR" "ddp-lr$ddp_lr" "$steps" "${fwd[@]}"
+  tuned "$w" "ddp-w$small" --width "$small"
+  [ -z "$LR" ] || [ -z "$ddp_lr" ] ||
+    matched "$w" "ddp-w$small-lr$LR" "ddp-lr$ddp_lr" "$steps" --width "$small"
+  tuned "$w" "forward-neuron-c0.5-w$big" --width "$big" "${fwd[@]}"
+  tuned "$w" backward-neuron-c0.5 "${bwd[@]}"
+}
+
+gpt_large() {
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  LRS=("${GPT_LRS[@]}")
+  BASE=("${GPT_REF[@]}" --layers 6 --heads 6 --width 192 --batch 3 --val-batches 200)
+  fit_rows gpt-large 2000 --model gpt --layers 6 --heads 6 --width 192 --seq-len 64 --batch 3 \
+    --world 4 --val-batches 200 --sdp-coverage 0.5
 }
 
 resnet() {
@@ -404,29 +415,12 @@ resnet() {
 }
 
 # The ViT: no batch norm, so forward masking's worker is a compact transformer with nothing to
-# re-estimate, and it plans 37% less than DDP's (sdp plan). DDP; forward masking with neuron units
-# (equal steps and matched FLOPs); the dense model shrunk (by width) to its memory (equal steps and
-# matched FLOPs); backward masking with neuron units; and forward masking grown to DDP's memory.
+# re-estimate, and it plans 37% less than DDP's (sdp plan).
 vit() {
-  local w=vit ddp_lr small big
   LRS=(1e-3 2e-3 4e-3 8e-3)
   BASE=("${VIT_REF[@]}")
-  local plan=(--model vit --layers 4 --heads 4 --width 64 --patch 7 --batch 32 --world 4
-              --dataset fashion-mnist --sdp-coverage 0.5)
-  # shellcheck disable=SC2046
-  local fwd=($(mode_flags forward-neuron 0.5)) bwd=($(mode_flags backward-neuron 0.5))
-  small=$(fit_width "$(plan_total "${plan[@]}" "${fwd[@]}")" none - "${plan[@]}")
-  big=$(fit_width "$(plan_total "${plan[@]}" --sdp-mask none)" forward neuron "${plan[@]}")
-  echo "== vit: DDP shrunk to width $small fits forward masking's worker; forward masking grown" \
-       "to width $big fits DDP's"
-  tuned $w ddp
-  ddp_lr=$LR
-  tuned $w forward-neuron-c0.5 "${fwd[@]}"
-  [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "forward-neuron-c0.5-lr$LR" "ddp-lr$ddp_lr" 4690 "${fwd[@]}"
-  tuned $w "ddp-w$small" --width "$small"
-  [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "ddp-w$small-lr$LR" "ddp-lr$ddp_lr" 4690 --width "$small"
-  tuned $w backward-neuron-c0.5 "${bwd[@]}"
-  tuned $w "forward-neuron-c0.5-w$big" --width "$big" "${fwd[@]}"
+  fit_rows vit 4690 --model vit --layers 4 --heads 4 --width 64 --patch 7 --batch 32 --world 4 \
+    --dataset fashion-mnist --sdp-coverage 0.5
 }
 
 # The levers measured, not only planned: the reference GPT's DDP and forward/neuron C = 0.5 at
