@@ -1059,8 +1059,10 @@ enum { NCASES = sizeof CASES / sizeof CASES[0] };
 /* Entries every case runs through (buffers, transfers, the count of bytes, the end). */
 static const size_t HARNESS[] = {F(alloc),    F(free), F(zero),         F(upload),
                                  F(download), F(sync), F(bytes_in_use), F(destroy)};
-/* Entries that need several ranks: tests/mpi_invariants.c runs them on the emulated device. */
-static const size_t COMM[] = {F(comm_open), F(comm_close), F(allreduce_start), F(broadcast_start),
+/* Entries that need several ranks: tests/mpi_invariants.c and tests/test_device_emulated.sh (the
+ * reduce-scatter and all-gather, under --zero 1) run them on the emulated device. */
+static const size_t COMM[] = {F(comm_open),       F(comm_close),           F(allreduce_start),
+                              F(broadcast_start), F(reduce_scatter_start), F(allgather_start),
                               F(allreduce_wait)};
 
 /* Every function-pointer slot of sdp_backend (those after host_memory) is claimed exactly once:

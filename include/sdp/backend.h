@@ -74,6 +74,14 @@ struct sdp_backend {
     /* Starts sending x[0, n) from dc's rank `root` to its other ranks, in place, ordered as
      * allreduce_start is (allreduce_wait orders later kernels after it too). */
     void (*broadcast_start)(const sdp_backend *be, void *dc, float *x, size_t n, int root);
+    /* --zero 1, ordered as allreduce_start is. Rank j of dc owns x[displs[j], displs[j] +
+     * counts[j]) (counts may differ by rank). reduce_scatter_start leaves at each rank's own
+     * part the sum over dc's ranks (the rest of x is spent); allgather_start sends each rank's
+     * part to every other rank, in place. */
+    void (*reduce_scatter_start)(const sdp_backend *be, void *dc, float *x, const int *counts,
+                                 const int *displs);
+    void (*allgather_start)(const sdp_backend *be, void *dc, float *x, const int *counts,
+                            const int *displs);
     /* Orders every kernel issued from now on after the reductions and broadcasts started so far. */
     void (*allreduce_wait)(const sdp_backend *be);
 

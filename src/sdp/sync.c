@@ -504,13 +504,10 @@ void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be) {
               "--zero 2 keeps its gradient slots in host memory only: use --zero 1 or 0 on a "
               "device, or --device cpu");
     size_t largest_staged = 0;
-    /* Buckets are opened in group order on every rank, as their MPI communicators were made.
-     * --zero 1 stages every bucket through host memory: the device communicators have no
-     * reduce-scatter or all-gather (docs/cuda.md). */
+    /* Buckets are opened in group order on every rank, as their MPI communicators were made. */
     for (int b = 0; b < s->nbuckets; b++) {
         sdp_bucket *bk = &s->buckets[b];
-        if (bk->comm != MPI_COMM_NULL && bk->nmembers > 1 && !s->zero)
-            bk->dev = be->comm_open(be, bk->comm);
+        if (bk->comm != MPI_COMM_NULL && bk->nmembers > 1) bk->dev = be->comm_open(be, bk->comm);
         if (staged(s, bk) && bk->count > largest_staged) largest_staged = bk->count;
     }
     const size_t publish_staged = use_device_publishing(s);
@@ -551,6 +548,11 @@ static void start_bucket(sdp_sync *s, sdp_bucket *b, float *grads) {
      * (k - 1) / k of the bucket each way, together what one ring all-reduce moves: counted here
      * once for both, so the bytes sdp plan predicts are the same with and without it. */
     count_ring_allreduce(s, b->count, b->nmembers);
+    if (s->zero && b->dev) { /* the member's sum lands at its own shard's place */
+        s->be->reduce_scatter_start(s->be, b->dev, grads + b->start, b->shard_counts,
+                                    b->shard_displs);
+        return;
+    }
     if (s->zero) {
         MPI_Ireduce_scatter(MPI_IN_PLACE, grads + b->start, b->shard_counts, MPI_FLOAT, MPI_SUM,
                             b->comm, &b->reqs[b->nreq++]);
@@ -752,9 +754,9 @@ void sdp_sync_grads_end(sdp_sync *s, float *grads) {
         bk->nreq = 0;
         float *own = grads + bk->start + bk->shard_lo;
         const size_t n = bk->shard_hi - bk->shard_lo;
-        /* An in-place reduce-scatter leaves a member's sum at the start of the region (staged,
-         * it went to its place already). */
-        if (s->zero && !staged(s, bk)) memmove(own, grads + bk->start, n * sizeof(float));
+        /* An in-place MPI reduce-scatter leaves a member's sum at the start of the region (staged
+         * or on a device communicator, it is at its place already). */
+        if (s->zero && !on_device(s)) memmove(own, grads + bk->start, n * sizeof(float));
         scale(s, own, n, 1.0f / (float)bk->nmembers);
     }
 }
@@ -787,12 +789,17 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
 
 /* ---- parameters ----------------------------------------------------------------------------- */
 
+/* One copy within the backend's memory (a row of n). */
+static void device_copy(const sdp_sync *s, float *dst, const float *src, size_t n) {
+    s->be->copy_rows(s->be, dst, n, src, n, 1, n);
+}
+
 /* Copies the parameters of [lo, hi) of a bucket's region between params (at their local offsets)
  * and `region`, which holds the region's places from `region_lo` on: host memory when the
  * bucket is staged (params then live in the backend's memory), else params' own. */
 static void bucket_params(const sdp_sync *s, const sdp_bucket *b, float *params, float *region,
                           size_t region_lo, bool into_region, size_t lo, size_t hi) {
-    const bool host_region = staged(s, b);
+    const bool host_region = staged(s, b), device = on_device(s) && !host_region;
     for (size_t pos = 0, j = 0; j < (size_t)b->nruns; pos += run_at(s, b->runs[j])->len, j++) {
         const sdp_run *r = run_at(s, b->runs[j]);
         const size_t a = pos > lo ? pos : lo, e = pos + r->len < hi ? pos + r->len : hi;
@@ -802,6 +809,9 @@ static void bucket_params(const sdp_sync *s, const sdp_bucket *b, float *params,
             to_host(s, in_region, in_params, e - a);
         else if (host_region)
             from_host(s, in_params, in_region, e - a);
+        else if (device)
+            device_copy(s, into_region ? in_region : in_params, into_region ? in_params : in_region,
+                        e - a);
         else if (into_region)
             memcpy(in_region, in_params, (e - a) * sizeof(float));
         else
@@ -835,8 +845,13 @@ void sdp_sync_share_updates(sdp_sync *s, float *params, float *grads) {
         float *region = staged(s, bk) ? s->stage : grads + bk->start;
         bucket_params(s, bk, params, region, 0, true, bk->shard_lo, bk->shard_hi);
         /* The bytes were counted with the reduce-scatter (start_bucket). */
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, bk->shard_counts,
-                       bk->shard_displs, MPI_FLOAT, bk->comm);
+        if (bk->dev) {
+            s->be->allgather_start(s->be, bk->dev, region, bk->shard_counts, bk->shard_displs);
+            s->be->allreduce_wait(s->be); /* the copies below read what it gathered */
+        } else {
+            MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, bk->shard_counts,
+                           bk->shard_displs, MPI_FLOAT, bk->comm);
+        }
         bucket_params(s, bk, params, region, 0, false, 0, bk->count);
     }
 }

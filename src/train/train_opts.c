@@ -93,7 +93,7 @@ const opt_spec TRAIN_OPTS[] = {
     {"zero", OPT_INT, F(zero), "0",
      "ZeRO stage: 0; 1 (optimizer state sharded over each unit's owners: each keeps about 1/k "
      "of it; gradients are reduce-scattered and updated parameters all-gathered, the same bytes "
-     "as the all-reduce; on a device, staged through host memory); or 2 (gradients sharded too: "
+     "as the all-reduce; on a device too); or 2 (gradients sharded too: "
      "each layer's are reduce-scattered as its backward ends, and the buffer keeps two layers and "
      "the shards; with --grad-accum A, every micro-batch reduce-scatters its layers: up to "
      "1 + (A - 1) / 2 times the bytes; --device cpu)",

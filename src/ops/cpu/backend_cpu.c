@@ -64,6 +64,18 @@ static void cpu_broadcast_start(const sdp_backend *be, void *dc, float *x, size_
     SDP_CHECK(!dc, "the CPU backend opens no device communicators");
 }
 
+static void cpu_reduce_scatter_start(const sdp_backend *be, void *dc, float *x, const int *counts,
+                                     const int *displs) {
+    (void)be, (void)x, (void)counts, (void)displs;
+    SDP_CHECK(!dc, "the CPU backend opens no device communicators");
+}
+
+static void cpu_allgather_start(const sdp_backend *be, void *dc, float *x, const int *counts,
+                                const int *displs) {
+    (void)be, (void)x, (void)counts, (void)displs;
+    SDP_CHECK(!dc, "the CPU backend opens no device communicators");
+}
+
 static void cpu_allreduce_wait(const sdp_backend *be) {
     (void)be; /* nothing is ever in flight */
 }
@@ -83,6 +95,8 @@ sdp_backend *sdp_backend_cpu(sdp_gemm_provider gemm, sdp_mem *mem) {
         .comm_close = cpu_comm_close,
         .allreduce_start = cpu_allreduce_start,
         .broadcast_start = cpu_broadcast_start,
+        .reduce_scatter_start = cpu_reduce_scatter_start,
+        .allgather_start = cpu_allgather_start,
         .allreduce_wait = cpu_allreduce_wait,
         .alloc = cpu_alloc,
         .free = cpu_free,

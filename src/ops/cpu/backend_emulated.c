@@ -13,6 +13,7 @@
 #include "sdp/check.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     sdp_backend table; /* first: the table handed out is this struct */
@@ -55,6 +56,27 @@ static void mpi_broadcast_start(const sdp_backend *be, void *dc, float *x, size_
     MPI_Bcast(x, (int)n, MPI_FLOAT, root, *(MPI_Comm *)dc);
 }
 
+/* MPI_Ireduce_scatter, as the host path reduces (its sum lands at the start of x), then moved to
+ * this rank's part: bitwise the host's. */
+static void mpi_reduce_scatter_start(const sdp_backend *be, void *dc, float *x, const int *counts,
+                                     const int *displs) {
+    (void)be;
+    MPI_Comm comm = *(MPI_Comm *)dc;
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Request req;
+    MPI_Ireduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, comm, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    memmove(x + displs[rank], x, (size_t)counts[rank] * sizeof(float));
+}
+
+static void mpi_allgather_start(const sdp_backend *be, void *dc, float *x, const int *counts,
+                                const int *displs) {
+    (void)be;
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
+                   *(MPI_Comm *)dc);
+}
+
 static void nothing_to_wait_for(const sdp_backend *be) {
     (void)be;
 }
@@ -73,6 +95,8 @@ sdp_backend *sdp_backend_emulated(sdp_gemm_provider gemm, bool shared) {
         e->table.comm_close = mpi_comm_close;
         e->table.allreduce_start = mpi_allreduce_start;
         e->table.broadcast_start = mpi_broadcast_start;
+        e->table.reduce_scatter_start = mpi_reduce_scatter_start;
+        e->table.allgather_start = mpi_allgather_start;
         e->table.allreduce_wait = nothing_to_wait_for;
     }
     return &e->table;

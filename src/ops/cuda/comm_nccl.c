@@ -13,8 +13,8 @@
  * several ranks, as the tests do), comm_open returns NULL and sdp/sync.h stages those reductions
  * through host memory and MPI instead.
  *
- * Its table entries are the backend's comm_open, comm_close, allreduce_start, broadcast_start and
- * allreduce_wait (sdp/backend.h). */
+ * Its table entries are the backend's comm_open, comm_close, allreduce_start, broadcast_start,
+ * reduce_scatter_start, allgather_start and allreduce_wait (sdp/backend.h). */
 #include "sdp/cuda_check.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -105,6 +105,40 @@ static void cuda_broadcast_start(const sdp_backend *be, void *p, float *x, size_
     NCCL_CHECK(ncclBroadcast(x, x, n, ncclFloat32, root, dc->comm, ctx->comm_stream));
 }
 
+/* NCCL's reduce-scatter and all-gather take equal parts, and --zero 1's shards may differ by an
+ * element: one reduce (or broadcast) per rank's part, grouped into one launch. */
+static void cuda_reduce_scatter_start(const sdp_backend *be, void *p, float *x, const int *counts,
+                                      const int *displs) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
+    device_comm *dc = p;
+    SDP_ASSERT(dc && ctx->comm_stream);
+    int size = 0;
+    NCCL_CHECK(ncclCommCount(dc->comm, &size));
+    CUDA_CHECK(cudaEventRecord(ctx->comm_ready, ctx->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(ctx->comm_stream, ctx->comm_ready, 0));
+    NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < size; j++)
+        NCCL_CHECK(ncclReduce(x + displs[j], x + displs[j], (size_t)counts[j], ncclFloat32, ncclSum,
+                              j, dc->comm, ctx->comm_stream));
+    NCCL_CHECK(ncclGroupEnd());
+}
+
+static void cuda_allgather_start(const sdp_backend *be, void *p, float *x, const int *counts,
+                                 const int *displs) {
+    sdp_cuda_ctx *ctx = cuda_ctx(be);
+    device_comm *dc = p;
+    SDP_ASSERT(dc && ctx->comm_stream);
+    int size = 0;
+    NCCL_CHECK(ncclCommCount(dc->comm, &size));
+    CUDA_CHECK(cudaEventRecord(ctx->comm_ready, ctx->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(ctx->comm_stream, ctx->comm_ready, 0));
+    NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < size; j++)
+        NCCL_CHECK(ncclBroadcast(x + displs[j], x + displs[j], (size_t)counts[j], ncclFloat32, j,
+                                 dc->comm, ctx->comm_stream));
+    NCCL_CHECK(ncclGroupEnd());
+}
+
 static void cuda_allreduce_wait(const sdp_backend *be) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (!ctx->comm_stream) return;
@@ -117,5 +151,7 @@ void cuda_ops_comm_nccl(sdp_backend *t) {
     t->comm_close = cuda_comm_close;
     t->allreduce_start = cuda_allreduce_start;
     t->broadcast_start = cuda_broadcast_start;
+    t->reduce_scatter_start = cuda_reduce_scatter_start;
+    t->allgather_start = cuda_allgather_start;
     t->allreduce_wait = cuda_allreduce_wait;
 }
