@@ -6,7 +6,7 @@
 # as ranks sharing one GPU do. Its arithmetic is the CPU backend's, so every run must equal the
 # same run with `--device cpu` bit for bit: the same losses, validation losses, and model and
 # optimizer checkpoints. Covered: data parallelism, forward and backward masking with block and
-# neuron units, AdamW and SGD, gradient accumulation, dropout, --zero 1, owner replicas checked every step,
+# neuron units, AdamW and SGD, gradient accumulation, dropout, --zero 1 and 2, owner replicas checked every step,
 # resuming a device run, a simulated worker's device bytes against `sdp plan`, and the ResNet (batch-norm
 # buffers averaged on the device) when Fashion-MNIST is installed. Under backward masking with
 # k > 1 the checkpoint and evaluation must hold the owners' averaged running statistics on every
@@ -69,13 +69,17 @@ compare "forward neuron C=0.5 of 4" 4 "${GPT[@]}" --sdp-mask forward --sdp-unit 
   --sdp-coverage 0.5 --check-replicas 1
 compare "forward block k=3 of 4, llama" 4 "${GPT[@]}" --model llama --sdp-mask forward \
   --sdp-unit block --sdp-owners 3
-# --zero 1 on a device: each bucket is staged through host memory, reduce-scattered there, the
-# shard's gradient goes back up for the device's optimizer, and the updated shards are
-# all-gathered through the host into the device's parameters.
+# ZeRO on a device: emulated reduces each bucket (stage 1) or layer piece (stage 2) with the
+# backend's reduce_scatter_start and all-gathers with allgather_start (its reduce-scatter fills
+# the rest of the buffer with NaN, as spent); emulated-shared stages them through host memory.
+# The optimizer runs on the device's shards either way.
 compare "backward neuron k=2 of 4, --zero 1" 4 "${GPT[@]}" --sdp-mask backward --sdp-unit neuron \
   --sdp-owners 2 --check-replicas 1 --zero 1
 compare "data parallelism, 3 ranks, --zero 1, 2 micro-batches" 3 "${GPT[@]}" --zero 1 \
   --grad-accum 2 --check-replicas 1
+compare "data parallelism, 4 layers, --zero 2" 4 "${GPT[@]}" --layers 4 --zero 2 --check-replicas 1
+compare "forward neuron C=0.5 of 4, 4 layers, --zero 2, 3 micro-batches" 4 "${GPT[@]}" --layers 4 \
+  --sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5 --zero 2 --grad-accum 3 --check-replicas 1
 # Dropout's masks live in device memory and are drawn there: the same bits as the cpu's.
 compare "forward neuron C=0.5 of 4, dropout 0.2" 4 "${GPT[@]}" --sdp-mask forward \
   --sdp-unit neuron --sdp-coverage 0.5 --check-replicas 1 --dropout 0.2

@@ -14,8 +14,8 @@
 #   the reverse, giving the uninterrupted run's losses, and both resume on 2 ranks alike;
 # - stage 2 with several micro-batches a step (--grad-accum): the same losses as --zero 0 with
 #   them;
-# - an unknown stage, stage 2 on a device (stage 1 runs there: tests/test_device_emulated.sh)
-#   and --sim-world are refused with one line.
+# - an unknown stage and --sim-world are refused with one line (both stages run on a device:
+#   tests/test_device_emulated.sh).
 # Why a bound and not bitwise: a reduce-scatter may add the k owners' gradients of an element in
 # another order than the all-reduce does (MPI picks each collective's algorithm), a float32
 # rounding of about 1e-7 per step, and the norm adds the squares shard by shard instead of bucket by
@@ -188,8 +188,6 @@ expect_job_error "unknown --zero" "unknown --zero 3: use 0, 1 or 2" 0 \
   "$SDP_BIN" train --data "$WORK/text.txt" --zero 3 --out "$WORK/never"
 expect_job_error "--zero 1 simulated" "--sim-world run does not have: use --zero 0" 0 \
   "$SDP_BIN" train --data "$WORK/text.txt" --zero 1 --sim-world 4 --out "$WORK/never"
-expect_job_error "--zero 2 on a device" "use --zero 1 or 0 with --device emulated" 2 \
-  "$SDP_BIN" train --data "$WORK/text.txt" --zero 2 --device emulated --out "$WORK/never"
 # sdp plan says where stage 2's slots outweigh its saving (block units, 3 of 6 layers a worker),
 # and says nothing where they do not (data parallelism on the same model).
 if "$SDP_BIN" plan --world 4 --vocab 256 --layers 6 --zero 2 --sdp-mask forward --sdp-unit block \
@@ -202,8 +200,6 @@ else
   fail "sdp plan --zero 2: the warning is missing, or shown where stage 2 saves memory"
   cat "$WORK/p2b.txt"
 fi
-expect_error "sdp plan --zero 2 on cuda" "use --zero 1 or 0 with --device cuda" \
-  "$SDP_BIN" plan --world 4 --vocab 256 --zero 2 --device cuda
 expect_error "sdp plan's step time with --grad-accum" "drop --grad-accum (or --link-gbps)" \
   "$SDP_BIN" plan --world 4 --vocab 256 --zero 2 --grad-accum 2 --link-gbps 1 --gflops 50
 # sdp plan --zero 1 counts the shards and keeps the bytes sent: under data parallelism each of 4

@@ -500,9 +500,6 @@ static size_t use_device_publishing(sdp_sync *s) {
 void sdp_sync_use_backend(sdp_sync *s, const sdp_backend *be) {
     s->be = be;
     if (!on_device(s)) return;
-    SDP_CHECK(!s->zero2,
-              "--zero 2 keeps its gradient slots in host memory only: use --zero 1 or 0 on a "
-              "device, or --device cpu");
     size_t largest_staged = 0;
     /* Buckets are opened in group order on every rank, as their MPI communicators were made. */
     for (int b = 0; b < s->nbuckets; b++) {
@@ -523,6 +520,11 @@ static void to_host(const sdp_sync *s, float *dst, const float *src, size_t n) {
 
 static void from_host(const sdp_sync *s, float *dst, const float *src, size_t n) {
     s->be->upload(s->be, dst, src, n * sizeof(float));
+}
+
+/* One copy within the backend's memory (a row of n). */
+static void device_copy(const sdp_sync *s, float *dst, const float *src, size_t n) {
+    s->be->copy_rows(s->be, dst, n, src, n, 1, n);
 }
 
 /* ---- gradients ------------------------------------------------------------------------------ */
@@ -618,8 +620,42 @@ static void start_piece(sdp_sync *s, sdp_piece *p, float *grads) {
         count_ring_reduce_scatter(s, p->hi - p->lo, b->nmembers);
     else
         count_ring_allreduce(s, p->hi - p->lo, b->nmembers); /* as start_bucket counts it */
-    MPI_Ireduce_scatter(MPI_IN_PLACE, grads + p->store, p->counts, MPI_FLOAT, MPI_SUM, b->comm,
-                        &p->req);
+    float *x = grads + p->store;
+    if (b->dev) { /* the member's sum lands at its own part of the piece */
+        s->be->reduce_scatter_start(s->be, b->dev, x, p->counts, p->displs);
+        return;
+    }
+    if (!staged(s, b)) {
+        MPI_Ireduce_scatter(MPI_IN_PLACE, x, p->counts, MPI_FLOAT, MPI_SUM, b->comm, &p->req);
+        return;
+    }
+    /* Staged: at once, through the one stage, leaving the sum at the piece's start as in host
+     * memory (the non-blocking call, whose additions match the host's bit for bit). */
+    const size_t n = p->hi - p->lo;
+    to_host(s, s->stage, x, n);
+    MPI_Ireduce_scatter(MPI_IN_PLACE, s->stage, p->counts, MPI_FLOAT, MPI_SUM, b->comm, &p->req);
+    MPI_Wait(&p->req, MPI_STATUS_IGNORE);
+    from_host(s, x, s->stage, p->shard_hi - p->shard_lo);
+}
+
+/* dst = src, or dst += src, in the gradients' memory (host or the backend's). */
+static void grads_put(const sdp_sync *s, float *dst, const float *src, size_t n, bool add) {
+    if (n == 0) return;
+    if (on_device(s) && add)
+        s->be->add_rows(s->be, dst, n, src, n, 1, n);
+    else if (on_device(s))
+        device_copy(s, dst, src, n);
+    else if (add)
+        for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    else
+        memcpy(dst, src, n * sizeof(float));
+}
+
+static void grads_clear(const sdp_sync *s, float *x, size_t n) {
+    if (on_device(s))
+        s->be->zero(s->be, x, n * sizeof(float));
+    else
+        memset(x, 0, n * sizeof(float));
 }
 
 /* Waits for a piece's reduce-scatter, copies this worker's part of its shard to the shards' area
@@ -628,17 +664,19 @@ static void start_piece(sdp_sync *s, sdp_piece *p, float *grads) {
 static void finish_piece(sdp_sync *s, sdp_piece *p, float *grads) {
     if (!p->started || p->done) return;
     p->done = true;
-    /* An in-place reduce-scatter leaves this member's sum at the piece's start; with one member
-     * the piece is its shard. */
-    if (reduced(&s->buckets[p->bucket])) MPI_Wait(&p->req, MPI_STATUS_IGNORE);
-    const size_t n = p->shard_hi - p->shard_lo;
-    float *shard = grads + p->state_start;
-    const float *sum = grads + p->store;
-    if (p->layer >= 0 && s->micro_batches_in > 0)
-        for (size_t i = 0; i < n; i++) shard[i] += sum[i];
-    else if (n)
-        memcpy(shard, sum, n * sizeof(float));
-    memset(grads + p->store, 0, (p->hi - p->lo) * sizeof(float));
+    const sdp_bucket *b = &s->buckets[p->bucket];
+    /* An in-place MPI reduce-scatter (or a staged one) leaves this member's sum at the piece's
+     * start, a device communicator's at its own part; with one member the piece is its shard. */
+    size_t at = p->store;
+    if (reduced(b) && b->dev) {
+        s->be->allreduce_wait(s->be);
+        at += p->shard_lo - p->lo;
+    } else if (reduced(b) && !staged(s, b)) {
+        MPI_Wait(&p->req, MPI_STATUS_IGNORE);
+    }
+    grads_put(s, grads + p->state_start, grads + at, p->shard_hi - p->shard_lo,
+              p->layer >= 0 && s->micro_batches_in > 0);
+    grads_clear(s, grads + p->store, p->hi - p->lo);
 }
 
 static void progress_pieces(sdp_sync *s) {
@@ -789,11 +827,6 @@ double sdp_sync_grad_norm(sdp_sync *s, const float *grads) {
 
 /* ---- parameters ----------------------------------------------------------------------------- */
 
-/* One copy within the backend's memory (a row of n). */
-static void device_copy(const sdp_sync *s, float *dst, const float *src, size_t n) {
-    s->be->copy_rows(s->be, dst, n, src, n, 1, n);
-}
-
 /* Copies the parameters of [lo, hi) of a bucket's region between params (at their local offsets)
  * and `region`, which holds the region's places from `region_lo` on: host memory when the
  * bucket is staged (params then live in the backend's memory), else params' own. */
@@ -825,10 +858,15 @@ static void share_pieces(sdp_sync *s, float *params, float *grads) {
         const sdp_piece *p = &s->pieces[i];
         const sdp_bucket *bk = &s->buckets[p->bucket];
         if (!reduced(bk)) continue;
-        float *region = grads + p->store;
+        float *region = staged(s, bk) ? s->stage : grads + p->store;
         bucket_params(s, bk, params, region, p->lo, true, p->shard_lo, p->shard_hi);
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, p->counts, p->displs, MPI_FLOAT,
-                       bk->comm);
+        if (bk->dev) {
+            s->be->allgather_start(s->be, bk->dev, region, p->counts, p->displs);
+            s->be->allreduce_wait(s->be); /* the copies below read what it gathered */
+        } else {
+            MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, p->counts, p->displs,
+                           MPI_FLOAT, bk->comm);
+        }
         bucket_params(s, bk, params, region, p->lo, false, p->lo, p->hi);
     }
 }

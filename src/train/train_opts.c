@@ -96,7 +96,7 @@ const opt_spec TRAIN_OPTS[] = {
      "as the all-reduce; on a device too); or 2 (gradients sharded too: "
      "each layer's are reduce-scattered as its backward ends, and the buffer keeps two layers and "
      "the shards; with --grad-accum A, every micro-batch reduce-scatters its layers: up to "
-     "1 + (A - 1) / 2 times the bytes; --device cpu)",
+     "1 + (A - 1) / 2 times the bytes)",
      0},
     {"check-replicas", OPT_INT, F(check_replicas), "0",
      "every S steps, check that all owners of a unit hold identical state; 0 = never", 0},
@@ -164,10 +164,6 @@ int train_opts_zero(const train_opts *o) {
 void train_opts_check_zero(const train_opts *o) {
     const int stage = train_opts_zero(o);
     if (stage == 0) return;
-    SDP_CHECK(stage == 1 || strcmp(o->device, "cpu") == 0,
-              "--zero 2 keeps its gradient slots in host memory only: use --zero 1 or 0 with "
-              "--device %s",
-              o->device);
     SDP_CHECK(o->sim_world == 0,
               "--zero %d needs the other owners to all-gather each update, which a --sim-world run "
               "does not have: use --zero 0",

@@ -3,8 +3,8 @@
 # backward masking, k = 1, on CUDA with the owners' replicas compared every step
 # (--check-replicas 1), against the same runs on the CPU. On a one-GPU machine the two ranks share
 # the device, so their gradients are reduced through host memory (sdp_sync_use_backend's staged
-# path); NCCL needs a GPU per rank. Then --zero 1 on 2 ranks, and the ResNet, 1 and 2 ranks, when
-# Fashion-MNIST is there.
+# path); NCCL needs a GPU per rank. Then --zero 1 and 2 on 2 ranks, and the ResNet, 1 and 2
+# ranks, when Fashion-MNIST is there.
 # Exits 77 (skipped) without a device.
 source "$(dirname "$0")/../lib.sh"
 : "${SDP_CUDA_BIN:?ctest sets it to the sdp-cuda program}"
@@ -60,25 +60,34 @@ done
 if ddp_row_is_worker0 "$WORK/none-cuda.log"
 then pass "2 ranks, data parallelism on cuda: the summary's DDP row is worker 0's"
 else fail "2 ranks, data parallelism on cuda: the summary's DDP row is not worker 0's"; fi
-# --zero 1 on the device: each bucket reduce-scattered through host memory, the optimizer on its
-# shard, the updated shards all-gathered back into the device's parameters. The losses are the
-# cpu's --zero 1 run's, and each rank's device optimizer bytes are half of --zero 0's (2 ranks).
-for dev in cpu cuda; do
-  bin=$SDP_BIN; [ "$dev" = cuda ] && bin=$SDP_CUDA_BIN
-  timeout 180 "${MPI[@]}" "$bin" train "${ARGS[@]}" --zero 1 --check-replicas 1 --device "$dev" \
-    --out "$WORK/zero1-$dev" --overwrite >"$WORK/zero1-$dev.log" 2>&1 \
-    || { fail "2 ranks, --zero 1, --device $dev: training failed"; tail -5 "$WORK/zero1-$dev.log"; }
-done
-if [ -f "$WORK/zero1-cuda/metrics.jsonl" ] && same_losses "$WORK/zero1-cpu" "$WORK/zero1-cuda" &&
-  python3 - "$WORK/none-cuda/memory.json" "$WORK/zero1-cuda/memory.json" <<'PY'
+# ZeRO on the device, stages 1 and 2: two ranks sharing the GPU stage each bucket (stage 1) or
+# each layer's piece (stage 2) through host memory; the optimizer runs on the device's shards.
+# The losses are the cpu's run's with the same stage, replicas stay identical, and each rank's
+# device bytes for gradients and optimizer state are exactly what sdp plan --device cuda says.
+for stage in 1 2; do
+  for dev in cpu cuda; do
+    bin=$SDP_BIN; [ "$dev" = cuda ] && bin=$SDP_CUDA_BIN
+    timeout 180 "${MPI[@]}" "$bin" train "${ARGS[@]}" --zero "$stage" --check-replicas 1 \
+      --device "$dev" --out "$WORK/zero$stage-$dev" --overwrite >"$WORK/zero$stage-$dev.log" 2>&1 \
+      || { fail "2 ranks, --zero $stage, --device $dev: training failed"; tail -5 "$WORK/zero$stage-$dev.log"; }
+  done
+  [ -f "$WORK/zero$stage-cuda/metrics.jsonl" ] || continue
+  "$SDP_CUDA_BIN" plan --device cuda --layers 2 --heads 4 --width 64 --seq-len 32 --batch 4 \
+    --vocab 256 --world 2 --threads 1 --val-batches 2 --zero "$stage" --json >"$WORK/zero$stage.json" 2>&1
+  if same_losses "$WORK/zero$stage-cpu" "$WORK/zero$stage-cuda" &&
+    python3 - "$WORK/zero$stage.json" "$WORK/zero$stage-cuda/memory.json" <<'PY'
 import json, sys
-a, b = (json.load(open(p))["workers"] for p in sys.argv[1:3])
-print("device optimizer bytes per rank, --zero 0 -> 1:",
-      " ".join("%d->%d" % (x["optimizer"], y["optimizer"]) for x, y in zip(a, b)))
-sys.exit(0 if all(abs(2 * y["optimizer"] - x["optimizer"]) <= 64 for x, y in zip(a, b)) else 1)
+plan, run = (json.load(open(p))["workers"] for p in sys.argv[1:3])
+bad = [(r, k, p[k], m[k]) for r, (p, m) in enumerate(zip(plan, run)) for k in ("grads", "optimizer")
+       if p[k] != m[k]]
+for b in bad: print("rank %d %s: planned %d, on the device %d" % b)
+print("device grads and optimizer bytes per rank:",
+      " ".join("%d/%d" % (m["grads"], m["optimizer"]) for m in run))
+sys.exit(1 if bad or len(plan) != len(run) else 0)
 PY
-then pass "2 ranks, --zero 1 on cuda: the cpu's losses, replicas identical, optimizer bytes halved"
-else fail "2 ranks, --zero 1 on cuda: losses differ from the cpu's, or the optimizer bytes are not halved"; fi
+  then pass "2 ranks, --zero $stage on cuda: the cpu's losses, replicas identical, the planned device bytes"
+  else fail "2 ranks, --zero $stage on cuda: losses differ from the cpu's, or device bytes from the plan"; fi
+done
 # The ResNet (cuDNN convolutions, batch norm, SGD with momentum on the device) on Fashion-MNIST:
 # one process, and 2 ranks under backward masking with neuron units.
 FMNIST=${SDP_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}

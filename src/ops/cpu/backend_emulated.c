@@ -12,6 +12,7 @@
 #include "sdp/backend.h"
 #include "sdp/check.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,17 +58,24 @@ static void mpi_broadcast_start(const sdp_backend *be, void *dc, float *x, size_
 }
 
 /* MPI_Ireduce_scatter, as the host path reduces (its sum lands at the start of x), then moved to
- * this rank's part: bitwise the host's. */
+ * this rank's part: bitwise the host's. The rest of x is spent, as NCCL leaves it: it is filled
+ * with NaN, so that a caller reading the sum anywhere else fails the tests. */
 static void mpi_reduce_scatter_start(const sdp_backend *be, void *dc, float *x, const int *counts,
                                      const int *displs) {
     (void)be;
     MPI_Comm comm = *(MPI_Comm *)dc;
-    int rank;
+    int rank, size;
     MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
     MPI_Request req;
     MPI_Ireduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, comm, &req);
     MPI_Wait(&req, MPI_STATUS_IGNORE);
-    memmove(x + displs[rank], x, (size_t)counts[rank] * sizeof(float));
+    const size_t lo = (size_t)displs[rank], hi = lo + (size_t)counts[rank];
+    memmove(x + lo, x, (hi - lo) * sizeof(float));
+    size_t n = 0;
+    for (int j = 0; j < size; j++) n += (size_t)counts[j];
+    for (size_t i = 0; i < n; i++)
+        if (i < lo || i >= hi) x[i] = NAN;
 }
 
 static void mpi_allgather_start(const sdp_backend *be, void *dc, float *x, const int *counts,
