@@ -105,10 +105,11 @@ static void cuda_broadcast_start(const sdp_backend *be, void *p, float *x, size_
     NCCL_CHECK(ncclBroadcast(x, x, n, ncclFloat32, root, dc->comm, ctx->comm_stream));
 }
 
-/* NCCL's reduce-scatter and all-gather take equal parts, and --zero 1's shards may differ by an
- * element: one reduce (or broadcast) per rank's part, grouped into one launch. */
-static void cuda_reduce_scatter_start(const sdp_backend *be, void *p, float *x, const int *counts,
-                                      const int *displs) {
+/* One collective per rank's part of x, grouped into one launch: a reduce to that rank (the
+ * reduce-scatter) or a broadcast from it (the all-gather). NCCL's own reduce-scatter and
+ * all-gather take equal parts, and --zero's shards may differ by an element. */
+static void each_part(const sdp_backend *be, void *p, float *x, const int *counts,
+                      const int *displs, bool reduce) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     device_comm *dc = p;
     SDP_ASSERT(dc && ctx->comm_stream);
@@ -117,26 +118,26 @@ static void cuda_reduce_scatter_start(const sdp_backend *be, void *p, float *x, 
     CUDA_CHECK(cudaEventRecord(ctx->comm_ready, ctx->stream));
     CUDA_CHECK(cudaStreamWaitEvent(ctx->comm_stream, ctx->comm_ready, 0));
     NCCL_CHECK(ncclGroupStart());
-    for (int j = 0; j < size; j++)
-        NCCL_CHECK(ncclReduce(x + displs[j], x + displs[j], (size_t)counts[j], ncclFloat32, ncclSum,
-                              j, dc->comm, ctx->comm_stream));
+    for (int j = 0; j < size; j++) {
+        float *part = x + displs[j];
+        const size_t n = (size_t)counts[j];
+        if (reduce)
+            NCCL_CHECK(
+                ncclReduce(part, part, n, ncclFloat32, ncclSum, j, dc->comm, ctx->comm_stream));
+        else
+            NCCL_CHECK(ncclBroadcast(part, part, n, ncclFloat32, j, dc->comm, ctx->comm_stream));
+    }
     NCCL_CHECK(ncclGroupEnd());
+}
+
+static void cuda_reduce_scatter_start(const sdp_backend *be, void *p, float *x, const int *counts,
+                                      const int *displs) {
+    each_part(be, p, x, counts, displs, true);
 }
 
 static void cuda_allgather_start(const sdp_backend *be, void *p, float *x, const int *counts,
                                  const int *displs) {
-    sdp_cuda_ctx *ctx = cuda_ctx(be);
-    device_comm *dc = p;
-    SDP_ASSERT(dc && ctx->comm_stream);
-    int size = 0;
-    NCCL_CHECK(ncclCommCount(dc->comm, &size));
-    CUDA_CHECK(cudaEventRecord(ctx->comm_ready, ctx->stream));
-    CUDA_CHECK(cudaStreamWaitEvent(ctx->comm_stream, ctx->comm_ready, 0));
-    NCCL_CHECK(ncclGroupStart());
-    for (int j = 0; j < size; j++)
-        NCCL_CHECK(ncclBroadcast(x + displs[j], x + displs[j], (size_t)counts[j], ncclFloat32, j,
-                                 dc->comm, ctx->comm_stream));
-    NCCL_CHECK(ncclGroupEnd());
+    each_part(be, p, x, counts, displs, false);
 }
 
 static void cuda_allreduce_wait(const sdp_backend *be) {
