@@ -19,13 +19,14 @@ static size_t shard_elems(const sdp_plan *p, size_t count, int k, int j) {
     return hi - lo;
 }
 
-static uint64_t ring_bytes(size_t elems, int members) {
-    return (uint64_t)(2.0 * (members - 1) / members * (double)elems * sizeof(float));
+/* Ring passes (a reduce-scatter or an all-gather: one; an all-reduce: two), as sdp_sync counts
+ * them (count_ring). */
+static uint64_t ring_pass_bytes(size_t elems, int members, int passes) {
+    return (uint64_t)((double)passes * (members - 1) / members * (double)elems * sizeof(float));
 }
 
-/* Half a ring all-reduce: what sdp_sync counts for a reduce-scatter alone. */
-static uint64_t ring_reduce_scatter_bytes(size_t elems, int members) {
-    return (uint64_t)(1.0 * (members - 1) / members * (double)elems * sizeof(float));
+static uint64_t ring_bytes(size_t elems, int members) {
+    return ring_pass_bytes(elems, members, 2);
 }
 
 /* The trained elements of each owner group (malloc'd, ngroups + 1 entries) and, in *shared, of
@@ -128,7 +129,7 @@ static void zero2_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r
                 sdp_sync_shard(piece_count[i], k, j, &lo, &hi);
                 state[r - r0] += hi - lo;
                 if (piece_layer[i] >= 0 && k > 1)
-                    sent[r - r0] += early * ring_reduce_scatter_bytes(piece_count[i], k);
+                    sent[r - r0] += early * ring_pass_bytes(piece_count[i], k, 1);
             }
         }
     }

@@ -529,17 +529,17 @@ static void device_copy(const sdp_sync *s, float *dst, const float *src, size_t 
 
 /* ---- gradients ------------------------------------------------------------------------------ */
 
-static void count_ring_allreduce(sdp_sync *s, size_t elems, int members) {
-    uint64_t bytes = (uint64_t)(2.0 * (members - 1) / members * (double)elems * sizeof(float));
+/* A ring pass (a reduce-scatter or an all-gather) moves (k - 1) / k of the buffer each way; an
+ * all-reduce is two passes. sdp plan counts them alike (memplan.c). */
+static void count_ring(sdp_sync *s, size_t elems, int members, int passes) {
+    uint64_t bytes =
+        (uint64_t)((double)passes * (members - 1) / members * (double)elems * sizeof(float));
     s->bytes.sent += bytes;
     s->bytes.recv += bytes;
 }
 
-/* A ring reduce-scatter alone: half an all-reduce (sdp plan counts it alike, memplan.c). */
-static void count_ring_reduce_scatter(sdp_sync *s, size_t elems, int members) {
-    uint64_t bytes = (uint64_t)(1.0 * (members - 1) / members * (double)elems * sizeof(float));
-    s->bytes.sent += bytes;
-    s->bytes.recv += bytes;
+static void count_ring_allreduce(sdp_sync *s, size_t elems, int members) {
+    count_ring(s, elems, members, 2);
 }
 
 /* MPI counts are ints: very large buckets go in pieces. */
@@ -589,17 +589,24 @@ static void reduce_staged(sdp_sync *s, sdp_bucket *b, float *grads) {
     from_host(s, grads + b->start, s->stage, b->count);
 }
 
-/* --zero 1 on a device: the bucket down to the host, reduce-scattered there as start_bucket does
- * it in host memory (the non-blocking call, whose additions match it bit for bit), and this
- * member's summed shard back up to its place. */
+/* A device's x[0, n) down to the host stage, reduce-scattered there as host memory is (the
+ * non-blocking call, whose additions match it bit for bit), and this member's sum, `mine`
+ * elements, back up to `to`. */
+static void reduce_scatter_through_stage(sdp_sync *s, MPI_Comm comm, const float *x, size_t n,
+                                         const int *counts, float *to, size_t mine) {
+    to_host(s, s->stage, x, n);
+    MPI_Request req;
+    MPI_Ireduce_scatter(MPI_IN_PLACE, s->stage, counts, MPI_FLOAT, MPI_SUM, comm, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    from_host(s, to, s->stage, mine);
+}
+
+/* --zero 1 on a device without a communicator: the member's summed shard goes to its place. */
 static void reduce_scatter_staged(sdp_sync *s, sdp_bucket *b, float *grads) {
     b->started = true;
     count_ring_allreduce(s, b->count, b->nmembers); /* with the all-gather, as start_bucket */
-    to_host(s, s->stage, grads + b->start, b->count);
-    MPI_Request req;
-    MPI_Ireduce_scatter(MPI_IN_PLACE, s->stage, b->shard_counts, MPI_FLOAT, MPI_SUM, b->comm, &req);
-    MPI_Wait(&req, MPI_STATUS_IGNORE);
-    from_host(s, grads + b->start + b->shard_lo, s->stage, b->shard_hi - b->shard_lo);
+    reduce_scatter_through_stage(s, b->comm, grads + b->start, b->count, b->shard_counts,
+                                 grads + b->start + b->shard_lo, b->shard_hi - b->shard_lo);
 }
 
 static void scale(const sdp_sync *s, float *x, size_t n, float by) {
@@ -616,10 +623,7 @@ static void start_piece(sdp_sync *s, sdp_piece *p, float *grads) {
     const sdp_bucket *b = &s->buckets[p->bucket];
     if (!reduced(b)) return;
     /* An early micro-batch's reduce-scatter has no all-gather to follow it. */
-    if (s->early_micro_batch)
-        count_ring_reduce_scatter(s, p->hi - p->lo, b->nmembers);
-    else
-        count_ring_allreduce(s, p->hi - p->lo, b->nmembers); /* as start_bucket counts it */
+    count_ring(s, p->hi - p->lo, b->nmembers, s->early_micro_batch ? 1 : 2); /* as start_bucket */
     float *x = grads + p->store;
     if (b->dev) { /* the member's sum lands at its own part of the piece */
         s->be->reduce_scatter_start(s->be, b->dev, x, p->counts, p->displs);
@@ -629,13 +633,10 @@ static void start_piece(sdp_sync *s, sdp_piece *p, float *grads) {
         MPI_Ireduce_scatter(MPI_IN_PLACE, x, p->counts, MPI_FLOAT, MPI_SUM, b->comm, &p->req);
         return;
     }
-    /* Staged: at once, through the one stage, leaving the sum at the piece's start as in host
-     * memory (the non-blocking call, whose additions match the host's bit for bit). */
-    const size_t n = p->hi - p->lo;
-    to_host(s, s->stage, x, n);
-    MPI_Ireduce_scatter(MPI_IN_PLACE, s->stage, p->counts, MPI_FLOAT, MPI_SUM, b->comm, &p->req);
-    MPI_Wait(&p->req, MPI_STATUS_IGNORE);
-    from_host(s, x, s->stage, p->shard_hi - p->shard_lo);
+    /* Staged: at once, through the one stage, leaving the sum at the piece's start as host
+     * memory's in-place reduce-scatter does. */
+    reduce_scatter_through_stage(s, b->comm, x, p->hi - p->lo, p->counts, x,
+                                 p->shard_hi - p->shard_lo);
 }
 
 /* dst = src, or dst += src, in the gradients' memory (host or the backend's). */
@@ -852,22 +853,32 @@ static void bucket_params(const sdp_sync *s, const sdp_bucket *b, float *params,
     }
 }
 
+/* Every member's updated parameters of [lo, hi) of a bucket's region, each sending its own
+ * [shard_lo, shard_hi) (counts and displs as MPI takes them), through `place` (where [lo, hi)
+ * lies in the gradient buffer, spent by now) or, staged, the host stage. */
+static void gather_params(sdp_sync *s, const sdp_bucket *bk, float *params, float *place, size_t lo,
+                          size_t hi, size_t shard_lo, size_t shard_hi, const int *counts,
+                          const int *displs) {
+    float *region = staged(s, bk) ? s->stage : place;
+    bucket_params(s, bk, params, region, lo, true, shard_lo, shard_hi);
+    if (bk->dev) {
+        s->be->allgather_start(s->be, bk->dev, region, counts, displs);
+        s->be->allreduce_wait(s->be); /* the copies below read what it gathered */
+    } else {
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, counts, displs, MPI_FLOAT,
+                       bk->comm);
+    }
+    bucket_params(s, bk, params, region, lo, false, lo, hi);
+}
+
 /* --zero 2: the all-gather piece by piece, through each piece's own (spent) place. */
 static void share_pieces(sdp_sync *s, float *params, float *grads) {
     for (int i = 0; i < s->npieces; i++) {
         const sdp_piece *p = &s->pieces[i];
         const sdp_bucket *bk = &s->buckets[p->bucket];
         if (!reduced(bk)) continue;
-        float *region = staged(s, bk) ? s->stage : grads + p->store;
-        bucket_params(s, bk, params, region, p->lo, true, p->shard_lo, p->shard_hi);
-        if (bk->dev) {
-            s->be->allgather_start(s->be, bk->dev, region, p->counts, p->displs);
-            s->be->allreduce_wait(s->be); /* the copies below read what it gathered */
-        } else {
-            MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, p->counts, p->displs,
-                           MPI_FLOAT, bk->comm);
-        }
-        bucket_params(s, bk, params, region, p->lo, false, p->lo, p->hi);
+        gather_params(s, bk, params, grads + p->store, p->lo, p->hi, p->shard_lo, p->shard_hi,
+                      p->counts, p->displs);
     }
 }
 
@@ -880,17 +891,9 @@ void sdp_sync_share_updates(sdp_sync *s, float *params, float *grads) {
     for (int b = 0; b < s->nbuckets; b++) {
         sdp_bucket *bk = &s->buckets[b];
         if (!reduced(bk)) continue;
-        float *region = staged(s, bk) ? s->stage : grads + bk->start;
-        bucket_params(s, bk, params, region, 0, true, bk->shard_lo, bk->shard_hi);
         /* The bytes were counted with the reduce-scatter (start_bucket). */
-        if (bk->dev) {
-            s->be->allgather_start(s->be, bk->dev, region, bk->shard_counts, bk->shard_displs);
-            s->be->allreduce_wait(s->be); /* the copies below read what it gathered */
-        } else {
-            MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region, bk->shard_counts,
-                           bk->shard_displs, MPI_FLOAT, bk->comm);
-        }
-        bucket_params(s, bk, params, region, 0, false, 0, bk->count);
+        gather_params(s, bk, params, grads + bk->start, 0, bk->count, bk->shard_lo, bk->shard_hi,
+                      bk->shard_counts, bk->shard_displs);
     }
 }
 
