@@ -1,9 +1,11 @@
-/* The allocator's accounting: bytes per category and peaks; and arenas, whose size a counting
- * run of the same allocations gives exactly, and whose blocks come back zero-filled. */
+/* The allocator's accounting: bytes per category and peaks; arenas, whose size a counting run of
+ * the same allocations gives exactly, and whose blocks come back zero-filled; and pools, whose
+ * bytes are pure data that a borrower may overwrite without breaking the blocks' frees. */
 #include "testutil.h"
 
 #include "sdp/mem.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void test_counts(void **state) {
@@ -62,10 +64,42 @@ static void test_arena(void **state) {
     sdp_free(&heap, region);
 }
 
+static void test_pool(void **state) {
+    (void)state;
+    sdp_mem dry = {.dry = true};
+    void *p[4];
+    allocate_some(&dry, p);
+    const size_t need = dry.pooled_by[SDP_MEM_ACTS];
+    assert_int_equal(need, 64 + 4096); /* the activations only, each rounded up to 64 bytes */
+    char *region = NULL;
+    assert_int_equal(posix_memalign((void **)&region, 64, need), 0);
+    memset(region, 0xab, need);
+    sdp_mem m = {0};
+    sdp_mem_pool_open(&m, SDP_MEM_ACTS, region, need);
+    allocate_some(&m, p);
+    sdp_mem_pool_close(&m);
+    void *later = sdp_alloc(&m, SDP_MEM_ACTS, 100); /* closed: from the heap */
+    assert_ptr_equal(p[1], region);
+    assert_ptr_equal(p[3], region + 64);
+    assert_true((char *)later < region || (char *)later >= region + need);
+    assert_true((char *)p[0] < region || (char *)p[0] >= region + need);
+    for (int i = 0; i < 4096; i++) assert_int_equal(((unsigned char *)p[3])[i], 0);
+    assert_int_equal(m.cur[SDP_MEM_ACTS], 4197); /* counted as any allocation */
+    assert_int_equal(m.total_cur, 5197);
+    memset(region, 0xcd, need); /* a borrower's data over every byte of the pool */
+    for (int i = 0; i < 4; i++) sdp_free(&m, p[i]);
+    sdp_free(&m, later);
+    assert_int_equal(m.total_cur, 0);
+    assert_int_equal(m.peak[SDP_MEM_ACTS], 4197);
+    sdp_mem_pool_drop(&m);
+    free(region);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts),
         cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,20 @@ typedef struct {
     /* Bytes carved since the last reset, block headers and alignment included: in counting mode,
      * the arena that the same allocations would need (sdp_mem_block_bytes each). */
     size_t carved;
+    /* What each category's allocations would take from a pool, counted always: in counting mode,
+     * the pool (below) that a model's activations need. */
+    size_t pooled_by[SDP_MEM_NCAT];
+    /* A pool (sdp_mem_pool_open): while open, blocks of category pool_cat are carved from
+     * [pool, pool + pool_cap) and still counted here. They carry no header in the pool (their
+     * sizes are kept in pool_block), so the pool's bytes are one range of data that another user
+     * may overwrite while they lie idle: block-streamed evaluation borrows the training
+     * activations between steps (eval_stream.c). */
+    char *pool;
+    size_t pool_cap, pool_carved;
+    sdp_memcat pool_cat;
+    bool pool_open;
+    size_t *pool_block; /* per block carved, in order: its offset in the pool, then its bytes */
+    size_t pool_nblocks, pool_block_cap;
 } sdp_mem;
 
 /* 64-byte aligned, zero-filled. Fails with a clear message when the system is out of memory. */
@@ -41,9 +55,15 @@ void sdp_free(sdp_mem *m, void *p);
 void sdp_mem_use_arena(sdp_mem *m, void *region, size_t bytes);
 /* Empties the arena: every block carved from it must have been freed. */
 void sdp_mem_arena_reset(sdp_mem *m);
+/* Makes m carve its allocations of category cat from [region, region + bytes) (64-byte aligned;
+ * the category's pooled_by, as counted before) until sdp_mem_pool_close. The region stays the
+ * caller's: sdp_mem_pool_drop forgets it once every block carved from it is freed, and the caller
+ * frees it then. */
+void sdp_mem_pool_open(sdp_mem *m, sdp_memcat cat, void *region, size_t bytes);
+void sdp_mem_pool_close(sdp_mem *m);
+void sdp_mem_pool_drop(sdp_mem *m);
 /* What one allocation of `bytes` takes from an arena. */
 size_t sdp_mem_block_bytes(size_t bytes);
-size_t sdp_alloc_size(const void *p);
 
 const char *sdp_memcat_name(sdp_memcat cat);
 /* Peak resident set size of this process, in bytes (from getrusage). */

@@ -30,6 +30,41 @@ size_t sdp_mem_block_bytes(size_t bytes) {
     return sizeof(block_header) + (bytes + 63) / 64 * 64;
 }
 
+static bool in_pool(const sdp_mem *m, const void *p) {
+    return m->pool && (const char *)p >= m->pool && (const char *)p < m->pool + m->pool_cap;
+}
+
+/* A block of the open pool: no header, its offset and bytes in m->pool_block. */
+static void *carve_pool(sdp_mem *m, size_t bytes) {
+    const size_t at = m->pool_carved;
+    m->pool_carved += (bytes + 63) / 64 * 64;
+    SDP_ASSERT(m->pool_carved <= m->pool_cap && "the pool was sized for other allocations");
+    if (m->pool_nblocks == m->pool_block_cap) {
+        m->pool_block_cap = m->pool_block_cap ? 2 * m->pool_block_cap : 64;
+        m->pool_block = sdp_xrealloc(m->pool_block, 2 * m->pool_block_cap * sizeof(size_t),
+                                     "the pool's block sizes");
+    }
+    m->pool_block[2 * m->pool_nblocks] = at;
+    m->pool_block[2 * m->pool_nblocks + 1] = bytes;
+    m->pool_nblocks++;
+    return m->pool + at;
+}
+
+/* The bytes of pool block p, found by its offset (blocks are carved in ascending order). */
+static size_t pool_block_bytes(const sdp_mem *m, const void *p) {
+    const size_t at = (size_t)((const char *)p - m->pool);
+    size_t lo = 0, hi = m->pool_nblocks;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (m->pool_block[2 * mid] < at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    SDP_ASSERT(lo < m->pool_nblocks && m->pool_block[2 * lo] == at && "not a block of the pool");
+    return m->pool_block[2 * lo + 1];
+}
+
 /* The next block of the arena, or NULL without one. */
 static block_header *carve(sdp_mem *m, size_t bytes) {
     const size_t at = m->carved;
@@ -41,6 +76,13 @@ static block_header *carve(sdp_mem *m, size_t bytes) {
 
 void *sdp_alloc(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     SDP_ASSERT(m && cat < SDP_MEM_NCAT);
+    m->pooled_by[cat] += (bytes + 63) / 64 * 64;
+    if (m->pool_open && cat == m->pool_cat) {
+        void *p = carve_pool(m, bytes);
+        memset(p, 0, bytes);
+        account(m, cat, bytes);
+        return p;
+    }
     block_header *h = carve(m, bytes);
     if (m->dry) {
         account(m, cat, bytes);
@@ -66,17 +108,21 @@ static block_header *header_of(const void *p) {
     return h;
 }
 
-size_t sdp_alloc_size(const void *p) {
-    return p ? header_of(p)->bytes : 0;
+static void unaccount(sdp_mem *m, sdp_memcat cat, size_t bytes) {
+    SDP_ASSERT(m->cur[cat] >= bytes);
+    m->cur[cat] -= bytes;
+    m->total_cur -= bytes;
+    m->nallocs--;
 }
 
 void sdp_free(sdp_mem *m, void *p) {
     if (!p) return;
+    if (in_pool(m, p)) {
+        unaccount(m, m->pool_cat, pool_block_bytes(m, p));
+        return;
+    }
     block_header *h = header_of(p);
-    SDP_ASSERT(m->cur[h->cat] >= h->bytes);
-    m->cur[h->cat] -= h->bytes;
-    m->total_cur -= h->bytes;
-    m->nallocs--;
+    unaccount(m, h->cat, h->bytes);
     h->magic = 0;
     if (!m->arena) free(h);
 }
@@ -86,6 +132,27 @@ void sdp_mem_use_arena(sdp_mem *m, void *region, size_t bytes) {
     memset(m, 0, sizeof *m);
     m->arena = region;
     m->arena_cap = bytes;
+}
+
+void sdp_mem_pool_open(sdp_mem *m, sdp_memcat cat, void *region, size_t bytes) {
+    SDP_ASSERT(!m->pool && !m->dry && ((uintptr_t)region & 63) == 0);
+    m->pool = region;
+    m->pool_cap = bytes;
+    m->pool_carved = 0;
+    m->pool_cat = cat;
+    m->pool_open = true;
+}
+
+void sdp_mem_pool_close(sdp_mem *m) {
+    m->pool_open = false;
+}
+
+void sdp_mem_pool_drop(sdp_mem *m) {
+    SDP_ASSERT(!m->pool_open);
+    free(m->pool_block);
+    m->pool = NULL;
+    m->pool_block = NULL;
+    m->pool_cap = m->pool_carved = m->pool_nblocks = m->pool_block_cap = 0;
 }
 
 void sdp_mem_arena_reset(sdp_mem *m) {

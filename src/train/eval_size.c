@@ -17,6 +17,13 @@ size_t train_eval_recal_floats(const sdp_layout *full) {
     return n;
 }
 
+eval_pass_lent train_eval_pass_lent(const eval_pass_size *z, size_t lent) {
+    const size_t a = z->arena_bytes, s = z->stream_bytes;
+    if (a + s <= lent) return (eval_pass_lent){true, true};
+    if (a >= s) return (eval_pass_lent){a <= lent, a > lent && s <= lent};
+    return (eval_pass_lent){s > lent && a <= lent, s <= lent};
+}
+
 /* Keeps block g whole, and the blocks no subnetwork drops (a ResNet's downsampling ones). */
 sdp_subnet_spec train_eval_block_spec(const sdp_layout *full, int g) {
     const int n = full->nblocks;

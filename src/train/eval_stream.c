@@ -30,10 +30,11 @@ typedef struct {
     int rows;          /* examples per call of a stage: the block models' batch */
     size_t row_floats; /* of the stream, per example */
     int chunk;
-    void *region;    /* the block models' arena, from io_mem */
-    sdp_mem arena;   /* over region: each block's model in turn */
-    sdp_backend *be; /* the CPU backend over arena that the current block's model runs on */
-    sdp_model m;     /* the current block's model */
+    void *region;        /* the block models' arena: borrowed, or from io_mem */
+    eval_pass_lent lent; /* which of region and stream lie in the training activations */
+    sdp_mem arena;       /* over region: each block's model in turn */
+    sdp_backend *be;     /* the CPU backend over arena that the current block's model runs on */
+    sdp_model m;         /* the current block's model */
     int local_block;
 } streamer;
 
@@ -160,15 +161,22 @@ static void open_streamer(streamer *s, trainer *t, uint64_t n, bool training) {
     s->floats = z.row_floats * (size_t)t->data.B;
     s->chunk = z.chunk;
     s->local = train_host_copy(t, t->model.params, t->model.layout->numel);
-    s->region = sdp_alloc(&t->io_mem, SDP_MEM_ACTS, z.arena_bytes);
+    /* Between steps the training activations hold nothing that the next step reads: the pass
+     * borrows them where they are one pool (trainer.c), and allocates only what does not fit. */
+    char *pool = t->mem.pool;
+    s->lent = train_eval_pass_lent(&z, pool ? t->mem.pool_cap : 0);
+    s->region = s->lent.arena ? (void *)pool : sdp_alloc(&t->io_mem, SDP_MEM_ACTS, z.arena_bytes);
     sdp_mem_use_arena(&s->arena, s->region, z.arena_bytes);
-    s->stream = sdp_alloc(&t->io_mem, SDP_MEM_ACTS, z.stream_bytes);
+    if (s->lent.stream)
+        s->stream = (float *)(s->lent.arena ? pool + z.arena_bytes : pool);
+    else
+        s->stream = sdp_alloc(&t->io_mem, SDP_MEM_ACTS, z.stream_bytes);
 }
 
 static void close_streamer(streamer *s) {
     trainer *t = s->t;
-    sdp_free(&t->io_mem, s->stream);
-    sdp_free(&t->io_mem, s->region);
+    if (!s->lent.stream) sdp_free(&t->io_mem, s->stream);
+    if (!s->lent.arena) sdp_free(&t->io_mem, s->region);
     train_host_copy_done(t, s->local, t->model.params, t->model.layout->numel, false);
 }
 
@@ -233,6 +241,11 @@ static void validation_batch(trainer *t, uint64_t v, sdp_batch *b) {
 }
 
 /* ---- entry points ------------------------------------------------------------------------ */
+
+bool train_eval_borrows_activations(const trainer *t) {
+    return t->be->host_memory && !simulating(t) && t->plan.cfg.mask == SDP_MASK_FORWARD &&
+           t->plan.cfg.owners != t->plan.cfg.world;
+}
 
 bool train_eval_recalibrates(const trainer *t) {
     return t->data.images && t->plan.cfg.mask == SDP_MASK_FORWARD &&

@@ -606,11 +606,14 @@ static double *gather_peaks(const io_memplan_run *run, const windows *ws) {
     return peak;
 }
 
-/* Elements of rank r's own model and of the optimizer state it keeps, from its own model. */
-static void local_sizes(const io_memplan_run *run, int r, size_t *nlocal, size_t *owned) {
-    *nlocal = train_worker_count_one(run->cfg, run->plan, run->full, r, run->B, run->T,
-                                     train_worker_count_cpu, &run->gemm)
-                  .numel;
+/* Elements of rank r's own model and of the optimizer state it keeps, and its activations' pool,
+ * from its own model. */
+static void local_sizes(const io_memplan_run *run, int r, size_t *nlocal, size_t *owned,
+                        size_t *pool) {
+    const worker_count c = train_worker_count_one(run->cfg, run->plan, run->full, r, run->B, run->T,
+                                                  train_worker_count_cpu, &run->gemm);
+    *nlocal = c.numel;
+    *pool = c.acts_pool;
     sdp_worker_plan w;
     sdp_memplan_worker(run->plan, run->full, r, &w);
     *owned = w.owned;
@@ -620,10 +623,22 @@ static double max2(double a, double b) {
     return a > b ? a : b;
 }
 
-/* Every rank's peak from the gathers' (gather[r * NKINDS + kind]) and, on a device, the elements
- * of its model and of its optimizer state (NULL otherwise: the host copies are made only there). */
+/* Whether a pass borrows the workers' training activations (eval_stream.c): on the host only. */
+static bool lends(const io_memplan_run *run) {
+    return streams(run) && !run->on_device;
+}
+
+/* What a pass over `lent` bytes of training activations allocates of its own. */
+static double pass_bytes(const eval_pass_size *z, size_t lent) {
+    const eval_pass_lent l = train_eval_pass_lent(z, lent);
+    return (l.arena ? 0 : (double)z->arena_bytes) + (l.stream ? 0 : (double)z->stream_bytes);
+}
+
+/* Every rank's peak from the gathers' (gather[r * NKINDS + kind]), on a device the elements of
+ * its model and of its optimizer state (NULL otherwise: the host copies are made only there), and
+ * on the host the pool of its activations that a pass borrows (NULL when none does). */
 static void assemble(const io_memplan_run *run, const windows *ws, const double *gather,
-                     const size_t *nlocal, const size_t *owned, double *out) {
+                     const size_t *nlocal, const size_t *owned, const size_t *pool, double *out) {
     const int world = run->plan->cfg.world;
     const double W = 4.0 * (double)train_ckpt_window_floats(run->full->numel);
     eval_pass_size val = {0}, recal = {0};
@@ -643,11 +658,10 @@ static void assemble(const io_memplan_run *run, const windows *ws, const double 
         if (ws->n && run->state_buffers > 0) most = max2(most, host_state + win + g[WIN_STATE]);
         if (g[WIN_PARAMS] > 0) most = max2(most, host + win + g[WIN_PARAMS]);
         if (streams(run)) {
-            most = max2(most,
-                        host + (double)val.arena_bytes + (double)val.stream_bytes + g[WIN_BLOCK]);
+            const size_t lent = pool ? pool[r] : 0;
+            most = max2(most, host + pass_bytes(&val, lent) + g[WIN_BLOCK]);
             if (recalibrates(run))
-                most = max2(most, host + (double)recal.arena_bytes + (double)recal.stream_bytes +
-                                      g[WIN_BLOCK]);
+                most = max2(most, host + pass_bytes(&recal, lent) + g[WIN_BLOCK]);
         }
         out[r] = kept + most;
     }
@@ -657,22 +671,27 @@ void train_io_memplan_predict(const io_memplan_run *run, double *out) {
     const int world = run->plan->cfg.world;
     windows ws = gathers_of(run);
     double *gather = gather_peaks(run, &ws);
-    size_t *nlocal = NULL, *owned = NULL;
-    if (run->on_device) {
+    size_t *nlocal = NULL, *owned = NULL, *pool = NULL;
+    if (run->on_device || lends(run)) {
         const char *what = "the workers' model sizes";
         worker_count *c = sdp_xmalloc(sizeof *c * (size_t)world, what);
-        nlocal = sdp_xmalloc(sizeof *nlocal * (size_t)world, what);
-        owned = sdp_xmalloc(sizeof *owned * (size_t)world, what);
-        sdp_worker_plan *w = sdp_xmalloc(sizeof *w * (size_t)world, what);
         train_worker_count_all(run->cfg, run->plan, run->full, run->B, run->T,
                                train_worker_count_cpu, &run->gemm, c);
-        sdp_memplan_workers(run->plan, run->full, w);
-        for (int r = 0; r < world; r++) nlocal[r] = c[r].numel, owned[r] = w[r].owned;
+        if (run->on_device) {
+            nlocal = sdp_xmalloc(sizeof *nlocal * (size_t)world, what);
+            owned = sdp_xmalloc(sizeof *owned * (size_t)world, what);
+            sdp_worker_plan *w = sdp_xmalloc(sizeof *w * (size_t)world, what);
+            sdp_memplan_workers(run->plan, run->full, w);
+            for (int r = 0; r < world; r++) nlocal[r] = c[r].numel, owned[r] = w[r].owned;
+            free(w);
+        } else {
+            pool = sdp_xmalloc(sizeof *pool * (size_t)world, what);
+            for (int r = 0; r < world; r++) pool[r] = c[r].acts_pool;
+        }
         free(c);
-        free(w);
     }
-    assemble(run, &ws, gather, nlocal, owned, out);
-    free(nlocal), free(owned);
+    assemble(run, &ws, gather, nlocal, owned, pool, out);
+    free(nlocal), free(owned), free(pool);
     free(gather);
     free(ws.w);
 }
@@ -681,11 +700,14 @@ void train_io_memplan_predict_reference(const io_memplan_run *run, double *out) 
     const int world = run->plan->cfg.world;
     windows ws = gathers_of(run);
     double *gather = gather_peaks_reference(run, &ws);
-    size_t *nlocal = sdp_xmalloc(sizeof *nlocal * ((size_t)world + 1), "the workers' model sizes"),
-           *owned = sdp_xmalloc(sizeof *owned * ((size_t)world + 1), "the workers' model sizes");
-    for (int r = 0; r < world; r++) local_sizes(run, r, &nlocal[r], &owned[r]);
-    assemble(run, &ws, gather, nlocal, owned, out);
-    free(nlocal), free(owned);
+    const char *what = "the workers' model sizes";
+    size_t *nlocal = sdp_xmalloc(sizeof *nlocal * ((size_t)world + 1), what),
+           *owned = sdp_xmalloc(sizeof *owned * ((size_t)world + 1), what),
+           *pool = sdp_xmalloc(sizeof *pool * ((size_t)world + 1), what);
+    for (int r = 0; r < world; r++) local_sizes(run, r, &nlocal[r], &owned[r], &pool[r]);
+    assemble(run, &ws, gather, run->on_device ? nlocal : NULL, run->on_device ? owned : NULL,
+             lends(run) ? pool : NULL, out);
+    free(nlocal), free(owned), free(pool);
     free(gather);
     free(ws.w);
 }

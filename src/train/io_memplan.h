@@ -32,6 +32,13 @@ eval_pass_size train_eval_pass_size_of(const sdp_model_config *cfg, const sdp_la
 eval_pass_size train_eval_pass_size_each_block(const sdp_model_config *cfg, const sdp_layout *full,
                                                int B, int T, uint64_t batches, bool training,
                                                sdp_gemm_provider gemm);
+/* Which of a pass's buffers lie in the training activations, when a worker lends `lent` bytes of
+ * them (its activations' pool: 0 on a device, whose activations are not host memory). Both when
+ * they fit together, the arena first; else the larger one that fits alone; else the other. */
+typedef struct {
+    bool arena, stream;
+} eval_pass_lent;
+eval_pass_lent train_eval_pass_lent(const eval_pass_size *z, size_t lent);
 /* Floats of the full layout's running statistics, which re-estimation keeps for checkpoints. */
 size_t train_eval_recal_floats(const sdp_layout *full);
 

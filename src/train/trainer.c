@@ -4,6 +4,7 @@
  * and the SDP invariant tests drive the same functions (tests/mpi_invariants.c). */
 #include "run_plan.h"
 #include "trainer.h"
+#include "worker_count.h"
 
 #include "sdp/check.h"
 #include "sdp/interrupt.h"
@@ -61,6 +62,20 @@ static void load_data(trainer *t) {
                        &t->mem);
 }
 
+/* Block-streamed evaluation borrows the training activations between steps (eval_stream.c): the
+ * model's activations are carved from one pool, sized by building the model in counting mode. */
+static void open_acts_pool(trainer *t) {
+    const size_t bytes = train_worker_count_one(&t->cfg, &t->plan, &t->full, job_rank(t), t->data.B,
+                                                t->data.T, train_worker_count_cpu, &t->gemm)
+                             .acts_pool;
+    if (bytes == 0) return;
+    if (posix_memalign(&t->acts_pool, 64, bytes) != 0)
+        sdp_fatal("out of memory allocating %zu bytes for activations: use a smaller model or "
+                  "batch",
+                  bytes);
+    sdp_mem_pool_open(&t->mem, SDP_MEM_ACTS, t->acts_pool, bytes);
+}
+
 /* The worker's subnetwork: its shape from the plan, its map onto the full model, the
  * owner-group communicators, and gradients and optimizer state for what it owns (the state, under
  * --zero 1, for its shard of each owner group's gradients only). */
@@ -75,8 +90,10 @@ static void build_worker(trainer *t) {
     t->gemm = train_run_gemm(&t->o);
     sdp_model_config on_device = t->cfg; /* only the worker's model runs on t->be */
     on_device.backend = t->be;
+    if (train_eval_borrows_activations(t)) open_acts_pool(t);
     train_run_create_worker_model(&t->model, &on_device, &t->plan, &t->full, job_rank(t), t->data.B,
                                   t->data.T, SDP_MODEL_TRAIN_BARE);
+    sdp_mem_pool_close(&t->mem);
     sdp_subnet_map_build(&t->map, &t->full, t->model.layout, &t->plan, job_rank(t), forward);
     const size_t nlocal = t->model.layout->numel;
     float *init = train_host_copy(t, t->model.params, nlocal);
@@ -263,6 +280,8 @@ void trainer_free(trainer *t) {
     sdp_sync_free(&t->sync);
     sdp_subnet_map_free(&t->map);
     t->model.ops->destroy(&t->model);
+    if (t->acts_pool) sdp_mem_pool_drop(&t->mem);
+    free(t->acts_pool);
     sdp_plan_free(&t->plan);
     sdp_layout_free(&t->full);
     train_batches_close(&t->data, &t->mem);

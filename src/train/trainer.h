@@ -29,6 +29,7 @@ typedef struct {
     sdp_plan plan;
     /* this worker's subnetwork */
     sdp_model model;
+    void *acts_pool; /* its activations, as one pool of mem when evaluation borrows them */
     sdp_subnet_map map;
     sdp_sync sync;
     /* Gradients are kept for owned elements only, bucket after bucket (see sync.h). */
@@ -136,6 +137,8 @@ sdp_metrics train_eval_streamed(trainer *t);
  * forward masking with k < N), doing so for the current step if not done yet; and the values of
  * the full layout's buffer tensor `name`. */
 bool train_eval_recalibrates(const trainer *t);
+/* Whether this worker evaluates block by block, and lends that its training activations. */
+bool train_eval_borrows_activations(const trainer *t);
 void train_eval_recalibrate(trainer *t);
 const float *train_eval_recalibrated(trainer *t, const char *name);
 

@@ -45,7 +45,8 @@ static worker_count count_spec(const sdp_model_config *cfg, const sdp_subnet_spe
     sdp_model m;
     train_run_family(cfg)->create(&m, &counted, spec, B, T, SDP_MODEL_TRAIN_BARE);
     worker_count c = {.numel = m.layout->numel,
-                      .flops_per_example = m.ops->train_flops_per_example(&m)};
+                      .flops_per_example = m.ops->train_flops_per_example(&m),
+                      .acts_pool = dry.pooled_by[SDP_MEM_ACTS]};
     m.ops->destroy(&m);
     sdp_backend_destroy(counted.backend);
     memcpy(c.peak, dry.peak, sizeof c.peak);

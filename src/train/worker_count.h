@@ -20,6 +20,7 @@ typedef struct {
     size_t numel;              /* elements of the worker's layout */
     size_t peak[SDP_MEM_NCAT]; /* what the model's creation allocated, at its peak */
     double flops_per_example;  /* the model's train_flops_per_example */
+    size_t acts_pool;          /* what its activations take as one pool (sdp_mem_pool_open) */
 } worker_count;
 
 /* A backend that allocates nothing and counts into dry (the caller's choice of device). */
