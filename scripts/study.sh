@@ -31,8 +31,9 @@
 #   resnet      the ResNet-20 on Fashion-MNIST (5 epochs; learning rates 0.05 to 0.4): DDP; backward masking with neuron units
 #               (the least memory at C = 0.5 on the planner, and the best accuracy after one epoch);
 #               the dense model shrunk to its memory (equal steps and matched FLOPs); forward
-#               masking with block units (equal steps and matched FLOPs). No "bigger model" row:
-#               no SDP mode grown a channel step fits DDP's memory here (docs/results.md)
+#               masking with block units (equal steps and matched FLOPs); the dense model shrunk
+#               to forward masking's memory (equal steps and matched FLOPs); forward masking grown
+#               by channels to DDP's memory
 #               Its runs are 5-9 minutes each: SEEDS=1 first gives every configuration's
 #               learning-rate grid, and a second pass adds seeds 2 and 3.
 #   vit         a ViT (4 layers, width 64, 7 x 7 patches) on Fashion-MNIST (10 epochs; learning
@@ -396,7 +397,7 @@ gpt_large() {
 }
 
 resnet() {
-  local w=resnet ddp_lr small
+  local w=resnet ddp_lr small fsmall big
   LRS=(0.05 0.1 0.2 0.4)
   BASE=("${RESNET_REF[@]}")
   local plan=(--model resnet --depth 20 --channels 16 --batch 32 --optimizer sgd --world 4
@@ -404,7 +405,10 @@ resnet() {
   # shellcheck disable=SC2046
   local bwd=($(mode_flags backward-neuron 0.5)) fwd=($(mode_flags forward-block 0.5))
   small=$(fit_width "$(plan_total "${plan[@]}" "${bwd[@]}")" none - "${plan[@]}")
-  echo "== resnet: DDP shrunk to $small channels fits backward masking's worker"
+  fsmall=$(fit_width "$(plan_total "${plan[@]}" "${fwd[@]}")" none - "${plan[@]}")
+  big=$(fit_width "$(plan_total "${plan[@]}" --sdp-mask none)" forward block "${plan[@]}")
+  echo "== resnet: DDP shrunk to $small channels fits backward masking's worker, to $fsmall" \
+       "forward masking's; forward masking grown to $big channels fits DDP's"
   tuned $w ddp
   ddp_lr=$LR
   tuned $w backward-neuron-c0.5 "${bwd[@]}"
@@ -412,6 +416,11 @@ resnet() {
   [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "ddp-w$small-lr$LR" "ddp-lr$ddp_lr" 2345 --channels "$small"
   tuned $w forward-block-c0.5 "${fwd[@]}"
   [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "forward-block-c0.5-lr$LR" "ddp-lr$ddp_lr" 2345 "${fwd[@]}"
+  # Forward masking's evaluation borrows the training activations (docs/design.md), so its worker
+  # is smaller than DDP's: the dense model in its memory, and forward masking grown into DDP's.
+  tuned $w "ddp-w$fsmall" --channels "$fsmall"
+  [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "ddp-w$fsmall-lr$LR" "ddp-lr$ddp_lr" 2345 --channels "$fsmall"
+  tuned $w "forward-block-c0.5-w$big" --channels "$big" "${fwd[@]}"
 }
 
 # The ViT: no batch norm, so forward masking's worker is a compact transformer with nothing to
