@@ -48,7 +48,8 @@
 # FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
 # metrics and its wall-clock time. A run whose row is there is skipped, so a sweep resumes from
 # the rows alone, on a fresh clone too; a run cut off mid-way resumes from its last checkpoint.
-# Run directories (runs/study/, never committed) are only the means.
+# Run directories (runs/study/, never committed) are only the means, and only those of the same
+# sdp binary are resumed or recorded.
 #   STUDY_COMMIT=1   commit each row as it lands (git commit of that TSV alone)
 #   SEEDS="1 2 3"    the seeds of every configuration
 #   SDP_BIN=PATH     the sdp binary (default build/sdp)
@@ -65,6 +66,9 @@ fi
 trap 'rm -f "$0"' EXIT
 cd "$STUDY_ROOT"
 SDP=${SDP_BIN:-build/sdp} # a copy keeps a long sweep on one binary while the tree is rebuilt
+# A run directory is finished or resumed only by the binary that began it (its sum in DIR.sdp):
+# one left by another binary, whose figures (memory above all) may no longer be true, starts again.
+SDP_SUM=$(sha256sum "$SDP" | cut -c1-16)
 [ -x "$SDP" ] || { echo "$SDP is missing: run bash scripts/build.sh first" >&2; exit 1; }
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 TEXT=$(realpath -m "${SDP_TEXT:-../shared/data/tinyshakespeare.txt}")
@@ -149,12 +153,17 @@ run() {
   local launch=(mpirun -np "$np" --oversubscribe)
   [ "$np" -eq 1 ] && launch=()
   local args=("$@" --seed "$seed" --out "$dir")
+  if [ -d "$dir" ] && [ "$(cat "$dir.sdp" 2>/dev/null)" != "$SDP_SUM" ]; then
+    echo "[$DONE] $w $name seed $seed: its directory was begun by another sdp binary: starting again"
+    rm -rf "$dir" "$dir.log"
+  fi
   if [ -f "$dir/memory.json" ]; then
     args=() # finished, but its row was not written: record it
   elif [ -f "$dir/model.safetensors" ]; then
     args=(--resume "$dir") && echo "[$DONE] $w $name seed $seed: resuming from its checkpoint"
   else
     rm -rf "$dir"
+    echo "$SDP_SUM" >"$dir.sdp"
   fi
   local t0=$SECONDS
   if [ ${#args[@]} -gt 0 ] && ! "${launch[@]}" "$SDP" train "${args[@]}" >>"$dir.log" 2>&1; then
