@@ -69,6 +69,19 @@ make_text() {
   fi
 }
 
+# tiny_models TEXT: GPT, LLAMA, VIT and RESNET, arrays of the smallest models of each family that
+# the bitwise comparisons train (on TEXT, and on IMAGES, which it sets: Fashion-MNIST). The ResNet
+# is 14 deep: block units need as many droppable blocks as 4 workers at k = 2 cover.
+tiny_models() {
+  IMAGES=/usr/share/datasets/fashion-mnist
+  GPT=(--model gpt --data "$1" --layers 3 --heads 4 --width 32 --d-ff 64 --seq-len 16 --batch 2)
+  LLAMA=(--model llama --data "$1" --layers 4 --heads 4 --width 32 --d-ff 64 --seq-len 16
+         --batch 2)
+  VIT=(--model vit --data "$IMAGES" --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
+  RESNET=(--model resnet --data "$IMAGES" --depth 14 --channels 4 --batch 4 --optimizer sgd
+          --bn-recal-batches 2)
+}
+
 # checkpoint_whole WHAT DIR: DIR's last checkpoint loads and its CRCs verify (needs
 # SDP_mpi_st_diff). A kill between a checkpoint's two files can leave the optimizer state of the
 # model's step in optim.prev alone (see save_checkpoint): that is the file a load takes.

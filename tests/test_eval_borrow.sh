@@ -9,16 +9,8 @@
 # bytes evaluation allocates of its own are the ones `sdp plan` predicts with the borrowing.
 source "$(dirname "$0")/lib.sh"
 make_text "$WORK/text.txt" 40000
-IMAGES=/usr/share/datasets/fashion-mnist
 COMMON=(--steps 4 --warmup 1 --log-every 1 --val-batches 2 --threads 1 --seed 5)
-GPT=(--model gpt --data "$WORK/text.txt" --layers 4 --heads 4 --width 32 --d-ff 64 --seq-len 16
-     --batch 2)
-LLAMA=(--model llama --data "$WORK/text.txt" --layers 4 --heads 4 --width 32 --d-ff 64
-       --seq-len 16 --batch 2)
-VIT=(--model vit --data "$IMAGES" --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
-# Depth 14: block units need at least as many droppable blocks as 4 workers at k = 2 cover.
-RESNET=(--model resnet --data "$IMAGES" --depth 14 --channels 4 --batch 4 --optimizer sgd
-        --bn-recal-batches 2)
+tiny_models "$WORK/text.txt"
 
 # losses FILE: the training losses logged, one per step.
 losses() {
