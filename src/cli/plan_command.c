@@ -306,8 +306,9 @@ static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
            "smaller\n",
            100 * (1 - worst_state / (ddp->params + ddp->grads + ddp->optim)),
            100 * (1 - worst_total / total_of(ddp)));
-    printf("  eval+ckpt: evaluation and checkpoint buffers at their peak (docs/design.md); "
-           "not counted: the dataset\n");
+    printf("  eval+ckpt: evaluation and checkpoint buffers at their peak, beyond the activations "
+           "that evaluation borrows under forward masking on the host (docs/design.md); not "
+           "counted: the dataset\n");
     int more = 0;
     for (int r = 0; r < o->world; r++) more += rows[r].grads > rows[r].owned_grads;
     if (more)
