@@ -71,6 +71,24 @@ static void test_pool(void **state) {
     allocate_some(&dry, p);
     const size_t need = dry.pooled_by[SDP_MEM_ACTS];
     assert_int_equal(need, 64 + 4096); /* the activations only, each rounded up to 64 bytes */
+    /* An empty allocation still takes a block of its own: the last block of a pool must lie
+     * inside it, and no two blocks may share an address. */
+    sdp_mem empty = {.dry = true};
+    sdp_alloc(&empty, SDP_MEM_ACTS, 100);
+    sdp_alloc(&empty, SDP_MEM_ACTS, 0);
+    assert_int_equal(empty.pooled_by[SDP_MEM_ACTS], 128 + 64);
+    char *small = NULL;
+    assert_int_equal(posix_memalign((void **)&small, 64, 192), 0);
+    sdp_mem e = {0};
+    sdp_mem_pool_open(&e, SDP_MEM_ACTS, small, 192);
+    void *x = sdp_alloc(&e, SDP_MEM_ACTS, 100), *none = sdp_alloc(&e, SDP_MEM_ACTS, 0);
+    sdp_mem_pool_close(&e);
+    assert_ptr_equal(none, small + 128);
+    sdp_free(&e, none);
+    sdp_free(&e, x);
+    assert_int_equal(e.total_cur, 0);
+    sdp_mem_pool_drop(&e);
+    free(small);
     char *region = NULL;
     assert_int_equal(posix_memalign((void **)&region, 64, need), 0);
     memset(region, 0xab, need);

@@ -34,10 +34,16 @@ static bool in_pool(const sdp_mem *m, const void *p) {
     return m->pool && (const char *)p >= m->pool && (const char *)p < m->pool + m->pool_cap;
 }
 
+/* What one allocation takes from a pool: at least 64 bytes, so that every block has an address
+ * of its own inside the pool (a model may ask for none, e.g. for heads a worker does not keep). */
+static size_t pool_block_size(size_t bytes) {
+    return bytes ? (bytes + 63) / 64 * 64 : 64;
+}
+
 /* A block of the open pool: no header, its offset and bytes in m->pool_block. */
 static void *carve_pool(sdp_mem *m, size_t bytes) {
     const size_t at = m->pool_carved;
-    m->pool_carved += (bytes + 63) / 64 * 64;
+    m->pool_carved += pool_block_size(bytes);
     SDP_ASSERT(m->pool_carved <= m->pool_cap && "the pool was sized for other allocations");
     if (m->pool_nblocks == m->pool_block_cap) {
         m->pool_block_cap = m->pool_block_cap ? 2 * m->pool_block_cap : 64;
@@ -76,7 +82,7 @@ static block_header *carve(sdp_mem *m, size_t bytes) {
 
 void *sdp_alloc(sdp_mem *m, sdp_memcat cat, size_t bytes) {
     SDP_ASSERT(m && cat < SDP_MEM_NCAT);
-    m->pooled_by[cat] += (bytes + 63) / 64 * 64;
+    m->pooled_by[cat] += pool_block_size(bytes);
     if (m->pool_open && cat == m->pool_cat) {
         void *p = carve_pool(m, bytes);
         memset(p, 0, bytes);
