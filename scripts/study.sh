@@ -53,6 +53,8 @@
 #   STUDY_COMMIT=1   commit each row as it lands (git commit of that TSV alone)
 #   SEEDS="1 2 3"    the seeds of every configuration
 #   SDP_BIN=PATH     the sdp binary (default build/sdp)
+#   STUDY_DRY=1      run nothing: list the runs not yet recorded (as far as the rows decide them)
+#   GRID_GROW=N      at most N rates added to a learning-rate grid whose best is its edge (3)
 # Run it in the background: nohup bash scripts/study.sh calibrate > runs/study.log 2>&1 &
 set -euo pipefail
 # bash reads a script as it runs: a sweep of hours runs from a copy, so that editing this file
@@ -149,6 +151,7 @@ run() {
   local dir="$OUT/$w/$name-s$seed"
   DONE=$((DONE + 1))
   if has_row "$w" "$name" "$seed"; then echo "[$DONE] $w $name seed $seed: recorded before"; return; fi
+  if [ "${STUDY_DRY:-0}" = 1 ]; then echo "[$DONE] $w $name seed $seed: to run"; return; fi
   mkdir -p "$OUT/$w"
   local launch=(mpirun -np "$np" --oversubscribe)
   [ "$np" -eq 1 ] && launch=()
@@ -181,17 +184,36 @@ cell() { # workload config seed col
     $2 == c && $3 == s { print $col[k]; exit }' "$f"
 }
 
-# The learning rate of prefix-lr<LR> with the lowest seed-1 validation loss.
-best_lr() { # workload prefix lrs...
-  local w=$1 prefix=$2 best="" best_loss=""; shift 2
-  for lr in "$@"; do
-    local v; v=$(cell "$w" "$prefix-lr$lr" 1 val_loss)
-    [ -n "$v" ] || continue
-    if [ -z "$best" ] || awk -v a="$v" -v b="$best_loss" 'BEGIN { exit !(a < b) }'; then
-      best=$lr best_loss=$v
-    fi
-  done
-  echo "$best"
+# The learning rate of PREFIX-lr<LR> with the lowest seed-1 validation loss over every rate
+# recorded, as scripts/study_report.py picks it ("" when none is).
+best_lr() { # workload prefix
+  local f; f=$(tsv_of "$1")
+  [ -f "$f" ] || return 0
+  awk -F'\t' -v p="$2-lr" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    $col["seed"] == 1 && index($col["config"], p) == 1 {
+      r = substr($col["config"], length(p) + 1)
+      if (r !~ /^[0-9.]+(e-?[0-9]+)?$/ || $col["val_loss"] !~ /^[0-9.]+$/) next
+      if (best == "" || $col["val_loss"] + 0 < loss) { best = r; loss = $col["val_loss"] + 0 }
+    }
+    END { print best }' "$f"
+}
+
+# RATE times FACTOR, written as the grids write rates: 8e-3 doubles to 1.6e-2, 0.4 to 0.8.
+lr_scaled() { # rate factor
+  awk -v r="$1" -v f="$2" 'BEGIN {
+    v = r * f
+    if (r !~ /e/) { printf "%g\n", v; exit }
+    e = int(log(v) / log(10) + 100) - 100; m = v / 10 ^ e
+    if (m >= 9.9999) { m /= 10; e++ }
+    printf "%ge%d\n", m, e }'
+}
+
+# "up" when RATE is the largest of RATES, "down" when the smallest, else nothing.
+grid_edge() { # rate rates...
+  local r=$1; shift
+  awk -v r="$r" 'BEGIN { up = down = 1
+    for (i = 1; i < ARGC; i++) { if (ARGV[i] + 0 > r + 0) up = 0; if (ARGV[i] + 0 < r + 0) down = 0 }
+    if (up) print "up"; else if (down) print "down"; exit }' "$@"
 }
 
 SDP_MODES=(forward-block forward-neuron backward-block backward-neuron)
@@ -204,30 +226,18 @@ mode_flags() { # mode coverage
 
 gpt() {
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
-  local lrs=("${GPT_LRS[@]}") w=gpt
-  local base=("${GPT_REF[@]}" --batch 3 --val-batches 200)
-  for mode in ddp "${SDP_MODES[@]}"; do
-    local prefix=$mode; [ "$mode" = ddp ] || prefix=$mode-c0.5
+  local w=gpt mode ddp_lr
+  LRS=("${GPT_LRS[@]}")
+  BASE=("${GPT_REF[@]}" --batch 3 --val-batches 200)
+  tuned $w ddp
+  ddp_lr=$LR
+  for mode in "${SDP_MODES[@]}"; do
     # shellcheck disable=SC2046
-    for lr in "${lrs[@]}"; do run $w "$prefix-lr$lr" 1 4 "${base[@]}" --lr "$lr" $(mode_flags "$mode" 0.5); done
-    local lr; lr=$(best_lr $w "$prefix" "${lrs[@]}")
-    [ -n "$lr" ] || { echo "$w $prefix: no learning rate finished"; continue; }
-    for seed in $SEEDS; do
-      # shellcheck disable=SC2046
-      run $w "$prefix-lr$lr" "$seed" 4 "${base[@]}" --lr "$lr" $(mode_flags "$mode" 0.5)
-    done
-    [ "$mode" = ddp ] && continue
-    # Matched FLOPs: as many steps as give this worker DDP's FLOPs of 2000 steps.
-    local ddp_lr; ddp_lr=$(best_lr $w ddp "${lrs[@]}")
-    local steps; steps=$(awk -v d="$(cell $w "ddp-lr$ddp_lr" 1 tflop_per_worker)" \
-      -v m="$(cell $w "$prefix-lr$lr" 1 tflop_per_worker)" 'BEGIN { printf "%d", 2000 * d / m + 0.5 }')
-    # Backward masking computes DDP's FLOPs per step: its matched run is the equal-steps run.
-    [ "$steps" -ne 2000 ] || continue
-    for seed in $SEEDS; do
-      # shellcheck disable=SC2046
-      run $w "$prefix-lr$lr-matched" "$seed" 4 "${base[@]}" --lr "$lr" --steps "$steps" \
-        --val-every $((steps / 4)) $(mode_flags "$mode" 0.5)
-    done
+    tuned $w "$mode-c0.5" $(mode_flags "$mode" 0.5)
+    # Matched FLOPs: as many steps as give this worker DDP's FLOPs of 2000 steps. Backward masking
+    # computes DDP's FLOPs per step: its matched run is the equal-steps run, which matched skips.
+    # shellcheck disable=SC2046
+    [ -z "$LR" ] || [ -z "$ddp_lr" ] || matched $w "$mode-c0.5-lr$LR" "ddp-lr$ddp_lr" 2000 $(mode_flags "$mode" 0.5)
   done
 }
 
@@ -252,53 +262,52 @@ for m in json.load(sys.stdin)["modes"]:
 FIT_MODES=(backward-neuron forward-neuron)
 
 gpt_fit() {
-  local lrs=("${GPT_LRS[@]}") w=gpt
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  local w=gpt ddp_lr
+  LRS=("${GPT_LRS[@]}")
+  BASE=("${GPT_REF[@]}" --batch 3 --val-batches 200)
   local plan=(--model gpt --layers 4 --heads 4 --width 128 --seq-len 64 --batch 3 --world 4
               --val-batches 200)
-  local base=("${GPT_REF[@]}" --batch 3 --val-batches 200)
   local ddp_bytes; ddp_bytes=$(plan_total "${plan[@]}" --sdp-mask none)
+  ddp_lr=$(best_lr $w ddp)
   for mode in "${FIT_MODES[@]}"; do
     local mask=${mode%-*} unit=${mode#*-}
-    local sdp_bytes small big
+    local sdp_bytes small big small_lr
     sdp_bytes=$(plan_total "${plan[@]}" --sdp-mask "$mask" --sdp-unit "$unit" --sdp-coverage 0.5)
     small=$(fit_width "$sdp_bytes" none - "${plan[@]}" --sdp-coverage 0.5)
     big=$(fit_width "$ddp_bytes" "$mask" "$unit" "${plan[@]}" --sdp-coverage 0.5)
     echo "== gpt-fit: $mode plans $sdp_bytes bytes, DDP $ddp_bytes: DDP shrunk to width $small" \
          "fits the first, $mode grown to width $big the second"
-    local spec
-    for spec in "ddp-w$small|--width $small" \
-                "$mode-c0.5-w$big|--width $big --sdp-mask $mask --sdp-unit $unit --sdp-coverage 0.5"; do
-      local prefix=${spec%%|*} flags=${spec#*|}
-      # shellcheck disable=SC2086
-      for lr in "${lrs[@]}"; do run $w "$prefix-lr$lr" 1 4 "${base[@]}" --lr "$lr" $flags; done
-      local lr; lr=$(best_lr $w "$prefix" "${lrs[@]}")
-      # shellcheck disable=SC2086
-      for seed in $SEEDS; do run $w "$prefix-lr$lr" "$seed" 4 "${base[@]}" --lr "$lr" $flags; done
-    done
+    tuned $w "ddp-w$small" --width "$small"
+    small_lr=$LR
+    tuned $w "$mode-c0.5-w$big" --width "$big" --sdp-mask "$mask" --sdp-unit "$unit" --sdp-coverage 0.5
     # Forward masking's matched-FLOPs rows spend DDP's FLOPs of 2000 steps: the shrunk dense model
     # gets the same compute, so that the two differ in memory use alone.
     [ "$mask" = forward ] || continue
-    local lr ddp_lr steps
-    lr=$(best_lr $w "ddp-w$small" "${lrs[@]}")
-    ddp_lr=$(best_lr $w ddp "${lrs[@]}")
-    steps=$(awk -v d="$(cell $w "ddp-lr$ddp_lr" 1 tflop_per_worker)" \
-      -v m="$(cell $w "ddp-w$small-lr$lr" 1 tflop_per_worker)" 'BEGIN { printf "%d", 2000 * d / m + 0.5 }')
-    for seed in $SEEDS; do
-      run $w "ddp-w$small-lr$lr-matched" "$seed" 4 "${base[@]}" --lr "$lr" --width "$small" \
-        --steps "$steps" --val-every $((steps / 4))
-    done
+    [ -z "$small_lr" ] || [ -z "$ddp_lr" ] || matched $w "ddp-w$small-lr$small_lr" "ddp-lr$ddp_lr" 2000 --width "$small"
   done
 }
 
 # tuned WORKLOAD PREFIX FLAGS...: PREFIX-lr<LR> at each learning rate of LRS on seed 1, then at the
 # best of them on every seed; LR is left at the best ("" when none finished). BASE holds the
-# workload's recipe, which FLAGS override.
+# workload's recipe, which FLAGS override. A best rate at the grid's edge says only that the best
+# lies beyond it, so the grid grows there, a doubling (or halving) at a time, up to GRID_GROW rates,
+# until the best lies inside; a rate whose run fails counts as tried.
+GRID_GROW=${GRID_GROW:-3}
 LR=""
 tuned() {
-  local w=$1 prefix=$2 lr seed; shift 2
-  for lr in "${LRS[@]}"; do run "$w" "$prefix-lr$lr" 1 4 "${BASE[@]}" --lr "$lr" "$@"; done
-  LR=$(best_lr "$w" "$prefix" "${LRS[@]}")
-  if [ -z "$LR" ]; then echo "$w $prefix: no learning rate finished"; return 0; fi
+  local w=$1 prefix=$2 lr seed edge grown=0; shift 2
+  local tried=("${LRS[@]}") next=("${LRS[@]}")
+  while :; do
+    for lr in "${next[@]}"; do run "$w" "$prefix-lr$lr" 1 4 "${BASE[@]}" --lr "$lr" "$@"; done
+    LR=$(best_lr "$w" "$prefix")
+    if [ -z "$LR" ]; then echo "$w $prefix: no learning rate finished"; return 0; fi
+    edge=$(grid_edge "$LR" "${tried[@]}")
+    if [ -z "$edge" ] || [ "$grown" -ge "$GRID_GROW" ]; then break; fi
+    if [ "$edge" = up ]; then lr=$(lr_scaled "$LR" 2); else lr=$(lr_scaled "$LR" 0.5); fi
+    echo "$w $prefix: the best rate, $LR, is the grid's edge: trying $lr"
+    tried+=("$lr") next=("$lr") grown=$((grown + 1))
+  done
   for seed in $SEEDS; do run "$w" "$prefix-lr$LR" "$seed" 4 "${BASE[@]}" --lr "$LR" "$@"; done
 }
 
@@ -324,7 +333,7 @@ gpt_c25() {
   BASE=("${GPT_REF[@]}" --batch 3 --val-batches 200)
   local plan=(--model gpt --layers 4 --heads 4 --width 128 --seq-len 64 --batch 3 --world 4
               --val-batches 200 --sdp-coverage 0.25)
-  ddp_lr=$(best_lr $w ddp "${LRS[@]}")
+  ddp_lr=$(best_lr $w ddp)
   for mode in backward-neuron forward-neuron; do
     # shellcheck disable=SC2046
     tuned $w "$mode-c0.25" $(mode_flags "$mode" 0.25)
@@ -449,13 +458,12 @@ vit() {
 # the two side by side).
 gpt_levers() {
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
-  local lrs=("${GPT_LRS[@]}") w=gpt-levers
+  local w=gpt-levers mode zero
   local base=("${GPT_REF[@]}" --batch 3 --val-batches 200)
   for mode in ddp forward-neuron; do
     local prefix=$mode; [ "$mode" = ddp ] || prefix=$mode-c0.5
-    local lr; lr=$(best_lr gpt "$prefix" "${lrs[@]}")
+    local lr; lr=$(best_lr gpt "$prefix")
     [ -n "$lr" ] || { echo "$w: run 'scripts/study.sh gpt' first (no $prefix rows)"; continue; }
-    # shellcheck disable=SC2046
     for zero in 1 2; do
       # shellcheck disable=SC2046
       run $w "$prefix-lr$lr-zero$zero-recompute" 1 4 "${base[@]}" --lr "$lr" \
