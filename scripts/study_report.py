@@ -11,6 +11,7 @@ Usage: python3 scripts/study_report.py [--check]
   --check  exit 1 when docs/results.md differs from what the rows give (nothing is written)
 """
 import csv
+import math
 import os
 import re
 import statistics
@@ -99,18 +100,44 @@ def by_config(rows):
 CONFIG_NAME = re.compile(r"^(?P<prefix>.*)-lr(?P<lr>[0-9.]+(?:e-?[0-9]+)?)(?P<suffix>-.*)?$")
 
 
-def tuned(rows):
-    """The configurations run on several seeds, each at its prefix's best learning rate: the one
-    with the lowest seed-1 validation loss over the grid, as scripts/study.sh's best_lr picks it.
-    When a grid grows, the seeds run at an earlier best stay in the rows but not here."""
-    best = {}
+def grids(rows):
+    """Each prefix's learning-rate grid: {prefix: {rate string: seed-1 validation loss}}, the rates
+    whose seed-1 run finished with a finite loss."""
+    out = {}
     for r in rows:
         m = CONFIG_NAME.match(r["config"])
-        if not m or m["suffix"] or r["seed"] != "1":
+        if not m or m["suffix"] or r["seed"] != "1" or not math.isfinite(float(r["val_loss"])):
             continue
-        loss = float(r["val_loss"])
-        if m["prefix"] not in best or loss < best[m["prefix"]][0]:
-            best[m["prefix"]] = (loss, m["lr"])
+        out.setdefault(m["prefix"], {})[m["lr"]] = float(r["val_loss"])
+    return out
+
+
+def best_rates(rows):
+    """{prefix: (loss, rate)}: the lowest seed-1 validation loss over the grid, as
+    scripts/study.sh's best_lr picks it."""
+    return {p: min((loss, lr) for lr, loss in g.items()) for p, g in grids(rows).items()}
+
+
+def edge_rates(rows):
+    """The prefixes whose best rate is the largest or smallest of a grid of two or more: their best
+    may lie beyond it (scripts/study.sh grows such a grid, up to GRID_GROW rates)."""
+    out = []
+    for p, g in grids(rows).items():
+        if len(g) < 2:
+            continue
+        best = min(g, key=g.get)
+        rates = [float(lr) for lr in g]
+        if float(best) in (max(rates), min(rates)):
+            side = "top" if float(best) == max(rates) else "bottom"
+            out.append(f"{p} ({best}, the {side})")
+    return sorted(out)
+
+
+def tuned(rows):
+    """The configurations run on several seeds, each at its prefix's best learning rate (see
+    best_rates). When a grid grows, the seeds run at an earlier best stay in the rows but not
+    here."""
+    best = best_rates(rows)
     out = {}
     for name, rs in by_config(rows).items():
         m = CONFIG_NAME.match(name)
@@ -211,6 +238,10 @@ def block(workload):
         lower = "lower test error" if is_vision(rows) else "lower loss"
         lines += ["", f"On the Pareto front (less memory and {lower} than every other "
                   "configuration to its left): " + ", ".join(n for _, _, n in front) + "."]
+        edges = edge_rates(rows)
+        if edges:
+            lines += ["", "Best learning rate still at its grid's edge, so possibly not the best: "
+                      + ", ".join(edges) + "."]
     return "\n".join(lines)
 
 
