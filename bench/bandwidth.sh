@@ -51,7 +51,10 @@ MODES=("ddp:--sdp-mask none"
        "ddp-zero1:--sdp-mask none --zero 1"
        "fwd-neuron-0.5-zero1:--sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5 --zero 1"
        "ddp-zero2:--sdp-mask none --zero 2"
-       "fwd-neuron-0.5-zero2:--sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5 --zero 2")
+       "fwd-neuron-0.5-zero2:--sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5 --zero 2"
+       "ddp-accum3:--sdp-mask none --grad-accum 3"
+       "fwd-neuron-0.5-accum3:--sdp-mask forward --sdp-unit neuron --sdp-coverage 0.5 --grad-accum 3"
+       "ddp-zero2-accum3:--sdp-mask none --zero 2 --grad-accum 3")
 # C = 0.25 of N = 4 is k = 1: no owner group spans the hosts unless the plan puts one there.
 
 # Mbit/s of a bulk TCP transfer from the first host to the second (about a second's worth).

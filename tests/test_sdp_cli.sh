@@ -132,4 +132,28 @@ assert all(w["publish_s"] > 0 for w in d["workers"])  # backward masking publish
 else
   fail "sdp plan --link-gbps --json"
 fi
+# --grad-accum A: every worker computes A micro-batches a step (forward and backward A times
+# one's); the step grows, by no more than the slowest worker's compute added (the sync waits for
+# it), since the sync is paid once.
+for zero in 0 2; do
+  if "$SDP_BIN" "${P[@]}" "${L[@]}" --zero $zero --json >"$WORK/a1.json" &&
+    "$SDP_BIN" "${P[@]}" "${L[@]}" --zero $zero --grad-accum 3 --json >"$WORK/a3.json" &&
+    python3 - "$WORK/a1.json" "$WORK/a3.json" $zero <<'PY'
+import json, sys
+one, three = (json.load(open(p)) for p in sys.argv[1:3])
+zero2 = sys.argv[3] == "2"
+assert three["steptime"]["micro_batches"] == 3 and one["steptime"]["micro_batches"] == 1
+added = 2 * max(a["forward_s"] + a["backward_s"] for a in one["workers"])
+for a, b in zip(one["workers"], three["workers"]):
+    for k in ("forward_s", "backward_s"):
+        assert abs(b[k] - 3 * a[k]) <= 1e-5 * b[k], (k, a[k], b[k])  # printed to 6 digits
+    # Under --zero 2 each early micro-batch also pays its reduce-scatters.
+    assert b["step_s"] > a["step_s"] and (zero2 or b["step_s"] <= (a["step_s"] + added) * (1 + 1e-5)), (a, b)
+PY
+  then
+    pass "sdp plan --link-gbps --grad-accum 3 --zero $zero: 3 micro-batches of compute a step"
+  else
+    fail "sdp plan --link-gbps --grad-accum 3 --zero $zero"
+  fi
+done
 finish

@@ -406,6 +406,86 @@ static void test_zero_step(void **state) {
     sdp_layout_free(&L);
 }
 
+/* --grad-accum 3, data parallelism over 2 workers: the first two micro-batches are a forward and
+ * a backward alone; the bucket is all-reduced after the last backward, exposed as with one. */
+static void test_micro_batches_accumulate(void **state) {
+    (void)state;
+    sdp_layout L;
+    gpt_layout(&L, 2);
+    sdp_plan p;
+    build_plan(&p, &L, SDP_MASK_NONE, 2, 2);
+    sdp_steptime_cfg cfg = step_cfg(2, true);
+    cfg.micro_batches = 3;
+    const double F = 3e9, flops[2] = {F, F};
+    sdp_step_times t[2];
+    const double job = sdp_steptime_predict(&p, &L, flops, &cfg, t);
+    const double ring = 4 * (double)L.numel / B_LINK + 2 * ALPHA;
+    for (int r = 0; r < 2; r++) {
+        assert_close(t[r].forward, 3 * F / 3 / 1e12);
+        assert_close(t[r].backward, 3 * 2 * F / 3 / 1e12);
+        assert_close(t[r].exposed, ring);
+        assert_close(t[r].step, 3 * F / 1e12 + ring);
+    }
+    assert_close(job, 3 * F / 1e12 + ring);
+    sdp_plan_free(&p);
+    sdp_layout_free(&L);
+}
+
+/* Open MPI, forward masking with workers of unequal FLOPs: each worker's early micro-batches take
+ * its own compute, and the sync starts after the slowest's last backward. The job's step grows by
+ * (A - 1) times the slowest worker's micro-batch, and a faster worker waits that much longer. */
+static void test_micro_batches_wait_for_the_slowest(void **state) {
+    (void)state;
+    sdp_layout L;
+    gpt_layout(&L, 6);
+    sdp_plan p;
+    build_plan(&p, &L, SDP_MASK_FORWARD, 4, 1);
+    sdp_steptime_cfg cfg = step_cfg(4, false);
+    cfg.lib = SDP_COMM_MPI;
+    cfg.net.ranks_per_host = 2;
+    const double flops[4] = {4e9, 4e9, 2e9, 2e9};
+    sdp_step_times one[4], three[4];
+    const double job1 = sdp_steptime_predict(&p, &L, flops, &cfg, one);
+    cfg.micro_batches = 3;
+    const double job3 = sdp_steptime_predict(&p, &L, flops, &cfg, three);
+    assert_close(job3, job1 + 2 * 4e9 / 1e12);
+    for (int r = 0; r < 4; r++) {
+        assert_close(three[r].forward + three[r].backward, 3 * flops[r] / 1e12);
+        assert_close(three[r].exposed, one[r].exposed + 2 * (4e9 - flops[r]) / 1e12);
+        assert_close(three[r].step, job3);
+    }
+    sdp_plan_free(&p);
+    sdp_layout_free(&L);
+}
+
+/* --zero 2 --grad-accum 2, data parallelism over 2 workers: the early micro-batch reduce-scatters
+ * its gradients, priced as the last one's, F / R + h with h = (1/2) 4 numel / B + alpha; then the
+ * last micro-batch the same, and the all-gather h after the optimizer (untimed here). */
+static void test_micro_batches_under_zero2(void **state) {
+    (void)state;
+    sdp_layout L;
+    gpt_layout(&L, 2);
+    sdp_plan p;
+    const sdp_plan_cfg c = {
+        .mask = SDP_MASK_NONE, .unit = SDP_UNIT_BLOCK, .world = 2, .owners = 2, .zero = 2};
+    sdp_plan_build(&p, &c, &L);
+    sdp_steptime_cfg cfg = step_cfg(2, true);
+    cfg.micro_batches = 2;
+    const double F = 3e9, flops[2] = {F, F}, n = (double)L.numel;
+    sdp_step_times t[2];
+    const double job = sdp_steptime_predict(&p, &L, flops, &cfg, t);
+    const double half = 0.5 * 4 * n / B_LINK + ALPHA;
+    for (int r = 0; r < 2; r++) {
+        assert_close(t[r].forward + t[r].backward, 2 * F / 1e12);
+        assert_close(t[r].exposed, 2 * half);
+        assert_close(t[r].gather, half);
+        assert_close(t[r].step, 2 * (F / 1e12 + half) + half);
+    }
+    assert_close(job, 2 * (F / 1e12 + half) + half);
+    sdp_plan_free(&p);
+    sdp_layout_free(&L);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_allreduce_one_group),
@@ -424,6 +504,9 @@ int main(void) {
         cmocka_unit_test(test_publish_transport_rate),
         cmocka_unit_test(test_mpi_steps_end_together),
         cmocka_unit_test(test_zero_step),
+        cmocka_unit_test(test_micro_batches_accumulate),
+        cmocka_unit_test(test_micro_batches_wait_for_the_slowest),
+        cmocka_unit_test(test_micro_batches_under_zero2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -200,8 +200,6 @@ else
   fail "sdp plan --zero 2: the warning is missing, or shown where stage 2 saves memory"
   cat "$WORK/p2b.txt"
 fi
-expect_error "sdp plan's step time with --grad-accum" "drop --grad-accum (or --link-gbps)" \
-  "$SDP_BIN" plan --world 4 --vocab 256 --zero 2 --grad-accum 2 --link-gbps 1 --gflops 50
 # sdp plan --zero 1 counts the shards and keeps the bytes sent: under data parallelism each of 4
 # workers keeps a quarter of the optimizer state (one bucket: within one element, 8 bytes).
 if "$SDP_BIN" plan --world 4 --vocab 256 --json >"$WORK/p0.json" 2>&1 &&

@@ -28,7 +28,13 @@
  * and overlapped as the all-reduce was (NCCL: a ring's first half; Open MPI: libnbc's binomial
  * reduce and a scatter from group rank 0). The optimizer sweeps the worker's shards alone. Then
  * every bucket's blocking all-gather of the updated shards (sdp_sync_share_updates), one after
- * another, after every worker's optimizer, before any publishing. */
+ * another, after every worker's optimizer, before any publishing. Stage 2 is priced as stage 1.
+ *
+ * Several micro-batches a step (--grad-accum A). The gradients of the first A - 1 accumulate
+ * where they are, so each of them is a forward and a backward alone, and the sync overlaps only
+ * the last one's backward. Under --zero 2 each early micro-batch reduce-scatters its layers'
+ * gradients: each is priced as the last one's forward, backward and sync, ended on every worker
+ * together. */
 #ifndef SDP_STEPTIME_H
 #define SDP_STEPTIME_H
 
@@ -50,12 +56,14 @@ typedef struct {
     double bcast_host_Bps; /* transport rate of the publishing broadcasts; 0 = net.host_Bps */
     double wire_bytes;     /* bytes per gradient or published element: 4 (fp32), 2 (bf16) */
     double update_bytes;   /* memory traffic per owned element of clipping and the optimizer */
+    int micro_batches;     /* --grad-accum: micro-batches per step; 0 or 1 = one */
 } sdp_steptime_cfg;
 
 /* Seconds of one worker's step. */
 typedef struct {
-    double forward, backward;
-    double exposed;   /* from the end of its backward to the end of the sync, waits included */
+    double forward, backward; /* over every micro-batch of the step */
+    double exposed;   /* its waits for the sync, from the end of its backward (and under --zero 2
+                         of each early micro-batch's) to the end of the sync */
     double optimizer; /* its own optimizer sweep */
     double publish;   /* backward masking: the publishing broadcasts */
     double gather;    /* --zero 1: the all-gathers of the updated shards */
@@ -68,8 +76,8 @@ typedef struct {
 const char *sdp_comm_lib_name(sdp_comm_lib lib);
 bool sdp_comm_lib_parse(const char *s, sdp_comm_lib *out);
 
-/* Every worker's step: flops[r] is worker r's forward-and-backward FLOPs per step as its model
- * counts them (the full model's under backward masking), out[] has p->cfg.world entries.
+/* Every worker's step: flops[r] is worker r's forward-and-backward FLOPs per micro-batch as its
+ * model counts them (the full model's under backward masking), out[] has p->cfg.world entries.
  * Returns the job's step time, the largest worker's. */
 double sdp_steptime_predict(const sdp_plan *p, const sdp_layout *full, const double *flops,
                             const sdp_steptime_cfg *cfg, sdp_step_times *out);

@@ -231,6 +231,7 @@ static void predict_steps(const plan_opts *o, const sdp_plan *plan, const sdp_pl
     plan_steptime_config(&o->st, o->world, on_cuda(o), strcmp(o->dtype, "bf16") == 0,
                          (double)sdp_optim_state_bytes_per_param(&oc), sc, cal);
     sc->recompute = train_opts_recompute(&o->t);
+    sc->micro_batches = o->t.grad_accum;
     double *flops = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof(double));
     sdp_step_times *d = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof *d);
     for (int r = 0; r < o->world; r++) flops[r] = rows[r].flops;
@@ -434,10 +435,6 @@ int cmd_plan(int argc, char **argv) {
     sdp_steptime_cfg sc;
     plan_calibration cal;
     if (plan_steptime_on(&o.st)) {
-        SDP_CHECK(o.t.grad_accum <= 1,
-                  "--link-gbps prices one micro-batch per step, and --grad-accum %d asks for "
-                  "more: drop --grad-accum (or --link-gbps)",
-                  o.t.grad_accum);
         st = sdp_alloc(&mem, SDP_MEM_SCRATCH, (size_t)o.world * sizeof *st);
         predict_steps(&o, &plan, &ddp_plan, &full, rows, &ddp, &sc, &cal, st, &ddp_st, &mem);
     }

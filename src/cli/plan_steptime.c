@@ -131,12 +131,15 @@ void plan_steptime_print(const sdp_steptime_cfg *cfg, const plan_calibration *ca
     if (cfg->bcast_host_Bps > 0)
         snprintf(transport + strlen(transport), sizeof transport - strlen(transport),
                  " (broadcasts %.4g Gbit/s)", cfg->bcast_host_Bps * 8e-9);
+    char micro[64] = "";
+    if (cfg->micro_batches > 1)
+        snprintf(micro, sizeof micro, ", %d micro-batches a step", cfg->micro_batches);
     printf("  step time (model, docs/network.md): link %.4g Gbit/s per direction, latency %.3g us, "
-           "%d worker%s per host, transport %s, %.4g GFLOP/s per worker, %s collectives %s\n",
+           "%d worker%s per host, transport %s, %.4g GFLOP/s per worker, %s collectives %s%s\n",
            n->link_Bps * 8e-9, n->latency_s * 1e6, n->ranks_per_host,
            n->ranks_per_host == 1 ? "" : "s", transport, cfg->flops_per_s * 1e-9,
            sdp_comm_lib_name(cfg->lib),
-           cfg->overlap ? "overlapped with the backward" : "after the backward");
+           cfg->overlap ? "overlapped with the backward" : "after the backward", micro);
     print_speeds(cfg, cal);
     printf("  %-8s %12s %12s %12s %12s %12s\n", "worker", "forward", "backward", "exposed",
            "update", "step");
@@ -169,11 +172,11 @@ void plan_steptime_json_summary(const sdp_steptime_cfg *cfg, const plan_calibrat
     printf("  \"steptime\": {\"link_gbps\": %.6g, \"latency_us\": %.6g, \"ranks_per_host\": %d, "
            "\"host_gbps\": %.6g, \"host_bcast_gbps\": %.6g, \"gflops\": %.6g, \"mem_gbs\": %.6g, "
            "\"comm\": \"%s\", "
-           "\"overlap\": %s, \"step_s\": %.6g, \"ddp_step_s\": %.6g",
+           "\"overlap\": %s, \"micro_batches\": %d, \"step_s\": %.6g, \"ddp_step_s\": %.6g",
            n->link_Bps * 8e-9, n->latency_s * 1e6, n->ranks_per_host, n->host_Bps * 8e-9,
            cfg->bcast_host_Bps * 8e-9, cfg->flops_per_s * 1e-9, cfg->mem_Bps * 1e-9,
-           sdp_comm_lib_name(cfg->lib), cfg->overlap ? "true" : "false", slowest(t, world)->step,
-           ddp->step);
+           sdp_comm_lib_name(cfg->lib), cfg->overlap ? "true" : "false",
+           cfg->micro_batches > 1 ? cfg->micro_batches : 1, slowest(t, world)->step, ddp->step);
     /* The calibration's path and date as JSON strings: the path is the user's, so escaped. */
     if (cal->path[0]) {
         cJSON *s = cJSON_CreateObject();

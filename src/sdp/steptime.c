@@ -264,6 +264,14 @@ static double sync_mpi(const sdp_steptime_cfg *cfg, const bucket_list *l, double
     return slowest + t;
 }
 
+/* When the gradient sync ends, from when each worker finished each block and its backward. */
+static double sync_of(const sdp_steptime_cfg *cfg, const bucket_list *l, const double *done,
+                      const double *end, double slowest, int nb, bool zero, sdp_mem *mem) {
+    const double t = cfg->lib == SDP_COMM_NCCL ? sync_nccl(cfg, l, done, end, nb, zero, mem)
+                                               : sync_mpi(cfg, l, slowest, zero, mem);
+    return t > slowest ? t : slowest; /* the norm's all-gather waits for everyone */
+}
+
 /* ---- update ---------------------------------------------------------------------------------- */
 
 /* Backward masking: one broadcast per owner group from its publisher to every worker, one after
@@ -325,10 +333,31 @@ static double compute_all(const sdp_plan *p, const sdp_layout *full, const model
     return slowest;
 }
 
+/* The micro-batches before the last (cfg->micro_batches A): every worker's timeline moves on by
+ * A - 1 of its own forward and backward, or under --zero 2 by A - 1 times the sync's end of the
+ * micro-batch priced so far (each early micro-batch ends with its reduce-scatters, on every worker
+ * together). Forward and backward become the step's. Returns the slowest backward's end. */
+static double add_early_micro_batches(const sdp_steptime_cfg *cfg, bool zero2, double sync_end,
+                                      int world, int nb, double *done, double *end,
+                                      sdp_step_times *out) {
+    const int early = cfg->micro_batches > 1 ? cfg->micro_batches - 1 : 0;
+    double slowest = 0;
+    for (int r = 0; r < world; r++) {
+        sdp_step_times *o = &out[r];
+        const double shift = early * (zero2 ? sync_end : o->forward + o->backward);
+        for (int b = 0; b <= nb; b++) done[(size_t)r * (nb + 1) + b] += shift;
+        end[r] += shift;
+        o->forward *= early + 1;
+        o->backward *= early + 1;
+        if (end[r] > slowest) slowest = end[r];
+    }
+    return slowest;
+}
+
 /* Exposed sync, update and step of every worker once the sync ends; returns the job's step.
  * The all-gathers (zero) and publishing wait for every worker's optimizer. */
 static double finish_steps(const sdp_plan *p, const sdp_steptime_cfg *cfg, double sync_end,
-                           const double *end, double gather, sdp_step_times *out) {
+                           double gather, sdp_step_times *out) {
     const int N = p->cfg.world;
     const bool publishes = p->cfg.mask == SDP_MASK_BACKWARD && N > 1;
     const bool waits = (publishes || gather > 0) && N > 1;
@@ -338,7 +367,7 @@ static double finish_steps(const sdp_plan *p, const sdp_steptime_cfg *cfg, doubl
         if (out[r].optimizer > max_opt) max_opt = out[r].optimizer;
     for (int r = 0; r < N; r++) {
         sdp_step_times *o = &out[r];
-        o->exposed = N > 1 ? sync_end - end[r] : 0;
+        o->exposed = N > 1 ? sync_end - o->forward - o->backward : 0;
         o->publish = publish;
         o->gather = gather;
         o->update = waits ? max_opt + gather + publish : o->optimizer;
@@ -361,14 +390,17 @@ double sdp_steptime_predict(const sdp_plan *p, const sdp_layout *full, const dou
     shape_build(&s, p, full, &mem);
     double *done = sdp_alloc(&mem, SDP_MEM_SCRATCH, (size_t)N * (nb + 1) * sizeof(double));
     double *end = sdp_alloc(&mem, SDP_MEM_SCRATCH, (size_t)N * sizeof(double));
-    const double slowest = compute_all(p, full, &s, flops, cfg, done, end, out);
+    double slowest = compute_all(p, full, &s, flops, cfg, done, end, out);
     bucket_list l;
     buckets_build(&l, p, full, cfg->wire_bytes, &mem);
     const bool zero = p->cfg.zero && N > 1;
-    double sync_end = cfg->lib == SDP_COMM_NCCL ? sync_nccl(cfg, &l, done, end, nb, zero, &mem)
-                                                : sync_mpi(cfg, &l, slowest, zero, &mem);
-    if (sync_end < slowest) sync_end = slowest; /* the norm's all-gather waits for everyone */
-    const double job = finish_steps(p, cfg, sync_end, end, zero ? gather_time(cfg, &l) : 0, out);
+    double sync_end = sync_of(cfg, &l, done, end, slowest, nb, zero, &mem);
+    if (cfg->micro_batches > 1) {
+        slowest = add_early_micro_batches(cfg, p->cfg.zero == 2 && N > 1, sync_end, N, nb, done,
+                                          end, out);
+        sync_end = sync_of(cfg, &l, done, end, slowest, nb, zero, &mem);
+    }
+    const double job = finish_steps(p, cfg, sync_end, zero ? gather_time(cfg, &l) : 0, out);
     sdp_free(&mem, l.b);
     sdp_free(&mem, l.everyone);
     sdp_free(&mem, done);
