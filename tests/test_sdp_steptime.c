@@ -324,10 +324,10 @@ static void test_publish_transport_rate(void **state) {
     sdp_layout_free(&L);
 }
 
-/* Under Open MPI every all-reduce starts after the slowest backward, and the sync ends
- * everywhere together: each worker's step is the same. */
-static void test_mpi_steps_end_together(void **state) {
-    (void)state;
+/* Open MPI, forward masking over 4 workers on 2 hosts, k = 1, with unequal FLOPs (workers 0 and
+ * 1 twice 2 and 3's), at MICRO micro-batches a step. Returns the job's step. */
+static const double UNEQUAL_FLOPS[4] = {4e9, 4e9, 2e9, 2e9};
+static double mpi_unequal_step(int micro, sdp_step_times *t) {
     sdp_layout L;
     gpt_layout(&L, 6);
     sdp_plan p;
@@ -335,13 +335,21 @@ static void test_mpi_steps_end_together(void **state) {
     sdp_steptime_cfg cfg = step_cfg(4, false);
     cfg.lib = SDP_COMM_MPI;
     cfg.net.ranks_per_host = 2;
-    const double flops[4] = {4e9, 4e9, 2e9, 2e9};
-    sdp_step_times t[4];
-    const double job = sdp_steptime_predict(&p, &L, flops, &cfg, t);
-    for (int r = 0; r < 4; r++) assert_close(t[r].step, job);
-    assert_true(t[2].exposed > t[0].exposed);
+    cfg.micro_batches = micro;
+    const double job = sdp_steptime_predict(&p, &L, UNEQUAL_FLOPS, &cfg, t);
     sdp_plan_free(&p);
     sdp_layout_free(&L);
+    return job;
+}
+
+/* Under Open MPI every all-reduce starts after the slowest backward, and the sync ends
+ * everywhere together: each worker's step is the same. */
+static void test_mpi_steps_end_together(void **state) {
+    (void)state;
+    sdp_step_times t[4];
+    const double job = mpi_unequal_step(1, t);
+    for (int r = 0; r < 4; r++) assert_close(t[r].step, job);
+    assert_true(t[2].exposed > t[0].exposed);
 }
 
 /* Recomputation runs each block's forward again in the backward, where the backward reaches it:
@@ -431,31 +439,19 @@ static void test_micro_batches_accumulate(void **state) {
     sdp_layout_free(&L);
 }
 
-/* Open MPI, forward masking with workers of unequal FLOPs: each worker's early micro-batches take
- * its own compute, and the sync starts after the slowest's last backward. The job's step grows by
+/* The same workers at 3 micro-batches: each worker's early micro-batches take its own compute,
+ * and the sync starts after the slowest's last backward. The job's step grows by
  * (A - 1) times the slowest worker's micro-batch, and a faster worker waits that much longer. */
 static void test_micro_batches_wait_for_the_slowest(void **state) {
     (void)state;
-    sdp_layout L;
-    gpt_layout(&L, 6);
-    sdp_plan p;
-    build_plan(&p, &L, SDP_MASK_FORWARD, 4, 1);
-    sdp_steptime_cfg cfg = step_cfg(4, false);
-    cfg.lib = SDP_COMM_MPI;
-    cfg.net.ranks_per_host = 2;
-    const double flops[4] = {4e9, 4e9, 2e9, 2e9};
     sdp_step_times one[4], three[4];
-    const double job1 = sdp_steptime_predict(&p, &L, flops, &cfg, one);
-    cfg.micro_batches = 3;
-    const double job3 = sdp_steptime_predict(&p, &L, flops, &cfg, three);
+    const double job1 = mpi_unequal_step(1, one), job3 = mpi_unequal_step(3, three);
     assert_close(job3, job1 + 2 * 4e9 / 1e12);
     for (int r = 0; r < 4; r++) {
-        assert_close(three[r].forward + three[r].backward, 3 * flops[r] / 1e12);
-        assert_close(three[r].exposed, one[r].exposed + 2 * (4e9 - flops[r]) / 1e12);
+        assert_close(three[r].forward + three[r].backward, 3 * UNEQUAL_FLOPS[r] / 1e12);
+        assert_close(three[r].exposed, one[r].exposed + 2 * (4e9 - UNEQUAL_FLOPS[r]) / 1e12);
         assert_close(three[r].step, job3);
     }
-    sdp_plan_free(&p);
-    sdp_layout_free(&L);
 }
 
 /* --zero 2 --grad-accum 2, data parallelism over 2 workers: the early micro-batch reduce-scatters
