@@ -475,6 +475,58 @@ plot {", ".join(plots)}
 
 README = os.path.join(ROOT, "README.md")
 
+# The workloads the verdict covers, in the order docs/results.md gives them, with what each is.
+VERDICT_WORKLOADS = [
+    ("gpt", "GPT, nanoGPT's shakespeare-char recipe"),
+    ("gpt-large", "GPT, 6 layers of width 192"),
+    ("gpt-overfit", "GPT on 10% of the text (overfits)"),
+    ("gpt-overfit3", "GPT on 3% of the text (overfits more)"),
+    ("resnet", "ResNet-20, Fashion-MNIST"),
+    ("vit", "ViT, Fashion-MNIST"),
+]
+
+
+def verdict_block():
+    """docs/results.md's summary: per workload, DDP, SDP's best configuration and the best dense
+    configuration in no more memory than it, and the Pareto front, each configuration on its
+    several seeds at its best learning rate (the plots' points). SDP gives a better model for
+    the memory where one of its configurations is on the front."""
+    out = ["| workload | DDP | SDP's best | the best dense model in no more memory | "
+           "SDP on the front |", "|---|---|---|---|---|"]
+    for w, what in VERDICT_WORKLOADS:
+        path = os.path.join(STUDY, w + ".tsv")
+        if not os.path.exists(path):
+            continue
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+        vision = is_vision(rows)
+        points = []
+        for name, rs in tuned(rows).items():
+            points.append((statistics.mean(mib(float(r["total_bytes"])) for r in rs),
+                           statistics.mean(quality(r) for r in rs), name, rs[0]["mask"] != "none"))
+
+        def show(pt):
+            q = f"{100 - pt[1]:.2f}%" if vision else f"{pt[1]:.3f}"
+            return f"{pt[2]}: {q}, {pt[0]:.1f} MiB"
+        ddp = [p for p in points
+               if CONFIG_NAME.match(p[2])["prefix"] == "ddp" and not CONFIG_NAME.match(p[2])["suffix"]]
+        sdp = [p for p in points if p[3]]
+        if not ddp or not sdp:
+            continue
+        best = min(sdp, key=lambda p: p[1])
+        dense = [p for p in points if not p[3] and p[0] <= best[0]]
+        rival = min(dense, key=lambda p: p[1]) if dense else None
+        front = {n for _, _, n in pareto([(m, q, n) for m, q, n, _ in points])}
+        on_front = [p[2] for p in sdp if p[2] in front]
+        out.append(f"| {what} | {show(ddp[0])} | {show(best)} | "
+                   f"{show(rival) if rival else 'none'} | "
+                   f"{', '.join(on_front) if on_front else 'no'} |")
+    return ("From `docs/study/*.tsv`; regenerate with `python3 scripts/study_report.py`. Each "
+            "configuration on 3 seeds (mean) at its best learning rate; test accuracy for the image "
+            "models, else validation loss in nats per byte (lower is better); memory is the "
+            "largest worker's accounted bytes over all ranks, the dataset included.\n\n"
+            + "\n".join(out))
+
 
 def which_mode_block():
     """README's short table: for the GPT of the study's reference recipe, each configuration run
@@ -542,6 +594,8 @@ def main():
             with open(os.path.join(STUDY, name), newline="") as f:
                 rows = list(csv.DictReader(f, delimiter="\t"))
             new = rc.sub(lambda m: m.group(1) + levers_block(w, rows) + "\n" + m.group(2), new)
+    new = re.sub(r"(<!-- study:verdict -->\n)(?:.*?\n)?(<!-- /study:verdict -->)",
+                 lambda m: m.group(1) + verdict_block() + "\n" + m.group(2), new, flags=re.S)
     with open(README) as f:
         readme = f.read()
     new_readme = re.sub(r"(<!-- study:which-mode -->\n)(?:.*?\n)?(<!-- /study:which-mode -->)",
