@@ -55,6 +55,7 @@
 #   SDP_BIN=PATH     the sdp binary (default build/sdp)
 #   STUDY_DRY=1      run nothing: list the runs not yet recorded (as far as the rows decide them)
 #   GRID_GROW=N      at most N rates added to a learning-rate grid whose best is its edge (3)
+#   STUDY_DIR=DIR    where the rows are (docs/study; tests/test_study_grid.sh uses its own)
 # Run it in the background: nohup bash scripts/study.sh calibrate > runs/study.log 2>&1 &
 set -euo pipefail
 # bash reads a script as it runs: a sweep of hours runs from a copy, so that editing this file
@@ -101,7 +102,8 @@ RESNET_REF=(--model resnet --depth 20 --channels 16 --dataset fashion-mnist --ba
 VIT_REF=(--model vit --layers 4 --heads 4 --width 64 --patch 7 --dataset fashion-mnist --batch 32
          --steps 4690 --lr 3e-3 --crop-pad 0 --val-every 469 --log-every 100 --ckpt-every 469)
 
-tsv_of() { echo "docs/study/$1.tsv"; }
+STUDY_DIR=${STUDY_DIR:-docs/study}
+tsv_of() { echo "$STUDY_DIR/$1.tsv"; }
 
 has_row() { # workload config seed
   local f; f=$(tsv_of "$1")
@@ -111,7 +113,7 @@ has_row() { # workload config seed
 # One row from a finished run directory: config.json, metrics.jsonl and memory.json.
 add_row() { # workload config seed dir wall_s
   local f; f=$(tsv_of "$1")
-  mkdir -p docs/study
+  mkdir -p "$STUDY_DIR"
   [ -f "$f" ] || echo "$COLUMNS_TSV" >"$f"
   python3 - "$@" >>"$f" <<'EOF'
 import json, sys
@@ -184,18 +186,22 @@ cell() { # workload config seed col
     $2 == c && $3 == s { print $col[k]; exit }' "$f"
 }
 
-# The learning rate of PREFIX-lr<LR> with the lowest seed-1 validation loss over every rate
-# recorded, as scripts/study_report.py picks it ("" when none is).
-best_lr() { # workload prefix
+# The rates of PREFIX-lr<LR> recorded on seed 1 with a finite validation loss, one a line, each
+# followed by its loss.
+recorded_lrs() { # workload prefix
   local f; f=$(tsv_of "$1")
   [ -f "$f" ] || return 0
   awk -F'\t' -v p="$2-lr" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
     $col["seed"] == 1 && index($col["config"], p) == 1 {
       r = substr($col["config"], length(p) + 1)
-      if (r !~ /^[0-9.]+(e-?[0-9]+)?$/ || $col["val_loss"] !~ /^[0-9.]+$/) next
-      if (best == "" || $col["val_loss"] + 0 < loss) { best = r; loss = $col["val_loss"] + 0 }
-    }
-    END { print best }' "$f"
+      if (r ~ /^[0-9.]+(e-?[0-9]+)?$/ && $col["val_loss"] ~ /^[0-9.]+$/) print r, $col["val_loss"]
+    }' "$f"
+}
+
+# The learning rate of PREFIX-lr<LR> with the lowest seed-1 validation loss over every rate
+# recorded, as scripts/study_report.py picks it ("" when none is).
+best_lr() { # workload prefix
+  recorded_lrs "$1" "$2" | awk '$2 + 0 < loss || best == "" { best = $1; loss = $2 + 0 } END { print best }'
 }
 
 # RATE times FACTOR, written as the grids write rates: 8e-3 doubles to 1.6e-2, 0.4 to 0.8.
@@ -298,6 +304,10 @@ LR=""
 tuned() {
   local w=$1 prefix=$2 lr seed edge grown=0; shift 2
   local tried=("${LRS[@]}") next=("${LRS[@]}")
+  # Rates an earlier sweep added count as tried, and against the limit.
+  for lr in $(recorded_lrs "$w" "$prefix" | cut -d' ' -f1); do
+    [[ " ${tried[*]} " == *" $lr "* ]] || { tried+=("$lr") && grown=$((grown + 1)); }
+  done
   while :; do
     for lr in "${next[@]}"; do run "$w" "$prefix-lr$lr" 1 4 "${BASE[@]}" --lr "$lr" "$@"; done
     LR=$(best_lr "$w" "$prefix")

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# scripts/study.sh's learning-rate grids: a best seed-1 rate at the grid's edge grows the grid
+# there (doubling above, halving below) up to GRID_GROW added rates, rates an earlier sweep added
+# count, a NaN loss never wins, and the seeds follow the best rate. Nothing is trained: the sweep
+# runs with STUDY_DRY=1 over rows written here, and lists the runs it would start.
+source "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STUDY="$WORK/study"
+mkdir -p "$STUDY"
+printf 'text\n' >"$WORK/text.txt"
+
+# rows "LR LOSS"...: docs/study/gpt.tsv holding DDP's seed-1 rows at those rates.
+rows() {
+  printf 'workload\tconfig\tseed\tN\tmask\tunit\tC\tlayers\twidth\tlr\tsteps\ttflop_per_worker\tstate_bytes\ttotal_bytes\tpeak_rss_bytes\tval_loss\tval_acc\twall_s\tval_loss_min\n' \
+    >"$STUDY/gpt.tsv"
+  for r in "$@"; do
+    printf 'gpt\tddp-lr%s\t1\t4\tnone\t-\t1\t4\t128\t%s\t2000\t1\t1\t1\t1\t%s\t-\t1\t%s\n' \
+      "${r% *}" "${r% *}" "${r#* }" "${r#* }" >>"$STUDY/gpt.tsv"
+  done
+}
+
+# sweep: the DDP runs the sweep would start, one "config seed" a line.
+sweep() {
+  STUDY_DRY=1 STUDY_DIR="$STUDY" SDP_TEXT="$WORK/text.txt" SDP_BIN="$SDP_BIN" \
+    bash "$ROOT/scripts/study.sh" gpt 2>&1 | sed -n 's/^\[[0-9]*\] gpt \(ddp-lr[^ ]*\) seed \([0-9]\): to run$/\1 \2/p'
+}
+
+# expect "what" "wanted runs, space-separated config:seed"
+expect() {
+  local got; got=$(sweep | tr ' ' ':' | tr '\n' ' ' | sed 's/ $//')
+  if [ "$got" = "$2" ]; then pass "$1"; else fail "$1: would run '$got', expected '$2'"; fi
+}
+
+GRID=("5e-4 1.9" "1e-3 1.85" "2e-3 1.8" "4e-3 1.78")
+rows "${GRID[@]}" "8e-3 1.76"
+expect "best at the top: the grid doubles it" "ddp-lr1.6e-2:1 ddp-lr8e-3:2 ddp-lr8e-3:3"
+rows "${GRID[@]}" "8e-3 1.76" "1.6e-2 1.79"
+expect "the added rate did worse: the best is inside, its seeds run" "ddp-lr8e-3:2 ddp-lr8e-3:3"
+rows "${GRID[@]}" "8e-3 1.76" "1.6e-2 1.75"
+expect "the added rate did better: the grid grows again" "ddp-lr3.2e-2:1 ddp-lr1.6e-2:2 ddp-lr1.6e-2:3"
+rows "${GRID[@]}" "8e-3 1.76" "1.6e-2 1.75" "3.2e-2 1.74" "6.4e-2 1.73"
+expect "GRID_GROW (3) rates added: no more, even at the edge" "ddp-lr6.4e-2:2 ddp-lr6.4e-2:3"
+rows "5e-4 1.7" "1e-3 1.85" "2e-3 1.8" "4e-3 1.78" "8e-3 1.79"
+expect "best at the bottom: the grid halves it" "ddp-lr2.5e-4:1 ddp-lr5e-4:2 ddp-lr5e-4:3"
+rows "8e-3 nan" "${GRID[@]}" # first, where a NaN would stay the best
+expect "a NaN loss is no best, and its rate counts as tried: 4e-3 is inside" \
+  "ddp-lr4e-3:2 ddp-lr4e-3:3"
+finish
