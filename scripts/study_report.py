@@ -508,8 +508,8 @@ def verdict_block():
         def show(pt):
             q = f"{100 - pt[1]:.2f}%" if vision else f"{pt[1]:.3f}"
             return f"{pt[2]}: {q}, {pt[0]:.1f} MiB"
-        ddp = [p for p in points
-               if CONFIG_NAME.match(p[2])["prefix"] == "ddp" and not CONFIG_NAME.match(p[2])["suffix"]]
+        # DDP at the reference size: "ddp-lr<LR>", nothing after it (a name without a rate is none).
+        ddp = [p for p in points if re.fullmatch(r"ddp-lr[0-9.]+(?:e-?[0-9]+)?", p[2])]
         sdp = [p for p in points if p[3]]
         if not ddp or not sdp:
             continue
