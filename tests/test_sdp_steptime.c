@@ -482,6 +482,95 @@ static void test_micro_batches_under_zero2(void **state) {
     sdp_layout_free(&L);
 }
 
+/* Measured compute (sdp plan --measure-compute). Timed at exactly what the FLOPs give, every
+ * worker's step is the FLOPs' step: the backward's spread over the blocks (when each owner
+ * group's all-reduce can start, with overlap) follows the FLOPs either way. Under backward
+ * masking with k = 1 the workers' backwards differ; with overlap the owner groups start
+ * mid-backward, so a spread that ignored the blocks would move the exposed sync. */
+static void test_timed_compute_as_flops(void **state) {
+    (void)state;
+    const sdp_mask_mode masks[3] = {SDP_MASK_NONE, SDP_MASK_FORWARD, SDP_MASK_BACKWARD};
+    for (int m = 0; m < 3; m++) {
+        sdp_layout L;
+        gpt_layout(&L, 3);
+        sdp_plan p;
+        build_plan(&p, &L, masks[m], 3, masks[m] == SDP_MASK_NONE ? 3 : 1);
+        sdp_steptime_cfg cfg = step_cfg(3, true);
+        cfg.net.link_Bps = 1e8;
+        const double flops[3] = {3e9, 2e9, 1e9};
+        sdp_step_times by_flops[3], timed[3];
+        sdp_steptime_predict(&p, &L, flops, &cfg, by_flops);
+        double fwd[3], bwd[3];
+        for (int r = 0; r < 3; r++) fwd[r] = by_flops[r].forward, bwd[r] = by_flops[r].backward;
+        cfg.forward_s = fwd, cfg.backward_s = bwd;
+        cfg.flops_per_s = 0; /* timed compute needs no rate */
+        sdp_steptime_predict(&p, &L, flops, &cfg, timed);
+        for (int r = 0; r < 3; r++) {
+            assert_close(timed[r].forward, by_flops[r].forward);
+            assert_close(timed[r].backward, by_flops[r].backward);
+            assert_close(timed[r].exposed, by_flops[r].exposed);
+            assert_close(timed[r].step, by_flops[r].step);
+        }
+        sdp_plan_free(&p);
+        sdp_layout_free(&L);
+    }
+}
+
+/* Timed compute is the times given, whatever the FLOPs: a worker timed at twice another's
+ * backward, with equal FLOPs, has twice its backward; forward masking's owner groups then wait
+ * for the slower owner. */
+static void test_timed_compute_is_the_times(void **state) {
+    (void)state;
+    sdp_layout L;
+    gpt_layout(&L, 3);
+    sdp_plan p;
+    build_plan(&p, &L, SDP_MASK_FORWARD, 3, 2);
+    sdp_steptime_cfg cfg = step_cfg(3, false);
+    const double flops[3] = {3e9, 3e9, 3e9}, fwd[3] = {1e-3, 2e-3, 1e-3},
+                 bwd[3] = {2e-3, 4e-3, 2e-3};
+    cfg.forward_s = fwd, cfg.backward_s = bwd;
+    sdp_step_times t[3];
+    sdp_steptime_predict(&p, &L, flops, &cfg, t);
+    for (int r = 0; r < 3; r++) {
+        assert_close(t[r].forward, fwd[r]);
+        assert_close(t[r].backward, bwd[r]);
+        assert_close(t[r].step, t[1].step); /* the sync ends everywhere together */
+    }
+    /* Without overlap every all-reduce starts after the slowest backward, worker 1's. */
+    assert_close(t[0].exposed - t[1].exposed, 6e-3 - 3e-3);
+    sdp_plan_free(&p);
+    sdp_layout_free(&L);
+}
+
+/* The timeline follows the times given: with every time k times longer (compute, link and
+ * latency), each overlapped owner group still starts at the same point of its owners' backwards,
+ * so every figure is k times the first. It would not be if the blocks' ends kept the FLOPs'
+ * timing while the backward took the measured length. */
+static void test_timed_compute_scales_the_timeline(void **state) {
+    (void)state;
+    sdp_layout L;
+    gpt_layout(&L, 3);
+    sdp_plan p;
+    build_plan(&p, &L, SDP_MASK_BACKWARD, 3, 2);
+    sdp_steptime_cfg cfg = step_cfg(3, true);
+    cfg.net.link_Bps = 1e8;
+    const double flops[3] = {3e9, 3e9, 3e9}, k = 10;
+    double fwd[3] = {1e-3, 2e-3, 1.5e-3}, bwd[3] = {3e-3, 5e-3, 2e-3};
+    cfg.forward_s = fwd, cfg.backward_s = bwd;
+    sdp_step_times a[3], b[3];
+    sdp_steptime_predict(&p, &L, flops, &cfg, a);
+    for (int r = 0; r < 3; r++) fwd[r] *= k, bwd[r] *= k;
+    cfg.net.link_Bps /= k;
+    cfg.net.latency_s *= k;
+    sdp_steptime_predict(&p, &L, flops, &cfg, b);
+    for (int r = 0; r < 3; r++) {
+        assert_close(b[r].exposed, k * a[r].exposed);
+        assert_close(b[r].step, k * a[r].step);
+    }
+    sdp_plan_free(&p);
+    sdp_layout_free(&L);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_allreduce_one_group),
@@ -503,6 +592,9 @@ int main(void) {
         cmocka_unit_test(test_micro_batches_accumulate),
         cmocka_unit_test(test_micro_batches_wait_for_the_slowest),
         cmocka_unit_test(test_micro_batches_under_zero2),
+        cmocka_unit_test(test_timed_compute_as_flops),
+        cmocka_unit_test(test_timed_compute_is_the_times),
+        cmocka_unit_test(test_timed_compute_scales_the_timeline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

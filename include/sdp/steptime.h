@@ -57,6 +57,10 @@ typedef struct {
     double wire_bytes;     /* bytes per gradient or published element: 4 (fp32), 2 (bf16) */
     double update_bytes;   /* memory traffic per owned element of clipping and the optimizer */
     int micro_batches;     /* --grad-accum: micro-batches per step; 0 or 1 = one */
+    /* Measured compute (sdp plan --measure-compute): each worker's forward and backward seconds
+     * of one micro-batch, the backward spread over its blocks as its FLOPs are. NULL: its FLOPs
+     * at flops_per_s. */
+    const double *forward_s, *backward_s;
 } sdp_steptime_cfg;
 
 /* Seconds of one worker's step. */

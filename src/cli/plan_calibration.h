@@ -22,6 +22,7 @@ typedef struct {
     char measured[32]; /* when, in UTC: "2026-11-26T10:31:02Z" */
     int threads;
     double sgemm_gflops;
+    int timed_steps; /* sdp plan --measure-compute: the steps timed per worker (path empty) */
 } plan_calibration;
 
 /* The calibration file's path: `given` when not empty, else the environment's (above). Fails with

@@ -3,6 +3,7 @@
  * so the prediction equals what `sdp train` allocates. */
 #include "commands.h"
 #include "plan_fit.h"
+#include "plan_measure.h"
 #include "plan_steptime.h"
 #include "train/io_memplan.h"
 #include "train/run.h"
@@ -11,6 +12,7 @@
 
 #include "sdp/backend.h"
 #include "sdp/check.h"
+#include "sdp/comm.h"
 #include "sdp/cuda_scratch.h"
 #include "sdp/memplan.h"
 #include "sdp/ops.h"
@@ -24,7 +26,7 @@
 
 typedef struct {
     train_opts t; /* first, so TRAIN_OPTS offsets apply */
-    int world, show;
+    int world, show, threads;
     char dtype[OPT_STR_MAX];
     bool json;
     plan_steptime_opts st;
@@ -234,11 +236,30 @@ static void predict_steps(const plan_opts *o, const sdp_plan *plan, const sdp_pl
     sc->micro_batches = o->t.grad_accum;
     double *flops = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof(double));
     sdp_step_times *d = sdp_alloc(mem, SDP_MEM_SCRATCH, (size_t)o->world * sizeof *d);
+    const size_t nt = (size_t)o->world + 1; /* every worker, then a DDP worker */
+    double *fwd = NULL, *bwd = NULL;
+    if (o->st.measure_steps > 0) {
+        plan_compute_time *c = sdp_alloc(mem, SDP_MEM_SCRATCH, nt * sizeof *c);
+        const plan_measure_request req = {&o->t, SHARED_OPTS, o->world, o->st.measure_steps,
+                                          o->threads};
+        plan_measure_compute(&req, c, &c[o->world]);
+        fwd = sdp_alloc(mem, SDP_MEM_SCRATCH, nt * sizeof(double));
+        bwd = sdp_alloc(mem, SDP_MEM_SCRATCH, nt * sizeof(double));
+        for (size_t i = 0; i < nt; i++) fwd[i] = c[i].forward_s, bwd[i] = c[i].backward_s;
+        sdp_free(mem, c);
+        sc->forward_s = fwd, sc->backward_s = bwd;
+    }
     for (int r = 0; r < o->world; r++) flops[r] = rows[r].flops;
     sdp_steptime_predict(plan, full, flops, sc, st);
     for (int r = 0; r < o->world; r++) flops[r] = ddp->flops; /* every DDP worker is alike */
+    if (fwd) {
+        for (int r = 0; r < o->world; r++) fwd[r] = fwd[o->world], bwd[r] = bwd[o->world];
+    }
     sdp_steptime_predict(ddp_plan, full, flops, sc, d);
     *ddp_st = d[0];
+    sc->forward_s = sc->backward_s = NULL; /* the timing marks the output through cal */
+    sdp_free(mem, fwd);
+    sdp_free(mem, bwd);
     sdp_free(mem, flops);
     sdp_free(mem, d);
 }
@@ -384,6 +405,7 @@ int cmd_plan(int argc, char **argv) {
     const bool fitting =
         train_opts_given(argc, argv, "fit") || train_opts_given(argc, argv, "fit-by");
     if (!fitting) train_run_plan_warn_ignored(&o.t, argc, argv); /* --fit plans every mode */
+    plan_steptime_warn_ignored(&o.st, fitting, argc, argv);
     /* CPU kernels keep scratch per thread: count it for the threads each worker will run, which
      * sdp train chooses the same way (all N workers on this machine). */
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -391,6 +413,7 @@ int cmd_plan(int argc, char **argv) {
                         : cores / o.world > 1 ? (int)(cores / o.world)
                                               : 1;
     sdp_set_threads(threads);
+    o.threads = threads;
     if (fitting) {
         const plan_fit_request fit = {
             .t = &o.t,
@@ -451,5 +474,6 @@ int cmd_plan(int argc, char **argv) {
     sdp_plan_free(&ddp_plan);
     sdp_layout_free(&full);
     free(specs);
+    if (st && o.st.measure_steps > 0) sdp_world_finalize(); /* the timing started MPI */
     return 0;
 }

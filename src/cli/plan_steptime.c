@@ -30,6 +30,11 @@ int plan_steptime_specs(opt_spec *specs, size_t base) {
          "step-time model: one worker's compute rate, GFLOP/s; 0: this machine's sgemm peak, "
          "from --calibration (measured the first time)",
          0},
+        {"measure-compute", OPT_INT, AT(measure_steps), "0",
+         "step-time model: time each worker's forward and backward on this machine, alone at "
+         "the plan's threads, the median of this many steps (CPU only); 0: price its FLOPs at "
+         "--gflops",
+         0},
         {"calibration", OPT_STR, AT(calibration), "",
          "step-time model: the file that keeps this machine's measured speeds; default "
          "$SDP_CALIBRATION, else $XDG_CACHE_HOME/sdp/calibration.json, else "
@@ -52,6 +57,25 @@ bool plan_steptime_on(const plan_steptime_opts *o) {
     return o->link_gbps > 0;
 }
 
+void plan_steptime_warn_ignored(const plan_steptime_opts *o, bool fitting, int argc, char **argv) {
+    if (plan_steptime_on(o) && !fitting) return;
+    opt_spec s[32]; /* more than the model has */
+    const int n = plan_steptime_specs(s, 0);
+    char list[512] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++)
+        if (train_opts_given(argc, argv, s[i].name) && used < sizeof list)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s--%s", used ? ", " : "",
+                                     s[i].name);
+    if (used == 0) return;
+    if (fitting)
+        sdp_warn("%s ignored: --fit prints no step times; drop --fit to see them", list);
+    else
+        sdp_warn("%s ignored: the step-time model is off without --link-gbps; give each "
+                 "host's link rate, e.g. --link-gbps 10",
+                 list);
+}
+
 /* Clipping reads and writes the gradient, the optimizer reads it again, reads and writes the
  * weight and every state buffer (bf16 adds the fp32 master weight to the state). */
 static double update_bytes(bool bf16, double state_bytes) {
@@ -64,13 +88,22 @@ void plan_steptime_config(const plan_steptime_opts *o, int world, bool cuda, boo
     sdp_comm_lib lib = cuda ? SDP_COMM_NCCL : SDP_COMM_MPI;
     SDP_CHECK(!strcmp(o->comm, "auto") || sdp_comm_lib_parse(o->comm, &lib),
               "unknown --comm '%s': use mpi, nccl or auto", o->comm);
-    SDP_CHECK(o->gflops > 0 || !cuda,
+    SDP_CHECK(o->measure_steps == 0 || !cuda,
+              "--measure-compute times this machine's CPU, which says nothing of a GPU: give the "
+              "GPU's rate with --gflops, e.g. --gflops 400000");
+    SDP_CHECK(o->measure_steps == 0 || o->gflops == 0,
+              "--measure-compute and --gflops %g both set the compute: give one", o->gflops);
+    SDP_CHECK(o->gflops > 0 || o->measure_steps > 0 || !cuda,
               "--gflops 0 measures this machine's sgemm peak, which says nothing of a GPU: give "
               "the GPU's rate, e.g. --gflops 400000");
     memset(cfg, 0, sizeof *cfg);
     memset(cal, 0, sizeof *cal);
-    if (o->gflops <= 0)
+    if (o->gflops <= 0 && o->measure_steps == 0)
         plan_calibration_get(cal, o->calibration, omp_get_max_threads(), o->recalibrate);
+    if (o->measure_steps > 0) {
+        cal->timed_steps = o->measure_steps;
+        cal->threads = omp_get_max_threads();
+    }
     cfg->net = (sdp_net){.world = world,
                          .ranks_per_host = o->ranks_per_host,
                          .link_Bps = o->link_gbps * 1e9 / 8,
@@ -78,7 +111,7 @@ void plan_steptime_config(const plan_steptime_opts *o, int world, bool cuda, boo
                          .host_Bps = o->host_gbps * 1e9 / 8};
     cfg->lib = lib;
     cfg->overlap = lib == SDP_COMM_NCCL;
-    cfg->flops_per_s = (o->gflops > 0 ? o->gflops : cal->sgemm_gflops) * 1e9;
+    cfg->flops_per_s = (o->gflops > 0 ? o->gflops : cal->sgemm_gflops) * 1e9; /* 0: timed */
     cfg->mem_Bps = o->mem_gbs * 1e9;
     cfg->bcast_host_Bps = o->host_bcast_gbps * 1e9 / 8;
     cfg->wire_bytes = bf16 ? 2 : 4;
@@ -110,6 +143,13 @@ static const sdp_step_times *slowest(const sdp_step_times *t, int world) {
 
 /* Where the compute rate came from: the calibration file, or --gflops. */
 static void print_speeds(const sdp_steptime_cfg *cfg, const plan_calibration *cal) {
+    if (cal->timed_steps > 0) {
+        printf("  compute timed on this machine (--measure-compute %d): each worker's forward "
+               "and backward, alone at %d thread%s, the median over %d step%s\n",
+               cal->timed_steps, cal->threads, cal->threads == 1 ? "" : "s", cal->timed_steps,
+               cal->timed_steps == 1 ? "" : "s");
+        return;
+    }
     if (!cal->path[0]) {
         printf("  machine speeds from the options (--gflops %.4g)\n", cfg->flops_per_s * 1e-9);
         return;
@@ -134,11 +174,13 @@ void plan_steptime_print(const sdp_steptime_cfg *cfg, const plan_calibration *ca
     char micro[64] = "";
     if (cfg->micro_batches > 1)
         snprintf(micro, sizeof micro, ", %d micro-batches a step", cfg->micro_batches);
+    char compute[64] = "compute timed";
+    if (cal->timed_steps == 0)
+        snprintf(compute, sizeof compute, "%.4g GFLOP/s per worker", cfg->flops_per_s * 1e-9);
     printf("  step time (model, docs/network.md): link %.4g Gbit/s per direction, latency %.3g us, "
-           "%d worker%s per host, transport %s, %.4g GFLOP/s per worker, %s collectives %s%s\n",
+           "%d worker%s per host, transport %s, %s, %s collectives %s%s\n",
            n->link_Bps * 8e-9, n->latency_s * 1e6, n->ranks_per_host,
-           n->ranks_per_host == 1 ? "" : "s", transport, cfg->flops_per_s * 1e-9,
-           sdp_comm_lib_name(cfg->lib),
+           n->ranks_per_host == 1 ? "" : "s", transport, compute, sdp_comm_lib_name(cfg->lib),
            cfg->overlap ? "overlapped with the backward" : "after the backward", micro);
     print_speeds(cfg, cal);
     printf("  %-8s %12s %12s %12s %12s %12s\n", "worker", "forward", "backward", "exposed",
@@ -177,6 +219,9 @@ void plan_steptime_json_summary(const sdp_steptime_cfg *cfg, const plan_calibrat
            cfg->bcast_host_Bps * 8e-9, cfg->flops_per_s * 1e-9, cfg->mem_Bps * 1e-9,
            sdp_comm_lib_name(cfg->lib), cfg->overlap ? "true" : "false",
            cfg->micro_batches > 1 ? cfg->micro_batches : 1, slowest(t, world)->step, ddp->step);
+    if (cal->timed_steps > 0)
+        printf(", \"measure_compute\": {\"steps\": %d, \"threads\": %d}", cal->timed_steps,
+               cal->threads);
     /* The calibration's path and date as JSON strings: the path is the user's, so escaped. */
     if (cal->path[0]) {
         cJSON *s = cJSON_CreateObject();

@@ -16,6 +16,7 @@
 typedef struct {
     double link_gbps, latency_us, host_gbps, host_bcast_gbps, gflops, mem_gbs;
     int ranks_per_host;
+    int measure_steps; /* --measure-compute: steps timed per worker; 0: FLOPs at --gflops */
     char comm[OPT_STR_MAX], calibration[OPT_STR_MAX];
     bool recalibrate;
 } plan_steptime_opts;
@@ -25,11 +26,15 @@ typedef struct {
 int plan_steptime_specs(opt_spec *specs, size_t base);
 
 bool plan_steptime_on(const plan_steptime_opts *o);
+/* One warning naming the model's options that argv gives and that will do nothing: without
+ * --link-gbps, or under --fit (which prints no step times). */
+void plan_steptime_warn_ignored(const plan_steptime_opts *o, bool fitting, int argc, char **argv);
 
 /* The model's configuration for `world` workers. A --gflops of 0 takes this host's sgemm peak
  * at the current thread count from the calibration file, measuring it the first time (CPU only);
- * *cal says where it came from (its path empty when --gflops gave the rate). state_bytes:
- * optimizer state per trained parameter. */
+ * *cal says where it came from (its path empty when --gflops gave the rate). Under
+ * --measure-compute no rate is read: the caller times the workers and sets cfg->forward_s and
+ * cfg->backward_s. state_bytes: optimizer state per trained parameter. */
 void plan_steptime_config(const plan_steptime_opts *o, int world, bool cuda, bool bf16,
                           double state_bytes, sdp_steptime_cfg *cfg, plan_calibration *cal);
 

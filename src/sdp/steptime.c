@@ -321,12 +321,19 @@ static double compute_all(const sdp_plan *p, const sdp_layout *full, const model
     for (int r = 0; r < p->cfg.world; r++) {
         sdp_step_times *o = &out[r];
         memset(o, 0, sizeof *o);
-        const double third = flops[r] / 3 / cfg->flops_per_s;
         double *d = done + (size_t)r * ((size_t)s->nblocks + 1);
-        end[r] = masked ? backward_masked(s, r, third, third, cfg->recompute, d)
-                        : backward_own_model(s, r, third, third, cfg->recompute, d);
-        o->forward = third;
-        o->backward = end[r] - third;
+        const bool timed = cfg->forward_s != NULL;
+        /* Timed: the FLOPs only say how the backward spreads over the blocks; its length is
+         * the measured one. */
+        const double third = timed ? 1 : flops[r] / 3 / cfg->flops_per_s;
+        const double fwd = timed ? cfg->forward_s[r] : third;
+        const double bwd_end = masked ? backward_masked(s, r, third, 0, cfg->recompute, d)
+                                      : backward_own_model(s, r, third, 0, cfg->recompute, d);
+        const double scale = !timed ? 1 : bwd_end > 0 ? cfg->backward_s[r] / bwd_end : 0;
+        for (int b = 0; b < s->nblocks; b++) d[b] = fwd + d[b] * scale;
+        end[r] = fwd + bwd_end * scale;
+        o->forward = fwd;
+        o->backward = end[r] - fwd;
         o->optimizer = optimizer_time(p, full, cfg, r);
         if (end[r] > slowest) slowest = end[r];
     }
@@ -381,9 +388,9 @@ double sdp_steptime_predict(const sdp_plan *p, const sdp_layout *full, const dou
                             const sdp_steptime_cfg *cfg, sdp_step_times *out) {
     const int N = p->cfg.world, nb = full->nblocks;
     SDP_CHECK(cfg->net.world == N && cfg->net.ranks_per_host >= 1 && cfg->net.link_Bps > 0 &&
-                  cfg->flops_per_s > 0,
+                  (cfg->flops_per_s > 0 || (cfg->forward_s && cfg->backward_s)),
               "step-time model: the network must cover the plan's %d workers, with a link rate "
-              "and a compute rate above 0",
+              "above 0, and a compute rate above 0 or measured compute times",
               N);
     sdp_mem mem = {0};
     model_shape s;
