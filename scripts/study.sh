@@ -43,6 +43,10 @@
 #   gpt-levers  the reference GPT's DDP and forward/neuron C = 0.5 rows (best learning rate, seed
 #               1) again with --recompute layer and --zero 1, then 2: the losses and the memory of the levers
 #               measured, beside what study_report.py derives from sdp plan
+#   gpt-floor   the recipe keeps nanoGPT's cosine floor, --lr-min 1e-4, at every rate, so a rate
+#               also sets how far the schedule decays; this trains the gpt workload's DDP, its
+#               two SDP modes with neuron units and the dense model of forward masking's memory,
+#               each at its best rate there, with the floor at a tenth of the rate (3 seeds)
 #
 # Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
 # FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
@@ -482,6 +486,27 @@ gpt_levers() {
   done
 }
 
+# The schedule's floor at a tenth of the rate: the gpt workload's rows that the verdict compares,
+# each at the best rate its own grid found, so that a change of order is the floor's doing.
+gpt_floor() {
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  local w=gpt-floor prefix lr floor seed
+  BASE=("${GPT_REF[@]}" --batch 3 --val-batches 200)
+  local -A flags=([ddp]="--sdp-mask none" [ddp-w80]="--width 80"
+                  [forward-neuron-c0.5]="$(mode_flags forward-neuron 0.5)"
+                  [backward-neuron-c0.5]="$(mode_flags backward-neuron 0.5)")
+  for prefix in ddp ddp-w80 forward-neuron-c0.5 backward-neuron-c0.5; do
+    lr=$(best_lr gpt "$prefix")
+    if [ -z "$lr" ]; then echo "$w $prefix: no rate in the gpt workload yet"; continue; fi
+    floor=$(lr_scaled "$lr" 0.1)
+    for seed in $SEEDS; do
+      # shellcheck disable=SC2086
+      run "$w" "$prefix-lr$lr-floor$floor" "$seed" 4 "${BASE[@]}" --lr "$lr" --lr-min "$floor" \
+        ${flags[$prefix]}
+    done
+  done
+}
+
 calibrate() {
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
   for seed in $SEEDS; do
@@ -506,7 +531,8 @@ for w in "$@"; do
     resnet) resnet ;;
     vit) vit ;;
     gpt-levers) gpt_levers ;;
-    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3, gpt-large, resnet, vit or gpt-levers" >&2
+    gpt-floor) gpt_floor ;;
+    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3, gpt-large, resnet, vit, gpt-levers or gpt-floor" >&2
        exit 1 ;;
   esac
   echo "== $w: $((SECONDS - t0)) s"
