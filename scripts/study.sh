@@ -61,6 +61,7 @@
 #   GRID_GROW=N      at most N rates added to a learning-rate grid whose best is its edge (3)
 #   STUDY_DIR=DIR    where the rows are (docs/study; tests/test_study_grid.sh uses its own)
 # Run it in the background: nohup bash scripts/study.sh calibrate > runs/study.log 2>&1 &
+# One sweep runs at a time in a checkout (runs/study/.sweep.lock): a second stops at once.
 set -euo pipefail
 # bash reads a script as it runs: a sweep of hours runs from a copy, so that editing this file
 # meanwhile cannot change what it does mid-way.
@@ -81,6 +82,18 @@ if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 TEXT=$(realpath -m "${SDP_TEXT:-../shared/data/tinyshakespeare.txt}")
 SEEDS=${SEEDS:-1 2 3}
 OUT=runs/study
+# One sweep at a time in a checkout: a second would share run directories with the first (and
+# start them again under it when it finds another binary's), and time its runs on the same cores.
+if [ "${STUDY_DRY:-0}" != 1 ]; then
+  mkdir -p "$OUT"
+  exec 9>>"$OUT/.sweep.lock"
+  if ! flock -n 9; then
+    echo "study.sh: another sweep is running in this checkout ($(cat "$OUT/.sweep.pid" 2>/dev/null ||
+      echo "pid unknown")): wait for it to end, or stop it first" >&2
+    exit 1
+  fi
+  echo "pid $$, started $(date -u +%FT%TZ): $*" >"$OUT/.sweep.pid"
+fi
 COLUMNS_TSV="workload	config	seed	N	mask	unit	C	layers	width	lr	steps	tflop_per_worker	state_bytes	total_bytes	peak_rss_bytes	val_loss	val_acc	wall_s	val_loss_min"
 
 # nanoGPT's shakespeare-char CPU recipe (karpathy/nanoGPT, README "baby GPT" on a CPU): 4 layers,

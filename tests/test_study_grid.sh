@@ -45,4 +45,23 @@ expect "best at the bottom: the grid halves it" "ddp-lr2.5e-4:1 ddp-lr5e-4:2 ddp
 rows "8e-3 nan" "${GRID[@]}" # first, where a NaN would stay the best
 expect "a NaN loss is no best, and its rate counts as tried: 4e-3 is inside" \
   "ddp-lr4e-3:2 ddp-lr4e-3:3"
+
+# One sweep at a time: while another holds the checkout's sweep lock, a sweep stops at once with
+# one line and starts nothing (a dry sweep only lists, and takes no lock).
+mkdir -p "$ROOT/runs/study"
+exec 8>>"$ROOT/runs/study/.sweep.lock"
+if flock -n 8; then
+  out=$(SDP_TEXT="$WORK/text.txt" SDP_BIN="$SDP_BIN" STUDY_DIR="$STUDY" timeout 30 \
+    bash "$ROOT/scripts/study.sh" gpt 2>&1); rc=$?
+  if [ "$rc" -eq 1 ] && [ "$(grep -c . <<<"$out")" -eq 1 ] &&
+     grep -q "^study.sh: another sweep is running in this checkout" <<<"$out"; then
+    pass "a second sweep stops at once: $out"
+  else
+    fail "a second sweep beside a running one: exit $rc, '$out'"
+  fi
+  flock -u 8
+else
+  echo "skip: a real sweep holds runs/study/.sweep.lock; the lock case needs it free"
+fi
+exec 8>&-
 finish
