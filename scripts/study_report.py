@@ -528,6 +528,26 @@ def verdict_block():
             + "\n".join(out))
 
 
+def floor_block():
+    """gpt-floor's rows (CONFIG-lr<LR>-floor<F>: the cosine's floor at F) beside the gpt
+    workload's CONFIG-lr<LR> (the recipe's floor, 1e-4), on their seeds."""
+    def load(w):
+        with open(os.path.join(STUDY, w + ".tsv"), newline="") as f:
+            return by_config(list(csv.DictReader(f, delimiter="\t")))
+    floor, ref = load("gpt-floor"), load("gpt")
+    out = ["| configuration | floor 1e-4 (the recipe's) | floor a tenth of the rate |",
+           "|---|---|---|"]
+    for name, rs in floor.items():
+        m = re.fullmatch(r"(?P<base>.*-lr[0-9.]+(?:e-?[0-9]+)?)-floor(?P<f>[0-9.e-]+)", name)
+        if not m or m["base"] not in ref:
+            continue
+        losses = [float(r["val_loss"]) for r in ref[m["base"]]]
+        out.append(f"| {m['base']} | {mean_sd(losses, '{:.3f}')} | "
+                   f"{mean_sd([float(r['val_loss']) for r in rs], '{:.3f}')} ({m['f']}) |")
+    return ("Final validation loss on each configuration's seeds, from `docs/study/gpt.tsv` and "
+            "`docs/study/gpt-floor.tsv` (equal steps).\n\n" + "\n".join(out))
+
+
 def which_mode_block():
     """README's short table: for the GPT of the study's reference recipe, each configuration run
     on several seeds, its largest worker's memory and its loss against DDP's, at equal steps and
@@ -596,6 +616,9 @@ def main():
             new = rc.sub(lambda m: m.group(1) + levers_block(w, rows) + "\n" + m.group(2), new)
     new = re.sub(r"(<!-- study:verdict -->\n)(?:.*?\n)?(<!-- /study:verdict -->)",
                  lambda m: m.group(1) + verdict_block() + "\n" + m.group(2), new, flags=re.S)
+    if os.path.exists(os.path.join(STUDY, "gpt-floor.tsv")):
+        new = re.sub(r"(<!-- study-floor -->\n)(?:.*?\n)?(<!-- /study-floor -->)",
+                     lambda m: m.group(1) + floor_block() + "\n" + m.group(2), new, flags=re.S)
     with open(README) as f:
         readme = f.read()
     new_readme = re.sub(r"(<!-- study:which-mode -->\n)(?:.*?\n)?(<!-- /study:which-mode -->)",
