@@ -47,6 +47,9 @@
 #               also sets how far the schedule decays; this trains the gpt workload's DDP, its
 #               two SDP modes with neuron units and the dense model of forward masking's memory,
 #               each at its best rate there, with the floor at a tenth of the rate (3 seeds)
+#   gpt-overfit3-floor  gpt-overfit3's DDP, dense model of forward masking's memory and forward
+#               masking, without dropout, each on its own grid (1.25e-4 to 1e-3, grown) with the
+#               floor at a tenth of every rate
 #
 # Each finished run adds one row to docs/study/<workload>.tsv: its configuration, seed, steps,
 # FLOPs per worker, the largest worker's accounted bytes and peak RSS over all ranks, its final
@@ -318,6 +321,12 @@ gpt_fit() {
 # until the best lies inside; a rate whose run fails counts as tried.
 GRID_GROW=${GRID_GROW:-3}
 LR=""
+# The rate's flags: --lr, and with FLOOR_RATIO set, the cosine's floor at that fraction of it.
+FLOOR_RATIO=""
+lr_flags() {
+  echo "--lr $1"
+  if [ -n "$FLOOR_RATIO" ]; then echo "--lr-min $(lr_scaled "$1" "$FLOOR_RATIO")"; fi
+}
 tuned() {
   local w=$1 prefix=$2 lr seed edge grown=0; shift 2
   local tried=("${LRS[@]}") next=("${LRS[@]}")
@@ -326,7 +335,8 @@ tuned() {
     [[ " ${tried[*]} " == *" $lr "* ]] || { tried+=("$lr") && grown=$((grown + 1)); }
   done
   while :; do
-    for lr in "${next[@]}"; do run "$w" "$prefix-lr$lr" 1 4 "${BASE[@]}" --lr "$lr" "$@"; done
+    # shellcheck disable=SC2046
+    for lr in "${next[@]}"; do run "$w" "$prefix-lr$lr" 1 4 "${BASE[@]}" $(lr_flags "$lr") "$@"; done
     LR=$(best_lr "$w" "$prefix")
     if [ -z "$LR" ]; then echo "$w $prefix: no learning rate finished"; return 0; fi
     edge=$(grid_edge "$LR" "${tried[@]}")
@@ -335,7 +345,8 @@ tuned() {
     echo "$w $prefix: the best rate, $LR, is the grid's edge: trying $lr"
     tried+=("$lr") next=("$lr") grown=$((grown + 1))
   done
-  for seed in $SEEDS; do run "$w" "$prefix-lr$LR" "$seed" 4 "${BASE[@]}" --lr "$LR" "$@"; done
+  # shellcheck disable=SC2046
+  for seed in $SEEDS; do run "$w" "$prefix-lr$LR" "$seed" 4 "${BASE[@]}" $(lr_flags "$LR") "$@"; done
 }
 
 # matched WORKLOAD CONFIG REFERENCE STEPS FLAGS...: CONFIG-matched on every seed, trained for as
@@ -520,6 +531,27 @@ gpt_floor() {
   done
 }
 
+# The 3% text's configurations without dropout, whose best rates are the lowest, where the
+# recipe's fixed floor leaves the cosine almost flat: DDP, the dense model of forward masking's
+# memory and forward masking, each on its own grid, with the floor at a tenth of every rate.
+gpt_overfit3_floor() {
+  [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
+  local w=gpt-overfit3-floor data
+  data=$(small_text 3)
+  LRS=(1.25e-4 2.5e-4 5e-4 1e-3)
+  BASE=("${GPT_REF[@]}" --data "$(realpath "$data")" --batch 3 --val-batches 200 --val-every 250)
+  local plan=(--model gpt --layers 4 --heads 4 --width 128 --seq-len 64 --batch 3 --world 4
+              --val-batches 200 --sdp-coverage 0.5)
+  local small
+  small=$(fit_width "$(plan_total "${plan[@]}" --sdp-mask forward --sdp-unit neuron)" none - "${plan[@]}")
+  FLOOR_RATIO=0.1
+  tuned $w ddp-floor0.1
+  tuned $w "ddp-w$small-floor0.1" --width "$small"
+  # shellcheck disable=SC2046
+  tuned $w forward-neuron-c0.5-floor0.1 $(mode_flags forward-neuron 0.5)
+  FLOOR_RATIO=""
+}
+
 calibrate() {
   [ -f "$TEXT" ] || { echo "no text at $TEXT: set SDP_TEXT (see README, 'Data')" >&2; exit 1; }
   for seed in $SEEDS; do
@@ -545,7 +577,8 @@ for w in "$@"; do
     vit) vit ;;
     gpt-levers) gpt_levers ;;
     gpt-floor) gpt_floor ;;
-    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3, gpt-large, resnet, vit, gpt-levers or gpt-floor" >&2
+    gpt-overfit3-floor) gpt_overfit3_floor ;;
+    *) echo "unknown workload '$w': use calibrate, gpt, gpt-fit, gpt-c25, gpt-overfit, gpt-overfit3, gpt-large, resnet, vit, gpt-levers, gpt-floor or gpt-overfit3-floor" >&2
        exit 1 ;;
   esac
   echo "== $w: $((SECONDS - t0)) s"
