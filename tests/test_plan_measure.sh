@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # sdp plan --measure-compute: the step-time model prices each worker's compute by timing its
 # forward and backward on this machine (as `sdp train --sim-world N --sim-rank r` runs them, on
 # random batches), once per distinct subnetwork, instead of FLOPs at one rate. No data file and no
