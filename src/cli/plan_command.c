@@ -239,22 +239,17 @@ static void predict_steps(const plan_opts *o, const sdp_plan *plan, const sdp_pl
     const size_t nt = (size_t)o->world + 1; /* every worker, then a DDP worker */
     double *fwd = NULL, *bwd = NULL;
     if (o->st.measure_steps > 0) {
-        plan_compute_time *c = sdp_alloc(mem, SDP_MEM_SCRATCH, nt * sizeof *c);
         const plan_measure_request req = {&o->t, SHARED_OPTS, o->world, o->st.measure_steps,
                                           o->threads};
-        plan_measure_compute(&req, c, &c[o->world]);
         fwd = sdp_alloc(mem, SDP_MEM_SCRATCH, nt * sizeof(double));
         bwd = sdp_alloc(mem, SDP_MEM_SCRATCH, nt * sizeof(double));
-        for (size_t i = 0; i < nt; i++) fwd[i] = c[i].forward_s, bwd[i] = c[i].backward_s;
-        sdp_free(mem, c);
+        plan_measure_compute(&req, fwd, bwd);
         sc->forward_s = fwd, sc->backward_s = bwd;
     }
     for (int r = 0; r < o->world; r++) flops[r] = rows[r].flops;
     sdp_steptime_predict(plan, full, flops, sc, st);
     for (int r = 0; r < o->world; r++) flops[r] = ddp->flops; /* every DDP worker is alike */
-    if (fwd) {
-        for (int r = 0; r < o->world; r++) fwd[r] = fwd[o->world], bwd[r] = bwd[o->world];
-    }
+    for (int r = 0; fwd && r < o->world; r++) fwd[r] = fwd[o->world], bwd[r] = bwd[o->world];
     sdp_steptime_predict(ddp_plan, full, flops, sc, d);
     *ddp_st = d[0];
     sc->forward_s = sc->backward_s = NULL; /* the timing marks the output through cal */

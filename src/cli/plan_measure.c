@@ -103,8 +103,13 @@ static bool same_key(const compute_key *a, const compute_key *b) {
     return a->n == b->n && memcmp(a->v, b->v, sizeof(long) * (size_t)a->n) == 0;
 }
 
+/* Seconds of one micro-batch's forward and backward. */
+typedef struct {
+    double forward_s, backward_s;
+} compute_time;
+
 /* Warm-up steps, then the median of the timed ones' forward and backward. */
-static plan_compute_time time_steps(trainer *t, int steps) {
+static compute_time time_steps(trainer *t, int steps) {
     const batch_source *s = &t->data;
     random_feed *f = t->next_batch_ctx;
     const size_t n = (size_t)s->B * (size_t)s->T;
@@ -122,7 +127,7 @@ static plan_compute_time time_steps(trainer *t, int steps) {
         fwd[k] = r.ms_forward * 1e-3;
         bwd[k] = r.ms_backward * 1e-3;
     }
-    const plan_compute_time c = {sdp_bench_median(fwd, steps), sdp_bench_median(bwd, steps)};
+    const compute_time c = {sdp_bench_median(fwd, steps), sdp_bench_median(bwd, steps)};
     free(fwd);
     free(bwd);
     free(f->tokens);
@@ -136,12 +141,12 @@ static plan_compute_time time_steps(trainer *t, int steps) {
 typedef struct {
     int n;
     compute_key *keys;
-    plan_compute_time *times;
+    compute_time *times;
 } timed_list;
 
 /* Worker `rank`'s time: a timing already made of a worker alike, else its own. */
-static plan_compute_time time_worker(const plan_measure_request *req, const sdp_world *world,
-                                     int rank, bool ddp, timed_list *done) {
+static compute_time time_worker(const plan_measure_request *req, const sdp_world *world, int rank,
+                                bool ddp, timed_list *done) {
     trainer t;
     memset(&t, 0, sizeof t);
     worker_opts(req, rank, ddp, &t.o);
@@ -165,15 +170,14 @@ static plan_compute_time time_worker(const plan_measure_request *req, const sdp_
     fprintf(stderr, "sdp plan: timing %s: %d step%s after %d warm-up, %d thread%s\n", who,
             req->steps, req->steps == 1 ? "" : "s", WARMUP_STEPS, req->threads,
             req->threads == 1 ? "" : "s");
-    const plan_compute_time c = time_steps(&t, req->steps);
+    const compute_time c = time_steps(&t, req->steps);
     trainer_free(&t);
     done->keys[done->n] = k;
     done->times[done->n++] = c;
     return c;
 }
 
-void plan_measure_compute(const plan_measure_request *req, plan_compute_time *out,
-                          plan_compute_time *ddp) {
+void plan_measure_compute(const plan_measure_request *req, double *forward_s, double *backward_s) {
     SDP_CHECK(req->steps >= 1, "--measure-compute %d: give the number of steps to time, 1 or more",
               req->steps);
     int argc = 0;
@@ -184,11 +188,15 @@ void plan_measure_compute(const plan_measure_request *req, plan_compute_time *ou
                   "sdp plan --measure-compute times every worker in one process, but %d MPI ranks "
                   "were started: run sdp plan without mpiexec",
                   world.size);
-    const int n = req->world + (ddp ? 1 : 0);
+    const int n = req->world + 1; /* the workers, then a data-parallel one */
     timed_list done = {0, sdp_xcalloc((size_t)n, sizeof(compute_key), "the timings"),
-                       sdp_xcalloc((size_t)n, sizeof(plan_compute_time), "the timings")};
-    for (int r = 0; r < req->world; r++) out[r] = time_worker(req, &world, r, false, &done);
-    if (ddp) *ddp = time_worker(req, &world, 0, true, &done);
+                       sdp_xcalloc((size_t)n, sizeof(compute_time), "the timings")};
+    for (int i = 0; i < n; i++) {
+        const bool ddp = i == req->world;
+        const compute_time c = time_worker(req, &world, ddp ? 0 : i, ddp, &done);
+        forward_s[i] = c.forward_s;
+        backward_s[i] = c.backward_s;
+    }
     fprintf(stderr, "sdp plan: timed %d distinct worker%s of %d%s\n", done.n,
             done.n == 1 ? "" : "s", n,
             done.n < n ? "; the others run the same shapes as one of them" : "");

@@ -15,15 +15,10 @@ typedef struct {
     int world, steps, threads;
 } plan_measure_request;
 
-/* Seconds of one micro-batch's forward and backward, the median over the timed steps. */
-typedef struct {
-    double forward_s, backward_s;
-} plan_compute_time;
-
-/* Every worker's time (out[world]), one worker after another, each alone on the machine; and,
- * when ddp is not NULL, a data-parallel worker's (every DDP worker runs the same model). Prints
- * a progress line per worker to stderr. */
-void plan_measure_compute(const plan_measure_request *req, plan_compute_time *out,
-                          plan_compute_time *ddp);
+/* Seconds of one micro-batch's forward and backward, the median over the timed steps, of every
+ * worker (forward_s[r], backward_s[r], r < world) and then of a data-parallel worker ([world]:
+ * every DDP worker runs the same model), timed one after another, each alone on the machine.
+ * Prints a progress line per worker timed to stderr. */
+void plan_measure_compute(const plan_measure_request *req, double *forward_s, double *backward_s);
 
 #endif
