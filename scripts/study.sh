@@ -522,12 +522,13 @@ gpt_floor() {
   for prefix in ddp ddp-w80 forward-neuron-c0.5 backward-neuron-c0.5; do
     lr=$(best_lr gpt "$prefix")
     if [ -z "$lr" ]; then echo "$w $prefix: no rate in the gpt workload yet"; continue; fi
-    floor=$(lr_scaled "$lr" 0.1)
+    FLOOR_RATIO=0.1
+    floor=$(lr_scaled "$lr" "$FLOOR_RATIO")
     for seed in $SEEDS; do
-      # shellcheck disable=SC2086
-      run "$w" "$prefix-lr$lr-floor$floor" "$seed" 4 "${BASE[@]}" --lr "$lr" --lr-min "$floor" \
-        ${flags[$prefix]}
+      # shellcheck disable=SC2046,SC2086
+      run "$w" "$prefix-lr$lr-floor$floor" "$seed" 4 "${BASE[@]}" $(lr_flags "$lr") ${flags[$prefix]}
     done
+    FLOOR_RATIO=""
   done
 }
 
