@@ -13,15 +13,22 @@
 #include <unistd.h>
 
 /* Times are microseconds of the monotonic clock, kept in atomics: the training thread writes
- * them while the watchdog thread reads them. */
+ * them while the watchdog thread reads them. The thread waits on a condition variable rather
+ * than sleeping, so that stopping it wakes it at once: every process would otherwise end up to
+ * one tick late. */
 struct sdp_watchdog {
     pthread_t thread;
     double fixed_s; /* > 0: the fixed limit; 0: automatic */
     int rank;
     atomic_llong last_us;    /* the last beat */
     atomic_llong longest_us; /* the longest gap between two beats so far */
-    atomic_bool measuring, armed, stopping;
+    atomic_bool measuring, armed;
+    pthread_mutex_t lock; /* guards stopping, which wake announces */
+    pthread_cond_t wake;
+    bool stopping;
 };
+
+enum { WATCHDOG_TICK_US = 200 * 1000 };
 
 static long long now_us(void) {
     struct timespec ts;
@@ -51,13 +58,16 @@ static _Noreturn void end_job(const sdp_watchdog *w, double waited_s) {
 
 static void *watch(void *arg) {
     sdp_watchdog *w = arg;
-    const struct timespec tick = {0, 200 * 1000 * 1000};
-    while (!atomic_load(&w->stopping)) {
-        nanosleep(&tick, NULL);
-        if (!atomic_load(&w->armed)) continue;
+    pthread_mutex_lock(&w->lock);
+    while (!w->stopping) {
+        const long long until_us = now_us() + WATCHDOG_TICK_US;
+        const struct timespec until = {until_us / 1000000, (until_us % 1000000) * 1000};
+        pthread_cond_timedwait(&w->wake, &w->lock, &until); /* early on a spurious wake: harmless */
+        if (w->stopping || !atomic_load(&w->armed)) continue;
         const double waited = 1e-6 * (double)(now_us() - atomic_load(&w->last_us));
         if (waited > limit_s(w)) end_job(w, waited);
     }
+    pthread_mutex_unlock(&w->lock);
     return NULL;
 }
 
@@ -67,6 +77,13 @@ sdp_watchdog *sdp_watchdog_start(double limit_s, int rank) {
     w->fixed_s = limit_s;
     w->rank = rank;
     atomic_store(&w->last_us, now_us());
+    pthread_condattr_t attr;
+    SDP_CHECK(pthread_condattr_init(&attr) == 0 &&
+                  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
+                  pthread_cond_init(&w->wake, &attr) == 0 &&
+                  pthread_mutex_init(&w->lock, NULL) == 0,
+              "cannot set up the watchdog's clock: pass --stall-timeout -1 to run without it");
+    pthread_condattr_destroy(&attr);
     SDP_CHECK(pthread_create(&w->thread, NULL, watch, w) == 0,
               "cannot start the watchdog thread: pass --stall-timeout -1 to run without it");
     return w;
@@ -95,7 +112,12 @@ void sdp_watchdog_arm(sdp_watchdog *w) {
 
 void sdp_watchdog_stop(sdp_watchdog *w) {
     if (!w) return;
-    atomic_store(&w->stopping, true);
+    pthread_mutex_lock(&w->lock);
+    w->stopping = true;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
     free(w);
 }
