@@ -69,11 +69,38 @@ make_text() {
   fi
 }
 
+# FMNIST: where Debian's dataset-fashion-mnist puts the data; image tests skip without it.
+FMNIST=/usr/share/datasets/fashion-mnist
+
+# small_images DIR [TRAIN] [TEST]: Fashion-MNIST's first TRAIN training images and labels (2048,
+# or "all" for the whole split) and first TEST test images (512), as IDX files in DIR. For tests
+# that compare runs with each other or with a plan: every run evaluates on the whole test split,
+# and on all 10,000 images that evaluation, with loading the 60,000, was most of an image test.
+small_images() {
+  local dir=$1 train=${2:-2048} test=${3:-512}
+  mkdir -p "$dir"
+  [ "$train" = all ] && { ln -sf "$FMNIST"/train-*-ubyte.gz "$dir/"; train=0; }
+  python3 - "$FMNIST" "$dir" "$train" "$test" <<'EOF'
+import gzip, struct, sys
+src, dst, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+for split, n in (("train", n_train), ("t10k", n_test)):
+    for kind, size, header in (("images-idx3", 784, 16), ("labels-idx1", 1, 8)):
+        if n == 0:
+            continue
+        name = "%s-%s-ubyte" % (split, kind)
+        raw = gzip.open("%s/%s.gz" % (src, name)).read()
+        head = raw[:4] + struct.pack(">I", n) + raw[8:header]
+        open("%s/%s" % (dst, name), "wb").write(head + raw[header : header + n * size])
+EOF
+}
+
 # tiny_models TEXT: GPT, LLAMA, VIT and RESNET, arrays of the smallest models of each family that
-# the bitwise comparisons train (on TEXT, and on IMAGES, which it sets: Fashion-MNIST). The ResNet
-# is 14 deep: block units need as many droppable blocks as 4 workers at k = 2 cover.
+# the bitwise comparisons train (on TEXT, and on IMAGES, which it sets: a small copy of
+# Fashion-MNIST, where the real one is installed). The ResNet is 14 deep: block units need as many
+# droppable blocks as 4 workers at k = 2 cover.
 tiny_models() {
-  IMAGES=/usr/share/datasets/fashion-mnist
+  IMAGES=$WORK/fmnist
+  [ -f "$FMNIST/train-images-idx3-ubyte.gz" ] && small_images "$IMAGES"
   GPT=(--model gpt --data "$1" --layers 3 --heads 4 --width 32 --d-ff 64 --seq-len 16 --batch 2)
   LLAMA=(--model llama --data "$1" --layers 4 --heads 4 --width 32 --d-ff 64 --seq-len 16
          --batch 2)

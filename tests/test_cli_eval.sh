@@ -65,8 +65,9 @@ for mask in forward backward; do
 done
 
 # ---- sdp eval --run on image runs ----------------------------------------------------------------
-if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  IMG=(--batch 8 --steps 4 --warmup 1 --log-every 2 --val-every 4 --seed 7)
+if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+  small_images "$WORK/fmnist"
+  IMG=(--data "$WORK/fmnist" --batch 8 --steps 4 --warmup 1 --log-every 2 --val-every 4 --seed 7)
   RESNET=(--model resnet --depth 8 --channels 4 --optimizer sgd --lr 0.05)
   VIT=(--model vit --layers 2 --heads 2 --width 16 --d-ff 32 --patch 7 --lr 1e-2)
   RESNET_FWD=(--model resnet --depth 14 --channels 4 --optimizer sgd --lr 0.05 --sdp-mask forward

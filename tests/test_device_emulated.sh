@@ -124,9 +124,9 @@ else
   grep -v '^ok' <<<"$out" | head -8
 fi
 
-FMNIST=/usr/share/datasets/fashion-mnist
 if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
-  RES=(--model resnet --dataset fashion-mnist --depth 8 --channels 4 --batch 8 --optimizer sgd
+  small_images "$WORK/fmnist"
+  RES=(--model resnet --data "$WORK/fmnist" --depth 8 --channels 4 --batch 8 --optimizer sgd
        --lr 0.05 --steps 6 --log-every 1 --val-every 3 --val-batches 2 --threads 1 --seed 7
        --ckpt-every 3 --bn-recal-batches 2)
   compare "resnet backward neuron k=1 of 2" 2 "${RES[@]}" --sdp-mask backward --sdp-unit neuron \

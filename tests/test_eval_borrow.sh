@@ -34,7 +34,7 @@ same() {
 same gpt-forward-neuron-dropout "${GPT[@]}" --sdp-mask forward --sdp-unit neuron --dropout 0.1
 same llama-forward-block-recompute "${LLAMA[@]}" --sdp-mask forward --sdp-unit block \
   --recompute layer
-if [ -f "$IMAGES/train-images-idx3-ubyte.gz" ]; then
+if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
   same resnet-forward-block "${RESNET[@]}" --sdp-mask forward --sdp-unit block
   same resnet-forward-neuron "${RESNET[@]}" --sdp-mask forward --sdp-unit neuron
   same vit-forward-block "${VIT[@]}" --sdp-mask forward --sdp-unit block

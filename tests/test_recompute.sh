@@ -77,7 +77,7 @@ fi
 expect_job_error "unknown --recompute" "unknown --recompute 'all': use none or layer" 2 \
   "$SDP_BIN" train --data "$WORK/text.txt" --recompute all --out "$WORK/never"
 
-if [ -f "$IMAGES/train-images-idx3-ubyte.gz" ]; then
+if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
   same vit-ddp-dropout 2 "${VIT[@]}" --dropout 0.1
   same vit-backward-neuron-dropout 4 "${VIT[@]}" --sdp-mask backward --sdp-unit neuron \
     --dropout 0.1

@@ -172,10 +172,11 @@ PY
 else fail "report --plots failed"; cat "$WORK/plots.log"; fi
 
 # ---- an image run: validation accuracy in the table and in accuracy.svg -------------------------
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 else
-  R=(--model resnet --depth 8 --channels 4 --batch 4 --data /usr/share/datasets/fashion-mnist
+  small_images "$WORK/fmnist"
+  R=(--model resnet --depth 8 --channels 4 --batch 4 --data "$WORK/fmnist"
      --steps 4 --warmup 1 --log-every 2 --val-every 2 --val-batches 2 --threads 1)
   train img --seed 1
   acc=$(last "$WORK/img" val_accuracy)

@@ -6,10 +6,11 @@
 #      no batch statistics) 2 workers with batch 4 train the model of 1 worker with batch 8.
 source "$(dirname "$0")/lib.sh"
 : "${SDP_mpi_st_diff:?ctest sets it}"
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
   exit 0
 fi
+small_images "$WORK/fmnist"
 MPI=("${MPIEXEC:-mpiexec}" --oversubscribe)
 
 train_on() {
@@ -23,7 +24,7 @@ train_on() {
 # Four blocks (neuron units: 4 heads and 32 MLP neurons, or 4-channel convs, split in two).
 RESNET=(--model resnet --depth 14 --channels 4 --optimizer sgd --lr 0.05 --bn-recal-batches 2)
 VIT=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --optimizer adamw --lr 1e-2)
-COMMON=(--batch 4 --steps 4 --warmup 1 --log-every 2 --val-batches 1 --seed 5)
+COMMON=(--data "$WORK/fmnist" --batch 4 --steps 4 --warmup 1 --log-every 2 --val-batches 1 --seed 5)
 
 for model in resnet vit; do
   if [ "$model" = resnet ]; then M=("${RESNET[@]}" "${COMMON[@]}"); else M=("${VIT[@]}" "${COMMON[@]}"); fi

@@ -100,9 +100,10 @@ unset SDP_CKPT_WINDOW
 
 # The image models on Fashion-MNIST. The ResNet: batch-norm buffers, 4-D convolution weights
 # split by channel.
-if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+  small_images "$WORK/fmnist"
   MODEL=(--model resnet --depth 8 --channels 4 --batch 4 --optimizer sgd)
-  DATA=(--bn-recal-batches 2)
+  DATA=(--data "$WORK/fmnist" --bn-recal-batches 2)
   # Depth 14 for block units: depth 8 has one droppable block, too few for 4 workers.
   check 4 --sdp-mask forward --sdp-unit block --depth 14
   check 4 --sdp-mask forward --sdp-unit neuron
@@ -121,7 +122,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   check 2 --sdp-mask none --zero 2 --depth 14
   # The ViT: patch stem and class token shared, layers split into blocks or heads and neurons.
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
-  DATA=()
+  DATA=(--data "$WORK/fmnist")
   check 2 --sdp-mask none
   # Depth 14 for block units: depth 8 has one droppable block, too few for 4 workers.
   check 4 --sdp-mask forward --sdp-unit block --depth 14

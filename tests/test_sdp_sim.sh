@@ -43,12 +43,13 @@ check_memory 4 --sdp-mask forward --sdp-unit block
 check_memory 4 --sdp-mask forward --sdp-unit neuron
 check_memory 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
 check_memory 4 --sdp-mask forward --sdp-unit block --model llama
-if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+  small_images "$WORK/fmnist"
   MODEL=(--model resnet --depth 8 --channels 4 --batch 4 --optimizer sgd)
-  DATA=(--bn-recal-batches 2)
+  DATA=(--data "$WORK/fmnist" --bn-recal-batches 2)
   check_memory 4 --sdp-mask forward --sdp-unit neuron
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)
-  DATA=()
+  DATA=(--data "$WORK/fmnist")
   check_memory 4 --sdp-mask forward --sdp-unit block
   check_memory 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3
 else

@@ -37,18 +37,8 @@ LLAMA=(--model llama --layers 2 --heads 4 --width 32 "${TEXT[@]}")
 # Images: Fashion-MNIST's training split, and its first 64 test images, so that each run's final
 # evaluation is quick (the reference never reads the test split).
 IMAGES=()
-FMNIST=/usr/share/datasets/fashion-mnist
 if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
-  mkdir -p "$WORK/fmnist"
-  ln -s "$FMNIST"/train-*-ubyte.gz "$WORK/fmnist/"
-  "$PY" - "$FMNIST" "$WORK/fmnist" <<'EOF'
-import gzip, struct, sys
-src, dst = sys.argv[1], sys.argv[2]
-for name, size, header in (("t10k-images-idx3-ubyte", 784, 16), ("t10k-labels-idx1-ubyte", 1, 8)):
-    raw = gzip.open("%s/%s.gz" % (src, name)).read()
-    head = raw[:4] + struct.pack(">I", 64) + raw[8:header]
-    open("%s/%s" % (dst, name), "wb").write(head + raw[header : header + 64 * size])
-EOF
+  small_images "$WORK/fmnist" all 64
   IMAGES=(--data "$WORK/fmnist" --crop-pad 0 --bn-recal-batches 1)
 else
   echo "note: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): vit and resnet skipped"

@@ -125,10 +125,11 @@ pair 2 forward-neuron6-accum2 4 2 "${GPT6[@]}" --sdp-mask forward --sdp-unit neu
   --sdp-coverage 0.5 --grad-accum 2 --dropout 0.1
 pair 2 backward-neuron6-sgd-accum2 3 2 "${GPT6[@]}" --sdp-mask backward --sdp-unit neuron \
   --sdp-owners 2 --optimizer sgd --lr 0.05 --grad-accum 2
-if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+  small_images "$WORK/fmnist"
   # The last stage's blocks hold most of a ResNet's weights: two slots of one outweigh the
   # shards' saving.
-  GRADS=more pair 2 resnet-backward-neuron 4 2 --model resnet --depth 14 --channels 4 --batch 4 \
+  GRADS=more pair 2 resnet-backward-neuron 4 2 --model resnet --data "$WORK/fmnist" --depth 14 --channels 4 --batch 4 \
     --optimizer sgd --lr 0.05 --sdp-mask backward --sdp-unit neuron --sdp-coverage 0.5 \
     --bn-recal-batches 2 --val-batches 2
 fi
