@@ -229,6 +229,7 @@ COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 
 # The environment every step runs in (ctest gives its own tests the same).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_mtl='^ofi,psm,psm2' OMPI_MCA_ess_singleton_isolated=1 # tests/tests.cmake says why
 export SDP_BIN=$BUILD/sdp SDP_CUDA_BIN=$BUILD/sdp-cuda
 export SDP_TEST_TMP=$BUILD/test_tmp
 [ -d "$STAGE_DIR/fashion-mnist" ] && export SDP_FASHION_MNIST=$STAGE_DIR/fashion-mnist

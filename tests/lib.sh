@@ -69,8 +69,9 @@ make_text() {
   fi
 }
 
-# FMNIST: where Debian's dataset-fashion-mnist puts the data; image tests skip without it.
-FMNIST=/usr/share/datasets/fashion-mnist
+# FMNIST: Fashion-MNIST, where Debian's dataset-fashion-mnist puts it (or SDP_FASHION_MNIST, as
+# scripts/gpu_check.sh sets it); image tests skip without it.
+FMNIST=${SDP_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 
 # small_images DIR [TRAIN] [TEST]: Fashion-MNIST's first TRAIN training images and labels (2048,
 # or "all" for the whole split) and first TEST test images (512), as IDX files in DIR. For tests

@@ -45,7 +45,6 @@ check_memory 4 --sdp-mask forward --sdp-unit block
 check_memory 4 --sdp-mask forward --sdp-unit neuron
 check_memory 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
 check_memory 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 2 --model llama
-FMNIST=${SDP_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/train-images-idx3-ubyte" ]; then
   DATA=(--data "$FMNIST")
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)

@@ -90,7 +90,6 @@ PY
 done
 # The ResNet (cuDNN convolutions, batch norm, SGD with momentum on the device) on Fashion-MNIST:
 # one process, and 2 ranks under backward masking with neuron units.
-FMNIST=${SDP_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/train-images-idx3-ubyte" ]; then
   R=(--model resnet --data "$FMNIST" --depth 8 --channels 4 --batch 8 --optimizer sgd --lr 0.05
      --steps 6 --log-every 1 --val-every 3 --val-batches 2 --threads 1 --seed 7)
