@@ -2,7 +2,7 @@
 # The largest worker's peak RSS over every rank, rank 0 included, for data parallelism and for SDP,
 # on the two workloads of the per-device memory target:
 #   - a byte-level GPT (6 layers, width 384, 6 heads, T = 256, B = 8) on tinyshakespeare, 4 steps;
-#   - the main job's ResNet-20 on Fashion-MNIST (batch 32), 4 steps.
+#   - a ResNet-20 on Fashion-MNIST (batch 32), 4 steps.
 # Each with 4 workers: DDP, forward masking (block units, C = 0.5) and backward masking (block
 # units, C = 0.5). Peak RSS is the kernel's figure for each process (getrusage, in memory.json),
 # so it counts everything a process holds, libraries and evaluation copies included. It prints
