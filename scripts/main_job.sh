@@ -3,8 +3,9 @@
 # on one workload: with 4 MPI workers, does SDP give a better model for the memory each worker
 # has? It trains nanoGPT's shakespeare-char recipe (docs/results.md, "Calibration") three times:
 #   - data parallelism (DDP) on the full model (4 layers, width 128);
-#   - the SDP mode the study found best for memory: forward masking, neuron units, C = 0.5 (the
-#     least memory of the four modes, and their lowest loss at matched FLOPs);
+#   - the SDP mode the study found best for memory: forward masking, neuron units, C = 0.5 (within
+#     2% of the least memory of the four modes, which block units hold, and their lowest loss at
+#     matched FLOPs);
 #   - DDP on the dense model shrunk (by width, with sdp plan --fit) until its largest worker fits
 #     in SDP's, the alternative a user has when memory is short.
 # Then it prints sdp report's table and a short one: validation loss, and the largest worker's
