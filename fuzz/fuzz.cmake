@@ -11,7 +11,7 @@ add_custom_target(fuzz_targets)
 foreach(src ${SDP_FUZZ_SOURCES})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src} ${CMAKE_SOURCE_DIR}/fuzz/ledger.c
-                 ${CMAKE_SOURCE_DIR}/src/cli/report_run.c)
+                 ${CMAKE_SOURCE_DIR}/src/cli/report_run.c ${CMAKE_SOURCE_DIR}/src/cli/plan_calibration.c)
   target_link_libraries(${name} PRIVATE sdptrain sdp_nocuda)
   target_link_options(${name} PRIVATE -fsanitize=fuzzer ${SDP_FUZZ_WRAP_OPTIONS})
   add_dependencies(fuzz_targets ${name})

@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${SDP_FUZZ_SECONDS:-15}
 RUNS_GOAL=${SDP_FUZZ_RUNS:-0} # stop a target at this many executions (0: only the time limit)
 TIMEOUT=${SDP_FUZZ_TIMEOUT:-5} # seconds one input may take before it counts as a hang
-TARGETS=${SDP_FUZZ_TARGETS:-"safetensors shards text cifar idx config run_dir"}
+TARGETS=${SDP_FUZZ_TARGETS:-"safetensors shards text cifar idx config run_dir calibration"}
 command -v clang >/dev/null || { echo "fuzz: clang not found: apt-get install clang libclang-rt-14-dev" >&2; exit 1; }
 mkdir -p build-fuzz
 LOG=build-fuzz/build.log

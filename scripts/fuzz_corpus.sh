@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-build-fuzz/seeds}
 TEXT=${SDP_TEST_TEXT:-../shared/data/tinyshakespeare.txt}
 FMNIST=/usr/share/datasets/fashion-mnist
-mkdir -p "$OUT"/{safetensors,shards,text,cifar,idx,config,run_dir}
+mkdir -p "$OUT"/{safetensors,shards,text,cifar,idx,config,run_dir,calibration}
 
 # Text: the start of a real text, and a short one.
 if [ -f "$TEXT" ]; then head -c 2000 "$TEXT" >"$OUT/text/real.txt"; fi
@@ -33,6 +33,14 @@ if [ -x build/sdp ] && [ -f "$TEXT" ]; then
   rm -rf "$work"
 fi
 echo '{"model": "gpt", "layers": 2, "width": 32, "sdp-mask": "forward"}' >"$OUT/config/small.json"
+# A calibration file as sdp plan writes it, with the entry the target looks up and one other.
+cat >"$OUT/calibration/two_machines.json" <<'EOF'
+{"format": "sdp-calibration", "version": 1, "machines": [
+  {"host": "node1", "threads": 2, "gemm": "dnnl", "sgemm_size": 2048, "sgemm_gflops": 210.5,
+   "measured": "2026-11-26T10:31:02Z"},
+  {"host": "node2", "threads": 1, "gemm": "dnnl", "sgemm_size": 2048, "sgemm_gflops": 105,
+   "measured": "2026-11-26T10:35:40Z"}]}
+EOF
 { cat "$OUT/config/small.json"; printf '\0{"step": 1, "loss": 5.5, "flops": 1e9}\n'
   printf '{"step": 1, "val_loss": 5.4}\n'; } >"$OUT/run_dir/small"
 

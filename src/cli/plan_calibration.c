@@ -208,21 +208,39 @@ static void measure_into(const char *path, cJSON *machines, int at, const char *
     write_file(path, machines);
 }
 
-void plan_calibration_get(plan_calibration *c, const char *given, int threads, bool recalibrate) {
-    memset(c, 0, sizeof *c);
-    plan_calibration_path(c->path, sizeof c->path, given);
-    if (gethostname(c->host, sizeof c->host - 1) != 0 || !c->host[0])
-        snprintf(c->host, sizeof c->host, "localhost");
-    cJSON *machines = read_machines(c->path, recalibrate);
-    int at = find(machines, c->host, threads);
-    if (recalibrate || at < 0) {
-        measure_into(c->path, machines, at, c->host, threads);
-        at = find(machines, c->host, threads);
-        SDP_ASSERT(at >= 0);
-    }
-    const cJSON *e = cJSON_GetArrayItem(machines, at);
+static void fill(plan_calibration *c, const cJSON *e, int threads) {
     c->threads = threads;
     c->sgemm_gflops = num_of(e, "sgemm_gflops");
     snprintf(c->measured, sizeof c->measured, "%s", str_of(e, "measured"));
+}
+
+static void start(plan_calibration *c, const char *path, const char *host) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->path, sizeof c->path, "%s", path);
+    snprintf(c->host, sizeof c->host, "%s", host);
+}
+
+bool plan_calibration_read(plan_calibration *c, const char *path, const char *host, int threads) {
+    start(c, path, host);
+    cJSON *machines = read_machines(path, false);
+    const int at = find(machines, host, threads);
+    if (at >= 0) fill(c, cJSON_GetArrayItem(machines, at), threads);
+    cJSON_Delete(machines);
+    return at >= 0;
+}
+
+void plan_calibration_get(plan_calibration *c, const char *given, int threads, bool recalibrate) {
+    char path[CALIBRATION_PATH_MAX], host[256] = {0};
+    plan_calibration_path(path, sizeof path, given);
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+        snprintf(host, sizeof host, "localhost");
+    if (!recalibrate && plan_calibration_read(c, path, host, threads)) return;
+    start(c, path, host);
+    cJSON *machines = read_machines(c->path, recalibrate);
+    int at = find(machines, c->host, threads);
+    measure_into(c->path, machines, at, c->host, threads);
+    at = find(machines, c->host, threads);
+    SDP_ASSERT(at >= 0);
+    fill(c, cJSON_GetArrayItem(machines, at), threads);
     cJSON_Delete(machines);
 }

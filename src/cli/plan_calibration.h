@@ -29,6 +29,11 @@ typedef struct {
  * one line when no place is known (no HOME). */
 void plan_calibration_path(char *out, size_t n, const char *given);
 
+/* The stored entry of `host` at `threads` in the file at `path`: true, with c filled in, when the
+ * file holds one; false when the file or the entry is missing. A damaged file fails with one line
+ * that names it and says how to replace it. Measures nothing. */
+bool plan_calibration_read(plan_calibration *c, const char *path, const char *host, int threads);
+
 /* This host's sgemm peak at `threads` (the current OpenMP thread count): read from the file, or,
  * when the file lacks it or `recalibrate` is set, measured now and stored there. A damaged file
  * fails with one line that names it and says how to replace it. */
