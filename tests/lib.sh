@@ -89,7 +89,7 @@ for split, n in (("train", n_train), ("t10k", n_test)):
         if n == 0:
             continue
         name = "%s-%s-ubyte" % (split, kind)
-        raw = gzip.open("%s/%s.gz" % (src, name)).read()
+        raw = gzip.open("%s/%s.gz" % (src, name)).read(header + n * size)  # not the whole split
         head = raw[:4] + struct.pack(">I", n) + raw[8:header]
         open("%s/%s" % (dst, name), "wb").write(head + raw[header : header + n * size])
 EOF
