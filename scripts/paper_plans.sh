@@ -199,3 +199,36 @@ row "forward-block + ZeRO-1 + recompute | 4 (0.5)" "$MODES_CELLS" -- "${model[@]
   --sdp-mask forward --sdp-unit block --sdp-owners 4 --zero 1 --recompute layer
 row "forward-block + ZeRO-2 + recompute | 4 (0.5)" "$MODES_CELLS" -- "${model[@]}" \
   --sdp-mask forward --sdp-unit block --sdp-owners 4 --zero 2 --recompute layer
+
+# The largest worker's total against DDP's, at N = 8: the figures "Against the paper" sets
+# beside the paper's range (docs/scale.md), one row per model and dtype, one column per mode.
+# total_change MODEL_ARGS...: one cell, the change in the largest worker's total against DDP.
+total_change() {
+  summary "$@" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] + 0 }
+    printf "%+.1f%%", 100 * (v["WT"] / v["DT"] - 1) }'
+}
+echo
+echo "## (f) The largest worker's total against DDP's, N = 8"
+echo
+echo "| setting | C | forward-block | forward-neuron | backward-block | backward-neuron |"
+echo "|---|---|---|---|---|---|"
+for setting in "ResNet-18, fp32" "134M, fp32" "134M, bf16" "1B, fp32" "1B, bf16"; do
+  case $setting in
+    ResNet*) model=("${RESNET18[@]}") chunks=0 ;;
+    134M*) model=("${LLAMA134M[@]}" --dtype "${setting#*, }") chunks=4 ;;
+    1B*) model=("${LLAMA1B[@]}" --dtype "${setting#*, }") chunks=0 ;;
+  esac
+  for C in 0.5 0.25; do
+    k=$(awk -v c="$C" 'BEGIN { printf "%d", c * 8 + 0.5 }')
+    line="| $setting | $C"
+    for mask in forward backward; do
+      for unit in block neuron; do
+        extra=()
+        [ "$unit" = neuron ] && [ "$chunks" != 0 ] && extra=(--sdp-chunks "$chunks")
+        line="$line | $(total_change "${model[@]}" --world 8 --sdp-mask "$mask" --sdp-unit "$unit" \
+          --sdp-owners "$k" "${extra[@]}")"
+      done
+    done
+    echo "$line |"
+  done
+done
