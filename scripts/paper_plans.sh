@@ -2,7 +2,8 @@
 # Paper-scale memory and communication tables from `sdp plan` (no training, no allocation):
 # every SDP mode next to data parallelism for ResNet-18 on CIFAR-10, a 134M and a 1B LLaMA-style
 # model, and the 1B model as N grows. Prints Markdown; docs/scale.md holds its output.
-# Usage: bash scripts/paper_plans.sh   (after scripts/build.sh; takes a few seconds)
+# Usage: bash scripts/paper_plans.sh   (after scripts/build.sh; takes a few seconds; $SDP_BIN
+# names another binary)
 #
 # Each row is one `sdp plan --json` call. Every byte figure is the largest over the N workers,
 # taken per column as `sdp plan` does (workers differ: the one with the most state need not be
@@ -12,8 +13,8 @@
 # relative to the DDP row of the same table (same model, batch, dtype and N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SDP=build/sdp
-[ -x "$SDP" ] || { echo "build/sdp is missing: run scripts/build.sh first" >&2; exit 1; }
+SDP=${SDP_BIN:-build/sdp}
+[ -x "$SDP" ] || { echo "paper_plans: $SDP is missing: run scripts/build.sh first" >&2; exit 1; }
 
 # Reads `sdp plan --json` and reduces it to named figures (bytes) on one line: P (parameters),
 # W* (largest over workers), MIN (smallest worker's total), XMEAN (mean sent), D* (DDP), for

@@ -6,10 +6,9 @@
 # Every sdp figure is one `sdp plan --json` call with the step-time model's options; nothing is
 # trained. Prints Markdown.
 #
-#   bash scripts/scale_table.sh [BUILD_DIR]     (default build; a few minutes on 2 cores)
+#   bash scripts/scale_table.sh [BUILD_DIR]     (default build; a few seconds)
 #
-# Block units throughout: with neuron units at N = 1024 `sdp plan` spends minutes predicting
-# checkpoint buffers, and block units are what docs/scale.md's table (d) scales.
+# Block units throughout, as docs/scale.md's table (d) scales.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SDP=${1:-build}/sdp

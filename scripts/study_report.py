@@ -22,6 +22,15 @@ import tempfile
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 STUDY = os.path.join(ROOT, "docs", "study")
 RESULTS = os.path.join(ROOT, "docs", "results.md")
+# Where the plots are drawn: docs/study, or under --check a scratch folder whose plots are then
+# compared with the committed ones (so a check writes nothing).
+PLOTS = {"dir": STUDY}
+
+
+def svg_target(name):
+    """The path gnuplot writes `name` to, and the path docs/results.md links."""
+    return (os.path.join(PLOTS["dir"], name),
+            os.path.relpath(os.path.join(STUDY, name), os.path.dirname(RESULTS)))
 
 # Public references the calibration is held to, with where each figure comes from.
 REFERENCES = {
@@ -183,7 +192,7 @@ def plot(workload, rows):
         points.append((mem, statistics.mean(loss), name, sd))
     if not points:
         return None
-    svg = os.path.join(STUDY, workload + ".svg")
+    svg, link = svg_target(workload + ".svg")
     with tempfile.TemporaryDirectory() as tmp:
         pts, front = os.path.join(tmp, "points.dat"), os.path.join(tmp, "front.dat")
         with open(pts, "w") as f:
@@ -208,7 +217,7 @@ plot "{pts}" using 1:2:3 with yerrorbars title "configuration (mean, seed sd)", 
         if not run_gnuplot(script):
             return None
     # gnuplot stamps nothing variable into the file, so a re-run with the same rows is identical.
-    return os.path.relpath(svg, os.path.dirname(RESULTS))
+    return link
 
 
 def block(workload):
@@ -412,7 +421,7 @@ def levers_block(workload, rows):
 def levers_plot(workload, pts, front, vision=False):
     """docs/study/<workload>-levers.svg: each configuration's point and its points with each
     lever, one series each, and the front over all of them. Needs gnuplot."""
-    svg = os.path.join(STUDY, workload + "-levers.svg")
+    svg, link = svg_target(workload + "-levers.svg")
     with tempfile.TemporaryDirectory() as tmp:
         series = []
         for i, title in enumerate(["as run"] + [c for c, *_ in LEVERS]):
@@ -437,11 +446,11 @@ plot {", ".join(series)}
 """
         if not run_gnuplot(script):
             return None
-    return os.path.relpath(svg, os.path.dirname(RESULTS))
+    return link
 
 
 def time_plot(workload, points):
-    svg = os.path.join(STUDY, workload + "-time.svg")
+    svg, link = svg_target(workload + "-time.svg")
     with tempfile.TemporaryDirectory() as tmp:
         plots = []
         # Every configuration is a point; the front of each link rate is a line, and only its
@@ -470,7 +479,7 @@ plot {", ".join(plots)}
 """
         if not run_gnuplot(script):
             return None
-    return os.path.relpath(svg, os.path.dirname(RESULTS))
+    return link
 
 
 README = os.path.join(ROOT, "README.md")
@@ -588,6 +597,24 @@ def which_mode_block():
 
 def main():
     check = "--check" in sys.argv[1:]
+    if check:
+        with tempfile.TemporaryDirectory() as tmp:
+            PLOTS["dir"] = tmp
+            report(True)
+            stale = [n for n in sorted(os.listdir(tmp))
+                     if not os.path.exists(os.path.join(STUDY, n)) or
+                     open(os.path.join(tmp, n), "rb").read() !=
+                     open(os.path.join(STUDY, n), "rb").read()]
+        if stale:
+            print("study_report: docs/study/" + ", docs/study/".join(stale) +
+                  (" differs" if len(stale) == 1 else " differ") + " from what "
+                  "the rows give: run python3 scripts/study_report.py", file=sys.stderr)
+            sys.exit(1)
+        return
+    report(False)
+
+
+def report(check):
     with open(RESULTS) as f:
         text = f.read()
     new = text
