@@ -2,6 +2,8 @@
 # or to the study's rows that moves a figure fails here until the docs are regenerated.
 # - docs/results.md and README.md's generated blocks, and docs/study/*.svg, against
 #   scripts/study_report.py (--check writes nothing);
+# - docs/network.md's step-time tables against bench/steptime_check.py (which reads measurements
+#   kept in the script and trains nothing);
 # - docs/scale.md's tables (a)-(f) against scripts/paper_plans.sh, its step-time tables against
 #   scripts/scale_table.sh, and its --fit example against the command it names: every line
 #   those print must stand in docs/scale.md (table (d)'s hand-added "refused" rows aside, which
@@ -17,13 +19,22 @@ else
   echo "skip: gnuplot is missing, so study_report.py cannot draw the plots it checks"
 fi
 
-# in_scale_md WHAT FILE: every non-empty line of FILE stands in docs/scale.md.
-in_scale_md() {
-  local what=$1 out=$2 missing
-  missing=$(grep -vxF -f "$ROOT/docs/scale.md" "$out" | grep -v '^$')
-  if [ -z "$missing" ]; then pass "docs/scale.md holds $what ($(grep -c . "$out") lines)"
-  else fail "docs/scale.md lacks these lines of $what:"; echo "$missing" | head -5; fi
+# in_doc DOC WHAT FILE: every non-empty line of FILE stands in DOC.
+in_doc() {
+  local doc=$1 what=$2 out=$3 missing
+  missing=$(grep -vxF -f "$ROOT/$doc" "$out" | grep -v '^$')
+  if [ -z "$missing" ]; then pass "$doc holds $what ($(grep -c . "$out") lines)"
+  else fail "$doc lacks these lines of $what:"; echo "$missing" | head -5; fi
 }
+in_scale_md() { in_doc docs/scale.md "$@"; }
+
+# Its tables' rows only: the lines around them say the same in prose.
+for date in 2026-11-24 2026-11-26; do
+  python3 "$ROOT/bench/steptime_check.py" "$(dirname "$SDP_BIN")" "$date" >"$WORK/st.txt" \
+    2>"$WORK/st.err" || fail "steptime_check.py $date: $(tail -1 "$WORK/st.err")"
+  grep '^|' "$WORK/st.txt" >"$WORK/st.md"
+  in_doc docs/network.md "bench/steptime_check.py $date's table" "$WORK/st.md"
+done
 
 SDP_BIN="$SDP_BIN" bash "$ROOT/scripts/paper_plans.sh" >"$WORK/plans.md" 2>"$WORK/plans.err" ||
   fail "paper_plans.sh: $(tail -1 "$WORK/plans.err")"
