@@ -28,7 +28,8 @@ const opt_spec TRAIN_OPTS[] = {
     {"recompute", OPT_STR, F(recompute), "none",
      "activations while training: none (keep every layer's for the backward) or layer (keep each "
      "layer's or resnet block's input, recompute the rest in the backward: about one layer's "
-     "activations, for about a third more forward compute; results bitwise the same)",
+     "activations, for a second forward of each layer in the backward (13-22% more step time "
+     "in docs/performance.md); results bitwise the same)",
      0},
     {"data", OPT_STR, F(data), "",
      "text file or llm.c shard glob (token models); dataset directory (image models)", 0},
