@@ -1,5 +1,5 @@
 /* The ops of vision models (ResNets, ViTs), forward and backward: checked entry points over a
- * backend, as in sdp/ops.h (defined in src/ops/ops.c).
+ * backend, as in sdp/ops.h (defined in src/ops/ops_vision.c).
  *
  * Conventions (those of sdp/ops.h, plus the image layout)
  *  - Activations are NCHW: [B, C, H, W], row-major. Convolution weights are [OC, IC, KH, KW] as in

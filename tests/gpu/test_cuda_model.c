@@ -16,7 +16,8 @@
  *     parameters are the compact ones at their global positions and zero elsewhere, for block
  *     and neuron units of a few plans, on gpt, llama and vit. Tolerances as on the CPU: loss 1e-5
  *     relative, gradients 1e-3 relative with a floor of 1e-4 of the largest.
- * (c) bf16 follows fp32: the GPT of (a) on two CUDA backends, fp32 and bf16, from the same
+ * (c) bf16 follows fp32: the GPT of (a) on three CUDA backends, fp32, bf16 and bf16 with the fused
+ *     attention, from the same
  *     parameters, trained BF16_STEPS steps of AdamW on one fixed batch (so that the loss falls, by
  *     about a quarter): the bf16 loss is within 1e-3 relative of the fp32 loss at every step. A
  *     CPU emulation of the bf16 backend (GEMM operands rounded to nearest bf16, attention by the
