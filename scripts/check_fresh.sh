@@ -9,7 +9,7 @@
 #
 # Environment:
 #   SDP_FRESH_STEPS   training steps of the main job inside the root (default 40; the job's own
-#                     default is 300): the same script runs, only shorter
+#                     default is 2000): the same script runs, only shorter
 #   SDP_FRESH_CACHE   where the bare root is cached as a tarball between runs
 #                     (default ${TMPDIR:-/tmp}/sdp-fresh-cache); delete it to debootstrap anew
 #   SDP_FRESH_MIRROR  the Debian mirror for debootstrap (default: the host's first Debian source)

@@ -15,11 +15,12 @@
 #   SDP_TEXT   tinyshakespeare (default ../shared/data/tinyshakespeare.txt; README, "Data")
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The text first: a missing file should cost seconds, not the set-up's minutes.
+TEXT=${SDP_TEXT:-../shared/data/tinyshakespeare.txt}
+[ -f "$TEXT" ] || { echo "main_job: no text at $TEXT: download tinyshakespeare's input.txt and set SDP_TEXT to it (README, 'Data')" >&2; exit 1; }
 bash scripts/setup.sh
 bash scripts/build.sh
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-TEXT=${SDP_TEXT:-../shared/data/tinyshakespeare.txt}
-[ -f "$TEXT" ] || { echo "main_job: no text at $TEXT: download tinyshakespeare's input.txt and set SDP_TEXT to it (README, 'Data')" >&2; exit 1; }
 STEPS=${SDP_STEPS:-2000}
 OUT=runs/main
 rm -rf "$OUT"

@@ -28,8 +28,8 @@
  * Where the buffers live. The checks run on the CPU (`host`), or with --device emulated, a
  * stand-in device made of host memory: with device communicators (`devcomm`, MPI behind the
  * NCCL-shaped calls) or without (`emulated-shared`: `staged`, each bucket and publication copied
- * to the host, sent and copied back). So the invariants check sync.c's device paths on any
- * machine; NCCL itself runs only on a GPU.
+ * to the host, sent and copied back). So the invariants check the device paths of sync_grads.c and
+ * sync_params.c on any machine; NCCL itself runs only on a GPU.
  *
  * usage: mpiexec -n N mpi_invariants [replicas|grads|all] [host|staged|devcomm]
  * (exit status 0 when every check holds) */
