@@ -2,6 +2,7 @@
 
 #include "sdp/check.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -85,9 +86,37 @@ static const char *earlier_run_file(const char *dir) {
     return NULL;
 }
 
+/* Whether name is a run file's temporary copy, "<run file>.tmp.<pid>" (io/atomic_file.c). */
+static bool is_temp_copy(const char *name) {
+    for (int i = 0; i < NRUN_FILES; i++) {
+        const size_t n = strlen(RUN_FILES[i]);
+        if (strncmp(name, RUN_FILES[i], n) != 0 || strncmp(name + n, ".tmp.", 5) != 0) continue;
+        const char *pid = name + n + 5;
+        if (*pid && strspn(pid, "0123456789") == strlen(pid)) return true;
+    }
+    return false;
+}
+
+/* A process killed while writing a file leaves its temporary copy, as large as the checkpoint.
+ * Whoever holds the lock is the only writer, so what is there now belongs to no live run. */
+static void remove_temp_copies(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_temp_copy(e->d_name)) continue;
+        char path[4096];
+        file_in(path, sizeof path, dir, e->d_name);
+        if (unlink(path) == 0)
+            printf("sdp train: removed '%s', left by a run that was stopped while writing it\n",
+                   path);
+    }
+    closedir(d);
+}
+
 int train_run_dir_claim(const char *dir, bool resuming, bool overwrite) {
     train_run_make_dir(dir, "run directory");
     const int fd = lock_dir(dir);
+    remove_temp_copies(dir);
     const char *found = resuming ? NULL : earlier_run_file(dir);
     if (found && !overwrite)
         sdp_fatal("run directory '%s' already holds a run (%s): continue it with --resume %s, "

@@ -46,6 +46,9 @@ typedef struct {
     long recal_step;
     long step;
     long first_step; /* where this invocation began: 0, or the resumed checkpoint's step */
+    /* The resume loaded optim.prev.safetensors: a save was cut off after its optimizer file, so
+     * the next save must keep optim.prev, the only optimizer file that matches the model. */
+    bool optim_prev_matches;
     double examples_seen, flops_done;          /* tokens or images, over all workers */
     uint64_t step_bytes_sent, step_bytes_recv; /* by gradient sync and publishing, cumulative */
     FILE *metrics;

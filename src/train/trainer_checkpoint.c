@@ -85,6 +85,17 @@ static void stream_params(trainer *t, sdp_st_writer *w) {
     train_host_copy_done(t, local, t->model.params, nlocal, false);
 }
 
+/* A save cut off between its two files, as a kill or a full disk would cut it, on demand:
+ * SDP_TEST_CKPT_CUT=S ends the process after the optimizer file of step S is in place
+ * (tests/test_ckpt_cut.sh). */
+static void cut_for_tests(const trainer *t) {
+    const char *env = getenv("SDP_TEST_CKPT_CUT");
+    if (!env || atol(env) != t->step) return;
+    fprintf(stderr, "sdp: SDP_TEST_CKPT_CUT: stopping after the optimizer file of step %ld\n",
+            t->step);
+    _exit(3);
+}
+
 void train_save_checkpoint(trainer *t) {
     train_device_average_buffers(t); /* statistics agree */
     train_eval_recalibrate(t);
@@ -126,13 +137,15 @@ void train_save_checkpoint(trainer *t) {
                           NULL};
     /* Each file is replaced atomically, but the pair is not: a rank killed between the two
      * renames would leave a model of the last step beside the optimizer of this one. So the
-     * last optimizer file is kept as optim.prev until the new model is in place, and a load
-     * takes whichever of the two matches the model's step. */
+     * optimizer file that matches the model on disk is kept as optim.prev until the new model is
+     * in place, and a load takes whichever of the two matches the model's step. After a save cut
+     * off between the files, that is optim.prev already, and optim.safetensors is of a step no
+     * model has: renaming it over optim.prev would lose the run's only matching state. */
     sdp_st_writer w;
     train_run_path(path, sizeof path, t->o.out, "optim.safetensors");
     train_run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
     if (is_rank0(t)) {
-        SDP_CHECK(rename(path, prev) == 0 || errno == ENOENT,
+        SDP_CHECK(t->optim_prev_matches || rename(path, prev) == 0 || errno == ENOENT,
                   "cannot rename %s to %s (%s): check the run directory's permissions", path, prev,
                   strerror(errno));
         sdp_ckpt_writer_open(&w, path, &t->full, names, ns, meta);
@@ -143,6 +156,7 @@ void train_save_checkpoint(trainer *t) {
         train_host_copy_done(t, state, state_buffer(t, i), t->opt.n, false);
     }
     if (is_rank0(t)) sdp_st_writer_commit(&w);
+    cut_for_tests(t);
 
     const char *param_suffix[] = {""};
     train_run_path(path, sizeof path, t->o.out, "model.safetensors");
@@ -152,6 +166,7 @@ void train_save_checkpoint(trainer *t) {
         sdp_st_writer_commit(&w);
         unlink(prev);
     }
+    t->optim_prev_matches = false;
 }
 
 /* Where a run stands, as its checkpoint's metadata records it. */
@@ -209,6 +224,7 @@ static _Noreturn void nothing_left_to_train(const trainer *t, long step) {
 /* The optimizer file of the model's step: optim.safetensors, or optim.prev.safetensors when a
  * checkpoint was cut off between its two files (see train_save_checkpoint). */
 static void optim_path_of_step(trainer *t, long step, char *out, size_t n) {
+    t->optim_prev_matches = false;
     char prev[1024];
     train_run_path(out, n, t->o.out, "optim.safetensors");
     train_run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
@@ -218,6 +234,7 @@ static void optim_path_of_step(trainer *t, long step, char *out, size_t n) {
     const bool prev_matches = read_run_state(&f).step == step;
     sdp_st_close(&f, &t->io_mem);
     if (prev_matches) snprintf(out, n, "%s", prev);
+    t->optim_prev_matches = prev_matches;
 }
 
 typedef struct {
