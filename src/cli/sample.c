@@ -87,9 +87,18 @@ int cmd_sample(int argc, char **argv) {
               tf->cfg.model.vocab);
     const int T = tf->cfg.model.seq_len;
     int *ctx = sdp_xcalloc((size_t)T, sizeof(int), "the context");
+    /* The model sees its last T tokens, as the generation loop below slides them. */
+    const size_t len = strlen(s.prompt);
+    SDP_CHECK(len > 0, "--prompt must not be empty");
+    const char *tail = s.prompt + (len > (size_t)T ? len - (size_t)T : 0);
     int n = 0;
-    for (const char *p = s.prompt; *p && n < T; p++) ctx[n++] = (unsigned char)*p;
-    SDP_CHECK(n > 0, "--prompt must not be empty");
+    for (const char *p = tail; *p; p++) {
+        ctx[n++] = (unsigned char)*p;
+        SDP_CHECK(ctx[n - 1] < tf->cfg.model.vocab,
+                  "--prompt holds byte %d, outside run %s's vocabulary of %d tokens: sdp sample "
+                  "decodes runs trained on text (a 256-token vocabulary)",
+                  ctx[n - 1], s.run, tf->cfg.model.vocab);
+    }
     sdp_rng rng = sdp_rng_make((uint64_t)s.seed, 0);
     if (w.rank == 0) fputs(s.prompt, stdout);
     for (int i = 0; i < s.length; i++) {

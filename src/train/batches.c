@@ -201,8 +201,12 @@ void train_batches_fed(batch_source *s, const train_opts *o, bool images) {
     s->train_img.nclasses = shape.classes;
 }
 
+/* The vocabulary covers the validation tokens too: a validation id past the training ones would
+ * otherwise stop the run at its first evaluation, after the steps before it were spent. */
 int train_batches_vocab(const batch_source *s) {
-    return s->images ? 0 : s->fed_vocab ? s->fed_vocab : s->train_tok.vocab;
+    if (s->images) return 0;
+    if (s->fed_vocab) return s->fed_vocab;
+    return s->val_tok.vocab > s->train_tok.vocab ? s->val_tok.vocab : s->train_tok.vocab;
 }
 
 void train_batches_image_shape(const batch_source *s, int *channels, int *size, int *classes) {

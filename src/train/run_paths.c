@@ -23,10 +23,12 @@ static bool absolute(char *out, const char *path) {
         return true;
     }
     if (is_pattern(path) && path[0] != '/') {
+        /* Through buf: out may be path itself, which snprintf must not read while writing. */
         char cwd[PATH_MAX];
         SDP_CHECK(getcwd(cwd, sizeof cwd), "cannot read the working directory");
-        SDP_CHECK(snprintf(out, OPT_STR_MAX, "%s/%s", cwd, path) < OPT_STR_MAX,
+        SDP_CHECK(snprintf(buf, sizeof buf, "%s/%s", cwd, path) < OPT_STR_MAX,
                   "the absolute path of '%s' is too long", path);
+        strcpy(out, buf);
         return true;
     }
     if (out != path) strcpy(out, path);
