@@ -79,7 +79,7 @@ function change(x, ref) { return ddp ? "" : sprintf("%+.1f%%", 100 * (x / ref - 
     print line " |"
 }'
 
-summary() { "$SDP" plan --json "$@" | awk "$SUMMARY"; }
+summary() { "$SDP" plan --json --threads 1 "$@" | awk "$SUMMARY"; }
 
 # row LABEL CELLS [ddp] -- PLAN_ARGS...: one table row from one plan.
 row() {
