@@ -10,11 +10,12 @@
  *   bench_cuda_train ... --breakdown 1                                 then as many steps again,
  *                                                                      each backend entry's
  *                                                                      device time (CUDA events)
- *   bench_cuda_train ... --attention fused                             bf16 attention through
- *                                                                      the fused kernels (score
- *                                                                      matrices on chip), not
- *                                                                      cuBLAS GEMMs over them in
- *                                                                      device memory (the default)
+ *   bench_cuda_train ... --attention gemm                              bf16 attention by cuBLAS
+ *                                                                      GEMMs over score matrices
+ *                                                                      in device memory, not the
+ *                                                                      fused kernels (score
+ *                                                                      matrices on chip, the
+ *                                                                      default)
  *   bench_cuda_train --sim-world N --sim-rank r [...]                  worker r of a simulated
  *                                                                      SDP job of N workers:
  *                                                                      forward masking, block
@@ -72,7 +73,12 @@ static sdp_precision parse_precision(const char *name) {
 }
 
 static options parse(int argc, char **argv) {
-    options o = {.batch = 4, .steps = 10, .world = 0, .rank = -1, .precision = SDP_PRECISION_BF16};
+    options o = {.batch = 4,
+                 .steps = 10,
+                 .world = 0,
+                 .rank = -1,
+                 .fused_attention = true,
+                 .precision = SDP_PRECISION_BF16};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage_fail("every option takes a value");
         const char *k = argv[i];

@@ -253,8 +253,8 @@ sdp_backend *sdp_backend_cuda(int device, sdp_precision precision);
  * for programs that time cuBLAS itself beside the backend (bench/bench_cuda_train.c). */
 void *sdp_backend_cuda_cublas(const sdp_backend *be);
 /* Whether bf16 attention on a backend made by sdp_backend_cuda runs the fused kernels (true: the
- * score matrices stay on chip) or cuBLAS GEMMs over score matrices in device memory (false, the
- * default, since it measured faster on the H200 (docs/cuda.md); how fp32 always runs it, and how
+ * score matrices stay on chip, the default, since it measured faster on the H200 (docs/cuda.md))
+ * or cuBLAS GEMMs over score matrices in device memory (false; how fp32 always runs it, and how
  * bf16 runs head sizes other than 16, 32, 64 and 128, and devices with too little shared memory
  * for the fused kernels). Returns the previous setting. For the benchmarks and tests that
  * compare them (bench/bench_cuda_train.c, tests/test_backend_ops.c). */

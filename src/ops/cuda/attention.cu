@@ -1,10 +1,10 @@
 /* Multi-head softmax attention, causal or not, forward and backward, in the layouts of the CPU
  * kernel: qkv [B, T, 3*D] (q heads, then k heads, then v heads), out [B, T, D], lse [B, H, T].
  *
- * In bf16, when the context asks for them (sdp_backend_cuda_set_fused_attention) and at the head
- * sizes they are built for, the fused kernels of flash_attention.cuh run instead (fused() below):
- * they never write the score matrices. What follows is the path that fp32 always takes, and bf16
- * by default: on the H200 it measured the faster of the two (docs/cuda.md).
+ * In bf16, by default (sdp_backend_cuda_set_fused_attention turns them off) and at the head sizes
+ * they are built for, the fused kernels of flash_attention.cuh run instead (fused() below): they
+ * never write the score matrices, and on the H200 they measured the faster (docs/cuda.md). What
+ * follows is the path that fp32 always takes, and bf16 where the fused kernels do not apply.
  *
  * Every product is a cuBLAS GEMM in the context's precision (bf16 tensor cores or plain fp32),
  * and the softmax is a small kernel between them. One sequence b at a time, each GEMM is strided-

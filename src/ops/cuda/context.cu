@@ -105,6 +105,7 @@ sdp_cuda_ctx *sdp_cuda_ctx_create(int device, sdp_precision precision) {
     sdp_cuda_ctx *ctx = (sdp_cuda_ctx *)sdp_xcalloc(1, sizeof *ctx, "the CUDA context");
     ctx->device = device;
     ctx->precision = precision;
+    ctx->fused_attention = true; /* the faster in bf16 on the H200 (docs/cuda.md) */
     CUDA_CHECK(cudaSetDevice(device));
     int max_shared = 0;
     CUDA_CHECK(

@@ -64,8 +64,8 @@ typedef struct {
     int device;
     sdp_precision precision; /* of every matrix product (the GEMMs, attention) */
     /* bf16 attention through the fused kernels (flash_attention.cuh) instead of cuBLAS GEMMs over
-     * score matrices in device memory. Off by default: on the H200 the fused kernels were the
-     * slower (docs/cuda.md); benchmarks and tests turn them on. */
+     * score matrices in device memory. On by default: on the H200 the fused kernels are the
+     * faster (docs/cuda.md); benchmarks and tests turn them off to compare. */
     bool fused_attention;
     size_t max_shared_bytes; /* a block's shared memory on this device, opted in (the fused
                                 attention's kernels need more than the default 48 KiB) */
