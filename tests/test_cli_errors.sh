@@ -113,6 +113,31 @@ for n in 4 3; do
 done
 expect_job_error "an abbreviated option" "did you mean --lr-min?" 4 "$SDP_BIN" train "${J[@]}" --lr-mi 1
 expect_job_error "a bad value" "--warmup 5 exceeds the schedule's 1 steps" 4 "$SDP_BIN" train "${J[@]}" --warmup 5
+# What the options decide of the model, optimizer, GEMMs and device is checked before MPI_Init
+# too, though the library that would refuse it later sees one rank alone; the data's vocabulary,
+# which every rank loads alike, after loading.
+expect_job_error "heads not dividing the width" "--heads 3 does not divide --width 16" 2 \
+  "$SDP_BIN" train "${J[@]}" --heads 3
+expect_job_error "llama with an odd head size" "llama style needs an even head size" 2 \
+  "$SDP_BIN" train "${J[@]}" --model llama --width 6
+expect_job_error "a dropout of 1" "--dropout must be in [0, 1)" 2 "$SDP_BIN" train "${J[@]}" --dropout 1
+expect_job_error "an unknown optimizer" "unknown --optimizer 'foo'" 2 "$SDP_BIN" train "${J[@]}" --optimizer foo
+expect_job_error "a zero eps" "adamw eps 0 is invalid" 2 "$SDP_BIN" train "${J[@]}" --eps 0
+expect_job_error "a momentum of 2" "sgd momentum 2 is outside [0, 1)" 2 \
+  "$SDP_BIN" train "${J[@]}" --optimizer sgd --momentum 2
+expect_job_error "an unknown GEMM provider" "unknown --gemm 'foo'" 2 "$SDP_BIN" train "${J[@]}" --gemm foo
+expect_job_error "an unknown device" "unknown --device 'foo'" 2 "$SDP_BIN" train "${J[@]}" --device foo
+expect_job_error "--device cuda in sdp" "this sdp was built without CUDA" 2 \
+  "$SDP_BIN" train "${J[@]}" --device cuda
+expect_job_error "a vocabulary below the data's" "--vocab 10 is smaller than the data's vocabulary" 2 \
+  "$SDP_BIN" train "${J[@]}" --vocab 10
+if [ -d "$FMNIST" ]; then
+  expect_job_error "a ViT patch not dividing the image" "--patch 5 does not divide the image size 28" 2 \
+    "$SDP_BIN" train --model vit --dataset fashion-mnist --data "$FMNIST" --patch 5 --steps 1 \
+    --threads 1 --out "$WORK/never"
+else
+  echo "skip: a ViT patch not dividing the image: Fashion-MNIST is not in $FMNIST"
+fi
 # Workers that would own nothing: 2 blocks with k = 1 cover 2 workers.
 BLOCK=(--sdp-unit block --sdp-coverage 0.25)
 expect_job_error "workers owning no block" "with --sdp-unit block, 2 droppable blocks and k = 1 of N = 4, workers 2 and 3 would own no block: use --sdp-unit neuron" \

@@ -264,6 +264,12 @@ bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused);
  * GPU can check that every slot of the table has a CUDA entry (tests/test_backend_ops.c). Returns
  * false, filling nothing, in a build without the CUDA backend. */
 bool sdp_backend_cuda_entries(sdp_backend *t);
+/* Whether this program was linked with the CUDA backend (sdp-cuda), whatever the devices; never
+ * touches a device. SDP_CUDA_ABSENT says what to do when it was not. */
+bool sdp_backend_cuda_built(void);
+#define SDP_CUDA_ABSENT                                                                            \
+    "this sdp was built without CUDA: run sdp-cuda (built beside sdp when nvcc is found), or "     \
+    "install nvcc (CUDA 12 or 13) and rebuild"
 /* Whether this build has the CUDA backend and a device to run it on (never fails). */
 bool sdp_backend_cuda_available(void);
 /* The CUDA devices this process sees (0 without the CUDA backend or a device; never fails). */

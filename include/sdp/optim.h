@@ -32,6 +32,9 @@ typedef struct {
 } sdp_optim;
 
 sdp_opt_cfg sdp_opt_defaults(sdp_opt_kind kind);
+/* Fails with one line naming the setting when cfg is not one sdp_optim_init accepts: for callers
+ * that check their options before anything is allocated. */
+void sdp_opt_cfg_check(const sdp_opt_cfg *cfg);
 /* Allocates the state for n elements (the sum of all segments' counts) in SDP_MEM_OPTIM. */
 void sdp_optim_init(sdp_optim *o, const sdp_opt_cfg *cfg, size_t n, sdp_mem *mem);
 void sdp_optim_free(sdp_optim *o, sdp_mem *mem);

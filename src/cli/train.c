@@ -109,6 +109,13 @@ static void validate_options(train_opts *o) {
     train_opts_check_precision(o);
     train_opts_recompute(o); /* an unknown --recompute fails here, once for the job */
     train_opts_check_zero(o);
+    /* What the options alone decide, checked here, before MPI_Init, so that an error is one line
+     * for the job: the model's shape (the data's own vocabulary is checked once it is loaded),
+     * the GEMM provider, the optimizer and the device. */
+    train_run_model_config(o, train_run_dataset_shape(o));
+    train_run_gemm(o);
+    train_run_optimizer_config(o);
+    train_device_check(o);
     if (o->sim_world == 0) {
         SDP_CHECK(o->sim_rank == 0, "--sim-rank %d needs --sim-world N (the simulated job's size)",
                   o->sim_rank);

@@ -27,7 +27,7 @@ static bool sgd_has_buffer(const sdp_opt_cfg *cfg) {
     return cfg->momentum != 0.0f;
 }
 
-static void check_cfg(const sdp_opt_cfg *cfg) {
+void sdp_opt_cfg_check(const sdp_opt_cfg *cfg) {
     SDP_CHECK(cfg->kind == SDP_OPT_ADAMW || cfg->kind == SDP_OPT_SGD,
               "unknown optimizer kind %d: use adamw or sgd", (int)cfg->kind);
     SDP_CHECK(cfg->weight_decay >= 0.0f && isfinite(cfg->weight_decay),
@@ -54,7 +54,7 @@ size_t sdp_optim_state_bytes_per_param(const sdp_opt_cfg *cfg) {
 }
 
 void sdp_optim_init(sdp_optim *o, const sdp_opt_cfg *cfg, size_t n, sdp_mem *mem) {
-    check_cfg(cfg);
+    sdp_opt_cfg_check(cfg);
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
     o->n = n;

@@ -12,7 +12,18 @@
 #include <math.h>
 #include <string.h>
 
+void train_device_check(const train_opts *o) {
+    const char *d = o->device;
+    if (!strcmp(d, "cpu") || !strcmp(d, "emulated") || !strcmp(d, "emulated-shared")) return;
+    SDP_CHECK(strcmp(d, "cuda") == 0,
+              "unknown --device '%s': use cpu or cuda (or emulated, emulated-shared: the device "
+              "code paths on the CPU, for tests)",
+              d);
+    SDP_CHECK(sdp_backend_cuda_built(), SDP_CUDA_ABSENT);
+}
+
 void train_device_open(trainer *t) {
+    train_device_check(&t->o);
     if (strcmp(t->o.device, "cpu") == 0) {
         /* Host memory, counted with the rest of training in t->mem. */
         t->be = sdp_backend_cpu(train_run_gemm(&t->o), &t->mem);
@@ -23,10 +34,6 @@ void train_device_open(trainer *t) {
         t->be = sdp_backend_emulated(train_run_gemm(&t->o), !emulated);
         return;
     }
-    SDP_CHECK(strcmp(t->o.device, "cuda") == 0,
-              "unknown --device '%s': use cpu or cuda (or emulated, emulated-shared: the device "
-              "code paths on the CPU, for tests)",
-              t->o.device);
     /* One device per rank of a node when there are enough; ranks beyond that share them (and
      * then reduce through host memory, see sdp_sync_use_backend). Without CUDA, or without a
      * device, sdp_backend_cuda fails with its own message. */

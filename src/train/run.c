@@ -111,13 +111,15 @@ sdp_model_config train_run_model_config(const train_opts *o, run_data_shape data
     c.image_size = data.image_size;
     c.classes = data.classes;
     if (!c.vocab) c.vocab = data_vocab;
-    SDP_CHECK(c.vocab >= data_vocab || !o->config_file[0],
-              "%s: \"vocab\" is %d, which is smaller than the data's vocabulary (%d tokens): the "
-              "file is damaged or was edited, or the data changed; restore them or start a new run",
-              o->config_file, c.vocab, data_vocab);
-    SDP_CHECK(c.vocab >= data_vocab,
-              "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",
-              c.vocab, data_vocab);
+    /* Every rank reads the same data, so each sees these alike, after loading it. */
+    SDP_CHECK_ALL(
+        c.vocab >= data_vocab || !o->config_file[0],
+        "%s: \"vocab\" is %d, which is smaller than the data's vocabulary (%d tokens): the "
+        "file is damaged or was edited, or the data changed; restore them or start a new run",
+        o->config_file, c.vocab, data_vocab);
+    SDP_CHECK_ALL(c.vocab >= data_vocab,
+                  "--vocab %d is smaller than the data's vocabulary (%d tokens): raise it or use 0",
+                  c.vocab, data_vocab);
     c.recompute = train_opts_recompute(o);
     train_run_family(&c)->finish_config(&c);
     return c;
@@ -129,6 +131,26 @@ const sdp_model_family *train_run_family(const sdp_model_config *cfg) {
     SDP_CHECK(f, "unknown model '%s': use %s", cfg->arch,
               sdp_model_family_names(names, sizeof names));
     return f;
+}
+
+sdp_opt_cfg train_run_optimizer_config(const train_opts *o) {
+    sdp_opt_kind kind;
+    if (strcmp(o->optimizer, "adamw") == 0)
+        kind = SDP_OPT_ADAMW;
+    else if (strcmp(o->optimizer, "sgd") == 0)
+        kind = SDP_OPT_SGD;
+    else
+        sdp_fatal("unknown --optimizer '%s': use adamw or sgd", o->optimizer);
+    sdp_opt_cfg c = sdp_opt_defaults(kind);
+    c.beta1 = (float)o->beta1;
+    c.beta2 = (float)o->beta2;
+    c.eps = (float)o->eps;
+    c.momentum = (float)o->momentum;
+    c.nesterov = o->nesterov;
+    if (o->weight_decay >= 0) c.weight_decay = (float)o->weight_decay;
+    SDP_CHECK(o->beta1 < 1 && o->beta2 < 1, "--beta1 and --beta2 must be below 1");
+    sdp_opt_cfg_check(&c);
+    return c;
 }
 
 sdp_gemm_provider train_run_gemm(const train_opts *o) {

@@ -9,6 +9,7 @@
 #include "sdp/data.h"
 #include "sdp/plan.h"
 #include "sdp/model.h"
+#include "sdp/optim.h"
 #include "run_resolved.h"
 #include "train_opts.h"
 
@@ -30,6 +31,8 @@ run_data_shape train_run_dataset_shape(const train_opts *o);
 bool train_run_images(const train_opts *o);
 const sdp_model_family *train_run_family(const sdp_model_config *cfg);
 sdp_gemm_provider train_run_gemm(const train_opts *o);
+/* The optimizer the options name, checked as sdp_optim_init checks it. */
+sdp_opt_cfg train_run_optimizer_config(const train_opts *o);
 /* Builds worker `rank`'s (sub)network under a plan over the full layout, on cfg->backend. */
 void train_run_create_worker_model(sdp_model *m, const sdp_model_config *cfg, const sdp_plan *p,
                                    const sdp_layout *full, int rank, int B, int T,

@@ -15,25 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-static sdp_opt_cfg optimizer_config(const train_opts *o) {
-    sdp_opt_kind kind;
-    if (strcmp(o->optimizer, "adamw") == 0)
-        kind = SDP_OPT_ADAMW;
-    else if (strcmp(o->optimizer, "sgd") == 0)
-        kind = SDP_OPT_SGD;
-    else
-        sdp_fatal("unknown --optimizer '%s': use adamw or sgd", o->optimizer);
-    sdp_opt_cfg c = sdp_opt_defaults(kind);
-    c.beta1 = (float)o->beta1;
-    c.beta2 = (float)o->beta2;
-    c.eps = (float)o->eps;
-    c.momentum = (float)o->momentum;
-    c.nesterov = o->nesterov;
-    if (o->weight_decay >= 0) c.weight_decay = (float)o->weight_decay;
-    SDP_CHECK(o->beta1 < 1 && o->beta2 < 1, "--beta1 and --beta2 must be below 1");
-    return c;
-}
-
 /* Every rank must run the same configuration: compare a hash of it across ranks. */
 static void check_same_config(const trainer *t) {
     char *json = train_opts_to_json(TRAIN_OPTS, &t->o);
@@ -117,7 +98,7 @@ static void build_worker(trainer *t) {
     t->ngrads = t->sync.grad_elems; /* under --zero 2 less than it owns */
     t->grads = train_device_alloc(t, SDP_MEM_GRADS, t->ngrads);
     t->model.ops->use_grads(&t->model, t->grads, t->grad_offset, t->grad_slices);
-    sdp_opt_cfg oc = optimizer_config(&t->o);
+    sdp_opt_cfg oc = train_run_optimizer_config(&t->o);
     train_device_optim_init(t, &oc, t->sync.state); /* under --zero 1, its shards only */
     t->nsegs = sdp_sync_segments(&t->sync, t->model.layout, t->o.decay_all, &t->segs);
 }

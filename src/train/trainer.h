@@ -106,6 +106,9 @@ static inline int job_rank(const trainer *t) {
 }
 
 /* device.c: the trainable state on the host or on the device of t->be */
+/* Fails with one line unless --device names a device this program can run on (before MPI_Init, so
+ * that the job reports it once). */
+void train_device_check(const train_opts *o);
 void train_device_open(trainer *t);
 void train_device_close(trainer *t);
 float *train_device_alloc(trainer *t, sdp_memcat cat, size_t n); /* zero-filled floats */

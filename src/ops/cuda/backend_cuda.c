@@ -24,6 +24,10 @@ bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused) {
     return was;
 }
 
+bool sdp_backend_cuda_built(void) {
+    return true;
+}
+
 bool sdp_backend_cuda_available(void) {
     return sdp_cuda_device_count() > 0;
 }

@@ -7,8 +7,7 @@
 sdp_backend *sdp_backend_cuda(int device, sdp_precision precision) {
     (void)device;
     (void)precision;
-    sdp_fatal("this sdp was built without CUDA: run sdp-cuda (built beside sdp when nvcc is "
-              "found), or install nvcc (CUDA 12 or 13) and rebuild");
+    sdp_fatal(SDP_CUDA_ABSENT);
 }
 
 void *sdp_backend_cuda_cublas(const sdp_backend *be) {
@@ -24,6 +23,10 @@ bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused) {
 
 bool sdp_backend_cuda_entries(sdp_backend *t) {
     (void)t;
+    return false;
+}
+
+bool sdp_backend_cuda_built(void) {
     return false;
 }
 
