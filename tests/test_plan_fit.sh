@@ -130,6 +130,24 @@ if "$SDP_BIN" plan --fit 64MiB "${GPT[@]}" --world 8 >"$WORK/chunks.txt" 2>&1 &&
 else
   fail "neuron units that cannot split the heads"; cat "$WORK/chunks.txt"
 fi
+# SDP that cannot run at this N (one worker; a coverage giving no whole k): DDP is still fitted,
+# and each SDP mode gets a line saying why, as sdp plan without --fit would refuse them.
+for case in "1|0.5|SDP needs at least 2 workers" "3|0.5|--sdp-coverage 0.5 of 3 workers gives no whole k"; do
+  IFS='|' read -r n cov why <<<"$case"
+  if "$SDP_BIN" plan --fit 64MiB "${GPT[@]}" --world "$n" --sdp-coverage "$cov" >"$WORK/n.txt" 2>&1 &&
+     grep -q "^  DDP  *[0-9]" "$WORK/n.txt" && grep -q "SDP not planned" "$WORK/n.txt" &&
+     [ "$(grep -cF "not planned: $why" "$WORK/n.txt")" -eq 4 ]; then
+    pass "N = $n, coverage $cov: DDP fitted, each SDP mode not planned ($why)"
+  else
+    fail "N = $n, coverage $cov"; cat "$WORK/n.txt"
+  fi
+done
+if "$SDP_BIN" plan --fit 64MiB "${GPT[@]}" --world 3 --sdp-owners 2 >"$WORK/n3.txt" 2>&1 &&
+   grep -q "SDP with k = 2 owners" "$WORK/n3.txt" && ! grep -q "not planned" "$WORK/n3.txt"; then
+  pass "N = 3 with --sdp-owners 2: every mode fitted"
+else
+  fail "N = 3 with --sdp-owners 2"; cat "$WORK/n3.txt"
+fi
 # Block units with fewer blocks than needed to give every worker one: more layers, or a line.
 "$SDP_BIN" plan --fit 64MiB "${GPT[@]}" --world 8 --layers 1 --sdp-unit block >"$WORK/own.txt" 2>&1
 if grep -q "not planned: 4 of the 8 workers would own no unit" "$WORK/own.txt"; then

@@ -81,6 +81,8 @@ const char *sdp_branch_scale_name(sdp_branch_scale s);
  * nearest k. Otherwise it fails with one line naming the nearest coverages that work. Every rank
  * fails alike (sdp_fatal_all). */
 int sdp_owners_from_coverage(double coverage, int world);
+/* The k of sdp_owners_from_coverage, or 0 where it would fail. */
+int sdp_owners_from_coverage_or_0(double coverage, int world);
 
 /* Builds the plan for a full-model layout. Impossible requests fail with a message saying what
  * would work: k < 1 or k > N; more chunks than a group's width, or a width the chunks do not

@@ -170,11 +170,16 @@ static bool ladder_of(const plan_fit_request *r, const fit_mode *mode, const sdp
             L->max_m = L->four_stages ? 2 : 1365; /* depth 8192 */
             const int c = chunks_of(r, &base->channels, 1);
             if (neuron && (c == 0 || base->channels % c)) {
-                snprintf(why, len,
-                         "neuron units: %s does not split the %d base channels into equal chunks: "
-                         "use --sdp-chunks dividing %d",
-                         c ? "--sdp-chunks" : "no chunk count from N up", base->channels,
-                         base->channels);
+                if (c)
+                    snprintf(why, len,
+                             "neuron units: --sdp-chunks %d does not split the %d base channels "
+                             "into equal chunks: use --sdp-chunks dividing %d",
+                             c, base->channels, base->channels);
+                else
+                    snprintf(why, len,
+                             "neuron units: no chunk count from N = %d up splits the %d base "
+                             "channels into equal chunks: use --sdp-chunks dividing %d",
+                             r->world, base->channels, base->channels);
                 return false;
             }
             return true;
@@ -196,11 +201,16 @@ static bool ladder_of(const plan_fit_request *r, const fit_mode *mode, const sdp
         if (neuron) {
             const int widths[2] = {t->arch.heads, base->d_ff}, c = chunks_of(r, widths, 2);
             if (c == 0 || t->arch.heads % c || base->d_ff % c) {
-                snprintf(why, len,
-                         "neuron units: %s does not split %d heads and %d MLP neurons into equal "
-                         "chunks: use --sdp-chunks dividing both",
-                         c ? "--sdp-chunks" : "no chunk count from N up", t->arch.heads,
-                         base->d_ff);
+                if (c)
+                    snprintf(why, len,
+                             "neuron units: --sdp-chunks %d does not split %d heads and %d MLP "
+                             "neurons into equal chunks: use --sdp-chunks dividing both",
+                             c, t->arch.heads, base->d_ff);
+                else
+                    snprintf(why, len,
+                             "neuron units: no chunk count from N = %d up splits %d heads and %d "
+                             "MLP neurons into equal chunks: use --sdp-chunks dividing both",
+                             r->world, t->arch.heads, base->d_ff);
                 return false;
             }
         }
@@ -268,6 +278,28 @@ static bool everyone_owns(const train_opts *t, int world, char *why, size_t len)
     sdp_plan_free(&p);
     sdp_layout_free(&full);
     return none == 0;
+}
+
+/* k for the SDP modes, or 0 with why none can be planned at this N (sdp plan without --fit would
+ * refuse them). */
+static int sdp_owners(const plan_fit_request *r, char *why, size_t len) {
+    const train_opts *t = r->t;
+    if (r->world < 2) {
+        snprintf(why, len, "SDP needs at least 2 workers (--world 2 or more)");
+        return 0;
+    }
+    if (t->sdp_owners > 0) {
+        if (t->sdp_owners <= r->world) return t->sdp_owners;
+        snprintf(why, len, "--sdp-owners %d is more than the %d workers", t->sdp_owners, r->world);
+        return 0;
+    }
+    const int k = sdp_owners_from_coverage_or_0(t->sdp_coverage, r->world);
+    if (!k)
+        snprintf(why, len,
+                 "--sdp-coverage %g of %d workers gives no whole k: give --sdp-owners k or a "
+                 "coverage that does",
+                 t->sdp_coverage, r->world);
+    return k;
 }
 
 /* ---- the search ----------------------------------------------------------------------------- */
@@ -456,11 +488,13 @@ static void print_title(const plan_fit_request *r, double limit, const sdp_model
         printf("by width, %d layer%s, %d heads, d_ff %s", base->layers,
                base->layers == 1 ? "" : "s", base->heads,
                strcmp(r->t->model, "llama") ? "4 x width" : "8/3 x width");
-    train_opts sdp = *r->t; /* k as the SDP modes resolve it */
-    snprintf(sdp.sdp_mask, sizeof sdp.sdp_mask, "forward");
-    const int k = train_run_owners(&sdp, r->world);
-    printf(" | N = %d workers, SDP with k = %d owners (C = %.3g)", r->world, k,
-           (double)k / r->world);
+    char why[256];
+    const int k = sdp_owners(r, why, sizeof why);
+    if (k)
+        printf(" | N = %d workers, SDP with k = %d owners (C = %.3g)", r->world, k,
+               (double)k / r->world);
+    else
+        printf(" | N = %d worker%s, SDP not planned", r->world, r->world == 1 ? "" : "s");
     if (train_run_images(r->t))
         printf(" | batch %d images", r->t->batch);
     else
@@ -555,6 +589,8 @@ int plan_fit_run(const plan_fit_request *r) {
               "unknown --sdp-mask '%s': use none, forward or backward", r->t->sdp_mask);
     SDP_CHECK(sdp_unit_kind_parse(r->t->sdp_unit, &only_unit),
               "unknown --sdp-unit '%s': use block or neuron", r->t->sdp_unit);
+    char sdp_why[256];
+    const bool sdp_planned = sdp_owners(r, sdp_why, sizeof sdp_why) > 0;
     for (size_t i = 0; i < sizeof MODES / sizeof *MODES; i++) {
         const fit_mode *m = &MODES[i];
         if (m->mask != SDP_MASK_NONE && r->mask_given && m->mask != only_mask) continue;
@@ -562,7 +598,10 @@ int plan_fit_run(const plan_fit_request *r) {
         if (m->mask != SDP_MASK_NONE && r->mask_given && only_mask == SDP_MASK_NONE) continue;
         memset(&res[n], 0, sizeof res[n]);
         res[n].mode = m;
-        fit_mode_search(r, limit, &base, &res[n]);
+        if (m->mask != SDP_MASK_NONE && !sdp_planned)
+            snprintf(res[n].why, sizeof res[n].why, "%s", sdp_why);
+        else
+            fit_mode_search(r, limit, &base, &res[n]);
         n++;
     }
     if (r->json)

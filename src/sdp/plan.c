@@ -490,6 +490,12 @@ static void choose_publishers(sdp_plan *p) {
 
 /* ---- public ------------------------------------------------------------------------------- */
 
+int sdp_owners_from_coverage_or_0(double coverage, int world) {
+    if (world < 1 || !(coverage > 0 && coverage <= 1)) return 0;
+    const double kn = coverage * world, k = round(kn);
+    return k >= 1 && fabs(kn - k) <= 1e-4 * k ? (int)k : 0;
+}
+
 int sdp_owners_from_coverage(double coverage, int world) {
     SDP_ASSERT(world >= 1);
     SDP_CHECK_ALL(coverage > 0 && coverage <= 1,
@@ -497,8 +503,9 @@ int sdp_owners_from_coverage(double coverage, int world) {
                   "workers that own each unit (or give k itself with --sdp-owners k)",
                   coverage);
     /* A coverage typed as a rounded fraction (0.6666667 for 2/3) means the nearest k. */
-    const double kn = coverage * world, k = round(kn);
-    if (k >= 1 && fabs(kn - k) <= 1e-4 * k) return (int)k;
+    const int k = sdp_owners_from_coverage_or_0(coverage, world);
+    if (k) return k;
+    const double kn = coverage * world;
     const int below = (int)floor(kn), above = below + 1; /* kn <= world, so above <= world */
     if (below < 1)
         sdp_fatal_all("--sdp-coverage %g with %d workers gives k = %g owners per unit, fewer than "
