@@ -22,6 +22,23 @@ check_memory() {
       || { fail "$name rank $r: banner lacks 'simulating rank $r of $n'"; return; }
     [ ! -e "$WORK/sim$r/model.safetensors" ] \
       || { fail "$name rank $r: a simulated run wrote a checkpoint"; return; }
+    # The summary's row is the worker of the real job, checkpoint buffers included, which a
+    # simulated run never allocates: its eval+ckpt cell is the plan's (to the cell's rounding).
+    python3 - "$WORK/plan.json" "$WORK/log" "$r" <<'PY' \
+      || { fail "$name rank $r: the summary's eval+ckpt is not the plan's"; return; }
+import json, re, sys
+plan = json.load(open(sys.argv[1]))
+r = int(sys.argv[3])
+want = plan["workers"][r]["eval_ckpt"]
+row = [l.split() for l in open(sys.argv[2]) if re.match(r"^  %d +[0-9.]+ [KMG]?i?B " % r, l)]
+assert row, "no summary row for worker %d" % r
+units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+cells = [float(v) * units[u] for v, u in zip(row[0][1::2], row[0][2::2]) if u in units]
+got, unit = cells[7], units[row[0][2 * 7 + 2]]  # params .. data, then eval+ckpt
+ok = abs(got - want) <= 0.051 * unit and (want == 0) == (got == 0)
+print("rank %d eval+ckpt: summary %.0f, plan %d" % (r, got, want))
+sys.exit(0 if ok else 1)
+PY
     python3 - "$WORK/plan.json" "$WORK/sim$r/memory.json" "$r" <<'PY' \
       || { fail "$name rank $r: measured bytes differ from the plan"; return; }
 import json, sys
