@@ -85,6 +85,9 @@ check 4 --sdp-mask forward --sdp-unit neuron --zero 2
 check 4 --sdp-mask forward --sdp-unit block --zero 2 --sdp-assign random --model llama
 check 4 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 2
 check 3 --sdp-mask backward --sdp-unit neuron --sdp-owners 2 --zero 2 --optimizer sgd
+# Groups of 3: a third of a piece is not a whole byte count, and the run rounds each piece down.
+check 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 3 --zero 2
+check 4 --sdp-mask forward --sdp-unit block --sdp-owners 3 --zero 2 --layers 8
 # ... and with several micro-batches, each but the last reduce-scatters its layers' pieces too.
 check 4 --sdp-mask forward --sdp-unit neuron --zero 2 --grad-accum 3
 check 3 --sdp-mask backward --sdp-unit block --sdp-owners 2 --zero 2 --grad-accum 2

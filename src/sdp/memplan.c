@@ -86,9 +86,10 @@ static size_t *zero2_rows(const sdp_plan *p, const sdp_layout *full) {
  * its own: a worker's optimizer state is the sum of its shards. Its gradient buffer
  * (place_pieces) holds those shards, its stem's and head's gradients whole, and two slots as
  * large as its largest block's. With --grad-accum A, every micro-batch but the last also
- * reduce-scatters each layer's pieces, as sdp_sync counts them: sent gets those bytes. */
+ * reduce-scatters each layer's pieces, as sdp_sync counts them: sent gets those bytes; ring gets
+ * the last micro-batch's reduce-scatter and all-gather of every piece. */
 static void zero2_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r1, size_t *state,
-                        size_t *grads, uint64_t *sent) {
+                        size_t *grads, uint64_t *sent, uint64_t *ring) {
     const uint64_t early = p->cfg.grad_accum > 1 ? (uint64_t)p->cfg.grad_accum - 1 : 0;
     const char *what = "a worker's memory plan";
     const int N = p->cfg.world, nb = full->nblocks, shared = p->ngroups, cols = nb + 2;
@@ -97,7 +98,7 @@ static void zero2_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r
     size_t *held = sdp_xcalloc(nr * (size_t)cols, sizeof(size_t), what); /* per rank, column */
     size_t *piece_count = sdp_xcalloc((size_t)cols, sizeof(size_t), what);
     int *piece_layer = sdp_xcalloc((size_t)cols, sizeof(int), what);
-    for (size_t r = 0; r < nr; r++) state[r] = sent[r] = 0;
+    for (size_t r = 0; r < nr; r++) state[r] = sent[r] = ring[r] = 0;
     for (int bucket = 0; bucket <= shared; bucket++) {
         const sdp_owner_group *og = bucket < shared ? &p->groups[bucket] : NULL;
         if (og && og->nmembers == N) continue; /* in the shared bucket */
@@ -128,6 +129,8 @@ static void zero2_elems(const sdp_plan *p, const sdp_layout *full, int r0, int r
                 size_t lo, hi;
                 sdp_sync_shard(piece_count[i], k, j, &lo, &hi);
                 state[r - r0] += hi - lo;
+                /* Counted piece by piece, as the run counts them (each rounded down). */
+                if (k > 1) ring[r - r0] += ring_pass_bytes(piece_count[i], k, 2);
                 if (piece_layer[i] >= 0 && k > 1)
                     sent[r - r0] += early * ring_pass_bytes(piece_count[i], k, 1);
             }
@@ -156,12 +159,18 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
         if (og->nmembers == N) world_bucket += group_elems[g];
         if (member(og, rank)) out->owned += group_elems[g];
     }
-    out->sent_per_step = N > 1 ? ring_bytes(world_bucket, N) : 0;
+    /* The buckets' all-reduces (under --zero 2, replaced below by its pieces'), then what backward
+     * masking publishes. */
+    uint64_t ring_sent = N > 1 ? ring_bytes(world_bucket, N) : 0;
+    for (int g = 0; g < p->ngroups; g++) {
+        const sdp_owner_group *og = &p->groups[g];
+        if (og->nmembers != N && member(og, rank) && og->nmembers > 1)
+            ring_sent += ring_bytes(group_elems[g], og->nmembers);
+    }
+    out->sent_per_step = ring_sent;
     for (int g = 0; g < p->ngroups; g++) {
         const sdp_owner_group *og = &p->groups[g];
         if (og->nmembers == N) continue;
-        if (member(og, rank) && og->nmembers > 1)
-            out->sent_per_step += ring_bytes(group_elems[g], og->nmembers);
         /* Backward masking: the group's publisher sends its units (running statistics too) to
          * every non-owner. */
         if (p->cfg.mask == SDP_MASK_BACKWARD && og->publisher == rank)
@@ -184,9 +193,9 @@ void sdp_memplan_worker(const sdp_plan *p, const sdp_layout *full, int rank, sdp
     }
     free(group_elems);
     if (p->cfg.zero != 2) return;
-    uint64_t early;
-    zero2_elems(p, full, rank, rank + 1, &out->state_elems, &out->grad_elems, &early);
-    out->sent_per_step += early;
+    uint64_t early, ring;
+    zero2_elems(p, full, rank, rank + 1, &out->state_elems, &out->grad_elems, &early, &ring);
+    out->sent_per_step += early + ring - ring_sent;
 }
 
 void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_plan *out) {
@@ -199,17 +208,24 @@ void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_p
         if (p->cfg.mask == SDP_MASK_BACKWARD && p->groups[g].elems > bucket)
             bucket = p->groups[g].elems;
     }
-    for (int r = 0; r < N; r++)
-        out[r] = (sdp_worker_plan){.owned = shared,
-                                   .bucket_elems = bucket,
-                                   .sent_per_step = N > 1 ? ring_bytes(world_bucket, N) : 0};
+    /* Each worker's buckets' all-reduces (under --zero 2, replaced below by its pieces'). */
+    uint64_t *ring_sent =
+        sdp_xmalloc(sizeof(uint64_t) * (size_t)(N + 1), "the workers' memory plans");
+    for (int r = 0; r < N; r++) {
+        ring_sent[r] = N > 1 ? ring_bytes(world_bucket, N) : 0;
+        out[r] = (sdp_worker_plan){
+            .owned = shared, .bucket_elems = bucket, .sent_per_step = ring_sent[r]};
+    }
     for (int g = 0; g < p->ngroups; g++) {
         const sdp_owner_group *og = &p->groups[g];
         for (int j = 0; j < og->nmembers; j++) out[og->members[j]].owned += group_elems[g];
         if (og->nmembers == N) continue;
         if (og->nmembers > 1) {
             const uint64_t ring = ring_bytes(group_elems[g], og->nmembers);
-            for (int j = 0; j < og->nmembers; j++) out[og->members[j]].sent_per_step += ring;
+            for (int j = 0; j < og->nmembers; j++) {
+                out[og->members[j]].sent_per_step += ring;
+                ring_sent[og->members[j]] += ring;
+            }
         }
         if (p->cfg.mask == SDP_MASK_BACKWARD)
             out[og->publisher].sent_per_step +=
@@ -226,14 +242,18 @@ void sdp_memplan_workers(const sdp_plan *p, const sdp_layout *full, sdp_worker_p
             out[og->members[j]].state_elems += shard_elems(p, group_elems[g], og->nmembers, j);
     }
     free(group_elems);
-    if (p->cfg.zero != 2) return;
+    if (p->cfg.zero != 2) {
+        free(ring_sent);
+        return;
+    }
     size_t *grads = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
     size_t *state = sdp_xmalloc(sizeof(size_t) * (size_t)(N + 1), "the workers' memory plans");
     uint64_t *early = sdp_xmalloc(sizeof(uint64_t) * (size_t)(N + 1), "the workers' memory plans");
-    zero2_elems(p, full, 0, N, state, grads, early);
+    uint64_t *ring = sdp_xmalloc(sizeof(uint64_t) * (size_t)(N + 1), "the workers' memory plans");
+    zero2_elems(p, full, 0, N, state, grads, early, ring);
     for (int r = 0; r < N; r++) {
         out[r].state_elems = state[r], out[r].grad_elems = grads[r];
-        out[r].sent_per_step += early[r];
+        out[r].sent_per_step += early[r] + ring[r] - ring_sent[r];
     }
-    free(grads), free(state), free(early);
+    free(grads), free(state), free(early), free(ring), free(ring_sent);
 }
