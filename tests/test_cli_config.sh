@@ -41,6 +41,7 @@ check fraction 'c["batch"] = 2.5' 'config.json: "batch" is out of range'
 check negative_lr 'c["lr"] = -1' 'config.json: "lr" is out of range'
 check flag_string 'c["flip"] = "yes"' 'config.json: "flip" should be true or false'
 check not_object 'c = "[1, 2]"' 'config.json is not a valid JSON object'
+check trailing_bytes 'c = json.dumps(c) + " {}"' 'config.json is not a valid JSON object'
 check overflow 'c["width"] = 2000000000; c["heads"] = 1' \
   'config.json: "width" is 2000000000, which is more than sdp describes (at most 65536)'
 check params 'c["layers"] = 60000; c["width"] = 60000; c["heads"] = 1' \

@@ -87,7 +87,7 @@ static bool entry_ok(const cJSON *e, int i, char *what, size_t n) {
 /* The entries of the file's text, detached from it; NULL with the problem in `what` when the text
  * is not a calibration file this version reads. */
 static cJSON *parse_machines(const char *txt, char *what, size_t n) {
-    cJSON *root = cJSON_Parse(txt), *m = NULL;
+    cJSON *root = cJSON_ParseWithOpts(txt, NULL, true), *m = NULL;
     const bool object = cJSON_IsObject(root);
     const cJSON *fmt = object ? cJSON_GetObjectItemCaseSensitive(root, "format") : NULL,
                 *ver = object ? cJSON_GetObjectItemCaseSensitive(root, "version") : NULL;

@@ -94,7 +94,7 @@ static void read_memory(report_run *r) {
     char path[1024];
     train_run_path(path, sizeof path, r->dir, "memory.json");
     char *txt = train_run_read_text(path);
-    cJSON *o = cJSON_Parse(txt);
+    cJSON *o = cJSON_ParseWithOpts(txt, NULL, true);
     free(txt);
     SDP_CHECK(o, "%s is not valid JSON: restore it or run the training again", path);
     const cJSON *w;
@@ -275,7 +275,7 @@ static void read_invocations(report_run *r) {
     char path[1024];
     train_run_path(path, sizeof path, r->dir, "config.json");
     char *txt = train_run_read_text(path);
-    inv_reader rd = {cJSON_Parse(txt), r, path, 0};
+    inv_reader rd = {cJSON_ParseWithOpts(txt, NULL, true), r, path, 0};
     free(txt);
     SDP_CHECK(rd.root, "%s is not a valid JSON object: restore it or start afresh", path);
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(rd.root, "invocations");

@@ -253,7 +253,7 @@ static const char *type_name(const opt_spec *s) {
 }
 
 void train_opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source) {
-    cJSON *o = cJSON_Parse(json);
+    cJSON *o = cJSON_ParseWithOpts(json, NULL, true);
     SDP_CHECK(o && cJSON_IsObject(o), "%s is not a valid JSON object: restore it or start afresh",
               source);
     for (const opt_spec *s = specs; s->name; s++) {

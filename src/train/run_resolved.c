@@ -96,7 +96,7 @@ static void read_record(reader *rd, run_resolved *r) {
 
 void train_run_resolved_from_json(run_resolved *r, const char *json, const char *source) {
     memset(r, 0, sizeof *r);
-    reader rd = {cJSON_Parse(json), NULL, source};
+    reader rd = {cJSON_ParseWithOpts(json, NULL, true), NULL, source};
     if (!cJSON_IsObject(rd.root)) {
         cJSON_Delete(rd.root);
         sdp_fatal("%s is not a valid JSON object: restore it or start afresh", source);

@@ -121,8 +121,8 @@ const opt_spec TRAIN_OPTS[] = {
     {"overwrite", OPT_FLAG, F(overwrite), "false",
      "start a new run in an --out directory that holds an earlier run, replacing its files", 0},
     {"device", OPT_STR, F(device), "cpu",
-     "cpu, or cuda (one GPU per rank; sdp-cuda trains there, sdp plan predicts for it); emulated "
-     "and emulated-shared run the device code on the CPU, for tests",
+     "cpu, or cuda (one GPU per rank; sdp-cuda trains there, sdp plan predicts for it); in sdp "
+     "train only, emulated and emulated-shared run the device code on the CPU, for tests",
      0},
     {"precision", OPT_STR, F(precision), "fp32",
      "--device cuda: fp32 (exact GEMMs) or bf16 (GEMMs on tensor cores; weights, optimizer "
