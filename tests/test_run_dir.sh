@@ -36,7 +36,17 @@ expect_error "a second run on a directory in use" "is in use by sdp train, pid $
   "$SDP_BIN" "${T[@]}" --steps 3 --out "$busy" --overwrite
 ms=$((($(date +%s%N) - t0) / 1000000))
 [ "$ms" -lt 5000 ] && pass "refused in $ms ms" || fail "the refusal took $ms ms"
+# Resuming it while it runs, before its first save: the lock is what is wrong, not the checkpoint.
+expect_error "--resume of a live run before its first save" "is in use by sdp train, pid $holder" \
+  "$SDP_BIN" train --resume "$busy"
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+
+# A run stopped before its first save (killed): nothing to resume, and the line says how to start.
+nosave="$WORK/nosave"
+cp -r "$run" "$nosave" && rm -f "$nosave"/*.safetensors
+expect_error "--resume of a run with no checkpoint" \
+  "run directory '$nosave' holds no checkpoint to resume from: the run stopped before its first save" \
+  "$SDP_BIN" train --resume "$nosave"
 
 # --resume takes the lock too: while another process holds it, resuming refuses and writes nothing.
 before=$(digest "$run")

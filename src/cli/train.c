@@ -65,7 +65,9 @@ static void schedule_note(const train_opts *o, int before, long step, char *note
 static int apply_resume_config(trainer *t, int argc, char **argv, train_opts *recorded,
                                run_resolved *resolved) {
     train_opts cli = t->o;
+    train_run_dir_check_free(cli.resume); /* a live run's files are still changing */
     train_run_load_config(&t->o, resolved, cli.resume);
+    train_run_dir_check_saved(cli.resume);
     *recorded = t->o;
     char source[1024];
     train_run_path(source, sizeof source, cli.resume, "config.json");

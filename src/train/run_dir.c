@@ -58,6 +58,34 @@ static void write_holder(int fd) {
               "cannot write the run directory's lock file (%s)", strerror(errno));
 }
 
+static _Noreturn void in_use(const char *dir, int fd) {
+    char holder[256];
+    read_holder(fd, holder, sizeof holder);
+    sdp_fatal("run directory '%s' is in use by %s: wait for that run to end, or pick another --out",
+              dir, holder);
+}
+
+void train_run_dir_check_free(const char *dir) {
+    char path[4096];
+    file_in(path, sizeof path, dir, ".lock");
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return; /* no run has held it: what is missing is reported by what reads it */
+    /* Shared, so that ranks asking together do not see one another; a run holds it exclusively. */
+    if (flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) in_use(dir, fd);
+    close(fd);
+}
+
+void train_run_dir_check_saved(const char *dir) {
+    char path[4096];
+    struct stat st;
+    file_in(path, sizeof path, dir, "model.safetensors");
+    if (stat(path, &st) == 0 || errno != ENOENT) return;
+    sdp_fatal("run directory '%s' holds no checkpoint to resume from: the run stopped before its "
+              "first save (--ckpt-every sets how often it saves); start it again, with the options "
+              "in its config.json and --overwrite --out %s",
+              dir, dir);
+}
+
 static int lock_dir(const char *dir) {
     char path[4096];
     file_in(path, sizeof path, dir, ".lock");
@@ -66,11 +94,7 @@ static int lock_dir(const char *dir) {
               strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         SDP_CHECK(errno == EWOULDBLOCK, "cannot lock '%s' (%s)", path, strerror(errno));
-        char holder[256];
-        read_holder(fd, holder, sizeof holder);
-        sdp_fatal("run directory '%s' is in use by %s: wait for that run to end, or pick another "
-                  "--out",
-                  dir, holder);
+        in_use(dir, fd);
     }
     write_holder(fd);
     return fd;

@@ -14,4 +14,11 @@ void train_run_make_dir(const char *dir, const char *what);
  * file descriptor: keep it open for the whole run (the lock ends with the process). */
 int train_run_dir_claim(const char *dir, bool resuming, bool overwrite);
 
+/* Before a resume reads anything: fails naming the holder when a live run holds dir's lock (it
+ * only tests the lock, so that every rank may ask at once). */
+void train_run_dir_check_free(const char *dir);
+/* Fails with one line when dir holds no checkpoint to resume from (a run stopped before its first
+ * save). */
+void train_run_dir_check_saved(const char *dir);
+
 #endif
