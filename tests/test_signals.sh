@@ -21,7 +21,8 @@ wait_running() {
   return 1
 }
 
-# checks DIR LOG RC WANT_RC WHAT: exit status, the one line, a checkpoint, no temp file.
+# checks DIR LOG RC WANT_RC WHAT: exit status, the one line, a checkpoint, memory.json, no temp
+# file.
 check_stopped() {
   local dir=$1 log=$2 rc=$3 want=$4 what=$5
   [ "$rc" -eq "$want" ] && pass "$what: exit status $rc" || fail "$what: exit status $rc, not $want"
@@ -31,6 +32,10 @@ check_stopped() {
   else fail "$what: $lines 'stopped by' lines"; cat "$log"; fi
   [ -s "$dir/model.safetensors" ] && [ -s "$dir/optim.safetensors" ] &&
     pass "$what: a checkpoint was written" || fail "$what: no checkpoint"
+  # The run's memory record, every worker's row, as a finished run writes it.
+  python3 -c 'import json, sys; w = json.load(open(sys.argv[1]))["workers"]; sys.exit(0 if w and all(r["params"] > 0 for r in w) else 1)' \
+    "$dir/memory.json" 2>/dev/null && pass "$what: memory.json was written" ||
+    fail "$what: no memory.json"
   [ -z "$(find "$dir" -name '*.tmp*')" ] && pass "$what: no temporary file left" ||
     fail "$what: temporary files left: $(find "$dir" -name '*.tmp*')"
 }

@@ -293,13 +293,14 @@ int cmd_train(int argc, char **argv) {
     }
     sdp_watchdog_stop(t.watchdog);
     if (interrupted) {
+        print_summary(&t, final_val, now_s() - t0, false); /* memory.json: the run's record */
         report_interrupt(&t, interrupted);
         if (t.metrics) fclose(t.metrics);
         trainer_free(&t);
         sdp_world_finalize();
         return 128 + interrupted;
     }
-    print_summary(&t, final_val, now_s() - t0);
+    print_summary(&t, final_val, now_s() - t0, true);
     if (t.metrics) fclose(t.metrics);
     trainer_free(&t);
     sdp_world_finalize();

@@ -361,7 +361,7 @@ static void print_summary_line(const trainer *t, sdp_metrics val, double wall) {
         printf("%sfinal val loss %.4f\n", what, v);
 }
 
-void print_summary(trainer *t, sdp_metrics val, double wall) {
+void print_summary(trainer *t, sdp_metrics val, double wall, bool print) {
     const int N = t->world.size;
     double mine[NCOLS];
     const sdp_mem *mem = train_device_mem(t); /* on a device: its tally, as the plan predicts it */
@@ -386,6 +386,10 @@ void print_summary(trainer *t, sdp_metrics val, double wall) {
     write_memory_json(t, all, sent_all, device_all, steps);
     free(sent_all);
     free(device_all);
+    if (!print) {
+        free(all);
+        return;
+    }
     print_summary_line(t, val, wall);
     if (simulating(t)) {
         /* A simulated worker writes no checkpoint, so it never holds the buffers it would hold in
