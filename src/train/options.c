@@ -254,8 +254,10 @@ static const char *type_name(const opt_spec *s) {
 
 void train_opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source) {
     cJSON *o = cJSON_ParseWithOpts(json, NULL, true);
-    SDP_CHECK(o && cJSON_IsObject(o), "%s is not a valid JSON object: restore it or start afresh",
-              source);
+    if (!cJSON_IsObject(o)) { /* valid JSON, such as a number, that is not an object too */
+        cJSON_Delete(o);
+        sdp_fatal("%s is not a valid JSON object: restore it or start afresh", source);
+    }
     for (const opt_spec *s = specs; s->name; s++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, s->name);
         if (!v) continue;

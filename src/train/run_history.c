@@ -7,7 +7,7 @@
 #include <string.h>
 
 static cJSON *parse_object(const char *txt) {
-    cJSON *o = cJSON_ParseWithOpts(txt, NULL, true);
+    cJSON *o = cJSON_Parse(txt);
     SDP_CHECK(o, "out of memory");
     return o;
 }
