@@ -5,6 +5,8 @@
 #     a --vocab too small for it is refused before any step, not at the first evaluation.
 #  3. sdp sample conditions on the last --seq-len bytes of a longer prompt, as it slides its
 #     window while generating: the continuation is that of the prompt's tail, not of its head.
+#  4. Validation data that is empty, or given where it cannot be used, is refused.
+#  5. --out naming a file says so.
 source "$(dirname "$0")/lib.sh"
 
 # shard PATH SEED N MAX: an llm.c shard of N random token ids in [0, MAX).
@@ -19,6 +21,7 @@ open(path, "wb").write(struct.pack("<256i", *head) + struct.pack("<%dH" % n, *to
 PY
 }
 M=(--layers 2 --heads 2 --width 16 --seq-len 16 --batch 2 --threads 1)
+make_text "$WORK/text0.txt" 20000
 
 mkdir -p "$WORK/fw"
 shard "$WORK/fw/part_train_000.bin" 1 20000 100
@@ -43,6 +46,28 @@ expect_error "--vocab smaller than the validation shard's ids, refused before tr
   "--vocab 100 is smaller than the data's vocabulary (150 tokens)" \
   "$SDP_BIN" train "${M[@]}" --steps 4 --val-every 2 --vocab 100 --out "$WORK/never" \
   --data "$WORK/fw/part_train_000.bin" --val-data "$WORK/wide_val.bin"
+
+# 4. Validation asked for and not there: an empty --val-data shard, or --val-data for an image
+#    model (which validates on its dataset's test split), stops the run with one line for the job
+#    instead of training without validation.
+shard "$WORK/empty_val.bin" 5 0 100
+expect_job_error "an empty --val-data shard" "--val-data '$WORK/empty_val.bin' holds no tokens" 2 \
+  "$SDP_BIN" train "${M[@]}" --steps 2 --out "$WORK/never" \
+  --data "$WORK/fw/part_train_000.bin" --val-data "$WORK/empty_val.bin"
+expect_job_error "--val-data with text" "--val-data is for llm.c shards" 2 \
+  "$SDP_BIN" train "${M[@]}" --steps 2 --out "$WORK/never" --data "$WORK/text0.txt" \
+  --val-data "$WORK/fw/part_val_000.bin"
+if [ -d "$FMNIST" ]; then
+  expect_job_error "--val-data for an image model" "--val-data is for llm.c token shards" 2 \
+    "$SDP_BIN" train --model resnet --dataset fashion-mnist --data "$FMNIST" --steps 1 \
+    --out "$WORK/never" --val-data "$WORK/fw/part_val_000.bin"
+else
+  echo "skip: --val-data for an image model: Fashion-MNIST is not in $FMNIST"
+fi
+# 5. --out naming a file: the file is what is wrong, not permissions.
+: >"$WORK/a_file"
+expect_error "--out naming a file" "run directory '$WORK/a_file' is a file, not a directory" \
+  "$SDP_BIN" train "${M[@]}" --steps 2 --out "$WORK/a_file" --data "$WORK/fw/part_train_000.bin"
 
 # 3. A prompt longer than the context.
 # Generated, not the shared text: 300 steps learn it well enough to continue two prompts apart.

@@ -115,6 +115,9 @@ static void validate_options(train_opts *o) {
      * for the job: the model's shape (the data's own vocabulary is checked once it is loaded),
      * the GEMM provider, the optimizer and the device. */
     train_run_model_config(o, train_run_dataset_shape(o));
+    SDP_CHECK(!o->val_data[0] || !train_run_images(o),
+              "--val-data is for llm.c token shards: an image model validates on the test split "
+              "of its --data directory; drop --val-data");
     train_run_gemm(o);
     train_run_optimizer_config(o);
     train_device_check(o);

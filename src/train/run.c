@@ -75,20 +75,28 @@ static bool looks_like_shards(const char *pattern) {
 }
 
 void train_run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem) {
-    SDP_CHECK(o->data[0],
-              "no training data: pass --data FILE (a text file such as "
-              "tinyshakespeare.txt, see the README) or --data 'DIR/*train*.bin' (llm.c shards)");
+    /* Every rank reads the same files, so each sees these alike. */
+    SDP_CHECK_ALL(
+        o->data[0],
+        "no training data: pass --data FILE (a text file such as "
+        "tinyshakespeare.txt, see the README) or --data 'DIR/*train*.bin' (llm.c shards)");
     memset(train, 0, sizeof *train);
     if (val) memset(val, 0, sizeof *val);
     if (looks_like_shards(o->data)) {
         sdp_tokens_load_shards(train, o->data, mem);
-        if (val && o->val_data[0]) sdp_tokens_load_shards(val, o->val_data, mem);
+        if (val && o->val_data[0]) {
+            sdp_tokens_load_shards(val, o->val_data, mem);
+            SDP_CHECK_ALL(val->ntokens > 0,
+                          "--val-data '%s' holds no tokens, so there would be no validation: "
+                          "point it at shards with tokens, or drop it",
+                          o->val_data);
+        }
     } else {
-        SDP_CHECK(!o->val_data[0],
-                  "--val-data is for llm.c shards; '%s' is text, whose "
-                  "validation split is set by --val-frac",
-                  o->data);
-        SDP_CHECK(o->val_frac < 1.0, "--val-frac must be below 1 (got %g)", o->val_frac);
+        SDP_CHECK_ALL(!o->val_data[0],
+                      "--val-data is for llm.c shards; '%s' is text, whose "
+                      "validation split is set by --val-frac",
+                      o->data);
+        SDP_CHECK_ALL(o->val_frac < 1.0, "--val-frac must be below 1 (got %g)", o->val_frac);
         sdp_tokens_load_text(train, val && o->val_frac > 0 ? val : NULL, o->data,
                              val ? o->val_frac : 0.0, mem);
     }

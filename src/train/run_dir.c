@@ -27,6 +27,9 @@ void train_run_make_dir(const char *dir, const char *what) {
             *p = '/';
         }
     }
+    struct stat st;
+    SDP_CHECK(stat(path, &st) == 0 && S_ISDIR(st.st_mode),
+              "the %s '%s' is a file, not a directory: pick another directory", what, path);
 }
 
 /* The files a run writes; a new run must not mix its own with these. */
