@@ -10,6 +10,7 @@
  *    statistics. */
 #include "testutil.h"
 
+#include "sdp/sync.h"
 #include "sdp/model.h"
 #include "sdp/plan.h"
 #include "sdp/resnet.h"
@@ -947,14 +948,7 @@ static void test_sliced_gradients(void **state) {
     for (int i = 0; i < done.calls; i++) assert_int_equal(done.order[i], L->nblocks - 1 - i);
     assert_true(bare.ops->train_flops_per_example(&bare) > 0);
 
-    for (int i = 0; i < L->nparams; i++) {
-        free(slices[i].start);
-        free(slices[i].len);
-        free(slices[i].dst);
-        free(slices[i].ld);
-    }
-    free(slices);
-    free(off);
+    sdp_sync_grad_layout_free(off, slices, L->nparams);
     free(whole_off);
     free(got);
     free(want);

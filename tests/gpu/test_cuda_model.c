@@ -39,6 +39,7 @@
  * Exits 77 (skipped, for ctest) when there is no CUDA device or no driver. */
 #include "../testutil.h"
 
+#include "sdp/sync.h"
 #include "sdp/backend.h"
 #include "sdp/model.h"
 #include "sdp/optim.h"
@@ -668,14 +669,7 @@ static void test_resnet_sliced_gradients(void **state) {
     assert_true(grad_ratio <= 1);
     assert_true(running_ratio <= 1);
 
-    for (int i = 0; i < L->nparams; i++) {
-        free(slices[i].start);
-        free(slices[i].len);
-        free(slices[i].dst);
-        free(slices[i].ld);
-    }
-    free(slices);
-    free(off);
+    sdp_sync_grad_layout_free(off, slices, L->nparams);
     free(params);
     free(got);
     free(want);
