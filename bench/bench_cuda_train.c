@@ -270,6 +270,7 @@ static void build(trainer *t, feed *f, const options *o, const sdp_world *world)
     SDP_CHECK(f->tokens && f->targets, "out of host memory");
     t->next_batch = next_batch;
     t->next_batch_ctx = f;
+    t->cuda_attention_gemm = !o->fused_attention;
     trainer_build(t);
 }
 
@@ -350,7 +351,6 @@ int main(int argc, char **argv) {
     trainer t;
     feed f;
     build(&t, &f, &o, &world);
-    sdp_backend_cuda_set_fused_attention(t.be, o.fused_attention);
     const size_t n = t.model.layout->numel;
     if (o.world > 0)
         printf("SDP worker %d of %d (forward masking, block units, C = 0.5): %d of %d layers, "

@@ -141,16 +141,20 @@ fi
 
 # --device cuda: a GPT worker's scratch is the CUDA context's fixed workspaces (32 MiB for cuBLAS,
 # 16 MiB of our own, a 4-byte flag) and attention's score matrices for the worker's heads H (two
-# [H, T, T] and B*H*T row sums of floats), computed here by hand: B=2, T=16. Data parallelism
+# [H, T, T] and B*H*T row sums of floats; in bf16 at the fused kernels' head sizes, the row sums
+# alone), computed here by hand: B=2, T=16. Data parallelism
 # keeps all 4 heads; forward masking with neuron units at C = 0.5 keeps 2 per layer. The GPU test
 # (tests/gpu/test_cuda_memplan.sh) checks the plan against the device's own tally.
-MODEL=(--layers 4 --heads 4 --width 32 --seq-len 16 --batch 2)
-cuda_scratch() { # H: the bytes expected
-  echo $((32 * 1048576 + 16 * 1048576 + 4 + (2 * $1 * 16 * 16 + 2 * $1 * 16) * 4))
+cuda_scratch() { # H [fused]: the bytes expected; fused keeps only the row sums
+  local scores=$((2 * $1 * 16 * 16))
+  [ "${2:-}" = fused ] && scores=0
+  echo $((32 * 1048576 + 16 * 1048576 + 4 + (scores + 2 * $1 * 16) * 4))
 }
-"$SDP_BIN" plan "${MODEL[@]}" --world 4 --device cuda --sdp-mask forward --sdp-unit neuron \
-  --json >"$WORK/cuda.json" 2>&1 || { fail "plan --device cuda failed"; cat "$WORK/cuda.json"; }
-python3 - "$WORK/cuda.json" "$(cuda_scratch 2)" "$(cuda_scratch 4)" <<'PY' &&
+check_cuda_scratch() { # name, worker bytes, DDP bytes, then plan options
+  local name=$1 worker=$2 ddp=$3; shift 3
+  "$SDP_BIN" plan --world 4 --device cuda --sdp-mask forward --sdp-unit neuron --json "$@" \
+    >"$WORK/cuda.json" 2>&1 || { fail "$name: plan failed"; cat "$WORK/cuda.json"; return; }
+  python3 - "$WORK/cuda.json" "$worker" "$ddp" <<'PY' &&
 import json, sys
 plan, worker, ddp = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])
 got = [w["scratch"] for w in plan["workers"]]
@@ -158,6 +162,18 @@ print("planned scratch: workers %s, DDP %d; expected %d and %d" % (got, plan["dd
                                                                   worker, ddp))
 sys.exit(0 if got == [worker] * 4 and plan["ddp"]["scratch"] == ddp else 1)
 PY
-  pass "plan --device cuda: scratch is the CUDA workspaces plus attention for the worker's heads" ||
-  fail "plan --device cuda: scratch differs from the CUDA backend's sizes"
+    pass "$name" || fail "$name: scratch differs from the CUDA backend's sizes"
+}
+MODEL=(--layers 4 --heads 4 --width 32 --seq-len 16 --batch 2)
+check_cuda_scratch "plan --device cuda: scratch is the CUDA workspaces plus attention for the \
+worker's heads" "$(cuda_scratch 2)" "$(cuda_scratch 4)" "${MODEL[@]}"
+# bf16 runs the fused attention, whose scores stay on chip, at head sizes 16, 32, 64 and 128 only:
+# head size 8 keeps the score matrices, head size 16 (2 heads of width 32) drops them.
+check_cuda_scratch "plan --device cuda --precision bf16, head size 8: the score matrices stay" \
+  "$(cuda_scratch 2)" "$(cuda_scratch 4)" "${MODEL[@]}" --precision bf16
+MODEL=(--layers 4 --heads 2 --width 32 --seq-len 16 --batch 2 --sdp-chunks 2)
+check_cuda_scratch "plan --device cuda --precision bf16, head size 16: only the row sums" \
+  "$(cuda_scratch 1 fused)" "$(cuda_scratch 2 fused)" "${MODEL[@]}" --precision bf16
+check_cuda_scratch "plan --device cuda --precision fp32, head size 16: the score matrices" \
+  "$(cuda_scratch 1)" "$(cuda_scratch 2)" "${MODEL[@]}"
 finish

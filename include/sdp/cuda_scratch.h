@@ -1,9 +1,12 @@
 /* The CUDA backend's scratch, as sizes that need no device: the context's fixed blocks and
- * attention's score matrices. The backend allocates by them and `sdp plan --device cuda` predicts
+ * attention's scratch. The backend allocates by them and `sdp plan --device cuda` predicts
  * by them, so the two cannot drift apart. Plain C, so the CPU-only build includes it too. */
 #ifndef SDP_CUDA_SCRATCH_H
 #define SDP_CUDA_SCRATCH_H
 
+#include "sdp/backend.h"
+
+#include <stdbool.h>
 #include <stddef.h>
 
 enum {
@@ -23,11 +26,30 @@ static inline size_t sdp_cuda_context_scratch_bytes(void) {
            sizeof(unsigned);
 }
 
+/* The head sizes the fused bf16 attention kernels are built for (src/ops/cuda/flash_attention.cuh:
+ * one instantiation each); other head sizes take the cuBLAS path. */
+static inline bool sdp_cuda_fused_head_size(int hs) {
+    return hs == 16 || hs == 32 || hs == 64 || hs == 128;
+}
+
+/* Whether attention over B sequences of H heads of size hs runs the fused kernels, on a device
+ * that has them: bf16 products with the fused attention on (the default), a head size they are
+ * built for, and a grid of B*H blocks that CUDA allows. "A device that has them" is sm_80 or newer
+ * with the shared memory they take, which every sm_80 and sm_90 card has; the backend checks
+ * that too, and `sdp plan --device cuda` assumes it. */
+static inline bool sdp_cuda_attention_fused(sdp_precision precision, bool fused_on, int B, int H,
+                                            int hs) {
+    return precision == SDP_PRECISION_BF16 && fused_on && sdp_cuda_fused_head_size(hs) &&
+           (long long)B * H <= 65535;
+}
+
 /* Bytes of the scratch the CUDA backend's attention_fwd and _bwd take for batches of B sequences
- * of T tokens with at most H heads: two [H, T, T] score matrices (probabilities and their
- * gradients, one sequence at a time) and one float per row of the batch (B*H*T, the rows' dO.O). */
-static inline size_t sdp_cuda_attention_scratch_bytes(int B, int T, int H) {
-    return (2 * (size_t)H * T * T + (size_t)B * H * T) * sizeof(float);
+ * of T tokens with at most H heads: one float per row of the batch (B*H*T, the rows' dO.O), and on
+ * the cuBLAS path (fused false) two [H, T, T] score matrices too (probabilities and their
+ * gradients, one sequence at a time). The fused kernels keep their scores on chip. */
+static inline size_t sdp_cuda_attention_scratch_bytes(bool fused, int B, int T, int H) {
+    const size_t rows = (size_t)B * H * T;
+    return ((fused ? 0 : 2 * (size_t)H * T * T) + rows) * sizeof(float);
 }
 
 #endif

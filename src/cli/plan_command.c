@@ -57,6 +57,7 @@ static const char *SHARED_OPTS[] = {"model",
                                     "dropout",
                                     "dataset",
                                     "device",
+                                    "precision",
                                     "val-batches",
                                     "bn-recal-batches",
                                     "threads",
@@ -101,10 +102,16 @@ static bool on_cuda(const plan_opts *o) {
     return strcmp(o->t.device, "cuda") == 0;
 }
 
+/* The storage the plan counts, as the header names it. */
+static const char *dtype_name(const plan_opts *o) {
+    if (strcmp(o->dtype, "bf16") == 0) return "bf16 (projected)";
+    return train_opts_precision(&o->t) == SDP_PRECISION_BF16 ? "fp32, bf16 products" : "fp32";
+}
+
 /* A backend that allocates nothing and counts what the model would allocate on the device the
  * plan is for. */
 static sdp_backend *counting_backend(const plan_opts *o, sdp_mem *dry) {
-    return train_counting_backend(on_cuda(o), SDP_GEMM_DNNL, dry);
+    return train_counting_backend(on_cuda(o), train_opts_precision(&o->t), SDP_GEMM_DNNL, dry);
 }
 
 static sdp_opt_cfg opt_cfg_of(const plan_opts *o) {
@@ -286,7 +293,7 @@ static void print_title(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
         printf("%s masking, %s units, k = %d (C = %.3g)", sdp_mask_mode_name(pc->mask),
                sdp_unit_kind_name(pc->unit), plan->cfg.owners, sdp_plan_coverage(plan));
     if (pc->mask == SDP_MASK_FORWARD) printf(", branch scale %s", sdp_branch_scale_name(pc->scale));
-    const char *dtype = strcmp(o->dtype, "bf16") ? "fp32" : "bf16 (projected)";
+    const char *dtype = dtype_name(o);
     if (train_run_images(&o->t))
         printf(" | batch %d images", o->t.batch);
     else
@@ -334,8 +341,12 @@ static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
                "1\n",
                more, o->world);
     if (on_cuda(o))
-        printf("  scratch on cuda: the model's attention scores and %.0f MiB of cuBLAS and "
-               "kernel workspaces%s\n",
+        printf("  scratch on cuda: the model's attention scratch (%s) and %.0f MiB of cuBLAS "
+               "and kernel workspaces%s\n",
+               train_opts_precision(&o->t) == SDP_PRECISION_BF16
+                   ? "bf16: the fused kernels keep the scores on chip at head sizes 16, 32, 64 "
+                     "and 128, on sm_80 or newer"
+                   : "fp32: the score matrices of one sequence",
                (double)sdp_cuda_context_scratch_bytes() / (1 << 20),
                train_run_images(&o->t) && !strcmp(cfg->arch, "resnet")
                    ? "; cuDNN may grow the workspace at run time for its convolutions"
@@ -395,6 +406,7 @@ int cmd_plan(int argc, char **argv) {
               "unknown --dtype '%s': use fp32 or bf16", o.dtype);
     SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",
               o.t.device);
+    train_opts_check_precision(&o.t);
     train_run_plan_check_options(&o.t, o.world, "--world"); /* what sdp train refuses, said alike */
     train_opts_check_zero(&o.t);
     const bool fitting =
@@ -419,7 +431,7 @@ int cmd_plan(int argc, char **argv) {
             .mask_given = train_opts_given(argc, argv, "sdp-mask"),
             .unit_given = train_opts_given(argc, argv, "sdp-unit"),
             .device = o.t.device,
-            .dtype = strcmp(o.dtype, "bf16") ? "fp32" : "bf16 (projected)",
+            .dtype = dtype_name(&o),
             .threads = threads,
             .measure = fit_measure,
             .ctx = &o,

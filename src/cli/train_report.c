@@ -278,7 +278,7 @@ static void ddp_reference(const trainer *t, double *row) {
     const bool cuda = strcmp(t->be->name, "cuda") == 0;
     sdp_mem dry = {.dry = true};
     sdp_model_config counted = t->cfg;
-    counted.backend = train_counting_backend(cuda, t->gemm, &dry);
+    counted.backend = train_counting_backend(cuda, train_opts_precision(&t->o), t->gemm, &dry);
     sdp_model m;
     train_run_family(&counted)->create(&m, &counted, NULL, t->data.B, t->data.T,
                                        SDP_MODEL_TRAIN_BARE);

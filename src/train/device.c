@@ -40,6 +40,7 @@ void train_device_open(trainer *t) {
     const int devices = sdp_backend_cuda_devices();
     t->be = sdp_backend_cuda(devices > 0 ? t->world.local_rank % devices : 0,
                              train_opts_precision(&t->o));
+    if (t->cuda_attention_gemm) sdp_backend_cuda_set_fused_attention(t->be, false);
 }
 
 void train_device_close(trainer *t) {

@@ -59,6 +59,10 @@ typedef struct {
      * there is no validation data). */
     void (*next_batch)(void *ctx, sdp_batch *b);
     void *next_batch_ctx;
+    /* --device cuda with bf16: attention by cuBLAS GEMMs over score matrices instead of the fused
+     * kernels, for benchmarks that compare the two. Set before trainer_build, which sizes the
+     * attention's scratch for the path (sdp plan assumes the fused one). */
+    bool cuda_attention_gemm;
 } trainer;
 
 /* A step's loss (over all workers), gradient norm and learning rate, and where its time went, in

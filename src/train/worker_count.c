@@ -12,10 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t cuda_attention_scratch(const sdp_backend *be, int B, int T, int H, int hs) {
+/* CUDA's attention scratch under each precision: the score matrices unless the fused kernels
+ * run, which the counted model's sizes decide as the device's backend does. */
+static size_t cuda_attention_scratch_fp32(const sdp_backend *be, int B, int T, int H, int hs) {
     (void)be;
-    (void)hs;
-    return sdp_cuda_attention_scratch_bytes(B, T, H);
+    (void)hs; /* fp32 always takes the cuBLAS path */
+    return sdp_cuda_attention_scratch_bytes(false, B, T, H);
+}
+
+static size_t cuda_attention_scratch_bf16(const sdp_backend *be, int B, int T, int H, int hs) {
+    (void)be;
+    const bool fused = sdp_cuda_attention_fused(SDP_PRECISION_BF16, true, B, H, hs);
+    return sdp_cuda_attention_scratch_bytes(fused, B, T, H);
 }
 
 static size_t cuda_conv_scratch(const sdp_backend *be, const void *plan) {
@@ -24,10 +32,12 @@ static size_t cuda_conv_scratch(const sdp_backend *be, const void *plan) {
     return 0; /* cuDNN's lives in the context's workspace */
 }
 
-sdp_backend *train_counting_backend(bool cuda, sdp_gemm_provider gemm, sdp_mem *dry) {
+sdp_backend *train_counting_backend(bool cuda, sdp_precision precision, sdp_gemm_provider gemm,
+                                    sdp_mem *dry) {
     sdp_backend *be = sdp_backend_cpu(gemm, dry);
     if (cuda) {
-        be->attention_scratch_bytes = cuda_attention_scratch;
+        be->attention_scratch_bytes = precision == SDP_PRECISION_BF16 ? cuda_attention_scratch_bf16
+                                                                      : cuda_attention_scratch_fp32;
         be->conv_scratch_bytes = cuda_conv_scratch;
     }
     return be;

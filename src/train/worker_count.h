@@ -27,11 +27,13 @@ typedef struct {
 typedef sdp_backend *(*worker_count_backend)(const void *ctx, sdp_mem *dry);
 
 /* A backend that allocates nothing and counts into dry what a model allocates on the CUDA device
- * (cuda) or on the host: the model asks its backend for scratch sizes and nothing else differs
- * between devices, so the CPU table with CUDA's attention and convolution scratch sizes counts a
- * CUDA worker. The context's own scratch (sdp_cuda_context_scratch_bytes) is the caller's to add.
- */
-sdp_backend *train_counting_backend(bool cuda, sdp_gemm_provider gemm, sdp_mem *dry);
+ * (cuda, with matrix products in `precision`) or on the host: the model asks its backend for
+ * scratch sizes and nothing else differs between devices, so the CPU table with CUDA's attention
+ * and convolution scratch sizes counts a CUDA worker. It assumes the fused attention is on, as
+ * sdp train leaves it (in bf16, a device of sm_80 or newer). The context's own scratch
+ * (sdp_cuda_context_scratch_bytes) is the caller's to add. */
+sdp_backend *train_counting_backend(bool cuda, sdp_precision precision, sdp_gemm_provider gemm,
+                                    sdp_mem *dry);
 
 /* Worker `rank`'s model, built in counting mode (SDP_MODEL_TRAIN_BARE) on make(ctx)'s backend:
  * the reference that train_worker_count_all equals. */

@@ -1,7 +1,7 @@
 # GPU memory is accounted like the CPU's: `sdp-cuda train --device cuda --sim-world N --sim-rank r`
 # holds on the device, in each category (params, grads, optimizer, activations, scratch), exactly
 # the bytes `sdp plan --device cuda --world N` predicts for rank r, for every rank, in both masking
-# regimes and for gpt, llama, vit and resnet. The ResNet's scratch may exceed the plan by what
+# regimes and for gpt, llama, vit and resnet, in fp32 and (GPT, fused attention) bf16. The ResNet's scratch may exceed the plan by what
 # cuDNN asks for its convolutions at run time, never fall short of it. The device's own peak is
 # printed beside. Exits 77 (skipped) without a device.
 source "$(dirname "$0")/../lib.sh"
@@ -45,6 +45,10 @@ check_memory 4 --sdp-mask forward --sdp-unit block
 check_memory 4 --sdp-mask forward --sdp-unit neuron
 check_memory 4 --sdp-mask backward --sdp-unit block --sdp-owners 2
 check_memory 4 --sdp-mask backward --sdp-unit neuron --sdp-owners 2 --model llama
+# bf16 at head size 16: the fused attention, whose scratch is the row sums alone (no score matrices)
+MODEL=(--layers 4 --heads 2 --width 32 --seq-len 16 --batch 2)
+check_memory 4 --sdp-mask forward --sdp-unit block --precision bf16
+check_memory 4 --sdp-mask backward --sdp-unit neuron --sdp-chunks 2 --sdp-owners 2 --precision bf16
 if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/train-images-idx3-ubyte" ]; then
   DATA=(--data "$FMNIST")
   MODEL=(--model vit --layers 4 --heads 4 --width 16 --d-ff 32 --patch 7 --batch 4)

@@ -170,24 +170,35 @@ static bool fused_built(sdp_cuda_ctx *ctx) {
     return ctx->fused_arch >= 80;
 }
 
-/* Whether this call runs the fused kernels: bf16 products (fp32 keeps the cuBLAS products, whose
- * results equal the CPU's to rounding), a head size they are built for, a grid that fits, code
- * built for sm_80 or newer, inputs aligned for their float4 loads (device allocations and the
- * models' offsets into them are), and a device with the shared memory they need (sm_80 and sm_90
- * have it; some smaller cards lack it at hs = 128). */
-static bool fused(sdp_cuda_ctx *ctx, int B, int H, int hs,
-                  std::initializer_list<const float *> reads) {
-    if (ctx->precision != SDP_PRECISION_BF16 || !ctx->fused_attention || !flash::supports(hs) ||
-        (long long)B * H > 65535 || !fused_built(ctx))
+/* Whether attention at these sizes runs the fused kernels: the rule `sdp plan --device cuda`
+ * predicts by (sdp_cuda_attention_fused: bf16 products, the fused attention on, a head size they
+ * are built for, a grid that fits), on code built for sm_80 or newer and a device with the shared
+ * memory they need (sm_80 and sm_90 have it; some smaller cards lack it at hs = 128). fp32 keeps
+ * the cuBLAS products, whose results equal the CPU's to rounding. The scratch is sized by this
+ * (cuda_attention_scratch_bytes), so a call cannot change its mind at run time. */
+static bool fused(sdp_cuda_ctx *ctx, int B, int H, int hs) {
+    if (!sdp_cuda_attention_fused(ctx->precision, ctx->fused_attention, B, H, hs) ||
+        !fused_built(ctx))
         return false;
-    for (const float *p : reads)
-        if ((uintptr_t)p % 16 != 0) return false;
+    SDP_ASSERT(flash::supports(hs)); /* the kernels' list and the plan's agree */
     const size_t need = flash::with_head_size(hs, [](auto HS) {
         const size_t f = flash::sizes<HS>::fwd, kv = flash::sizes<HS>::dkdv;
         const size_t most = f > kv ? f : kv, q = flash::sizes<HS>::dq;
         return most > q ? most : q; /* the most any of the three kernels takes */
     });
     return need <= ctx->max_shared_bytes;
+}
+
+/* The fused kernels' float4 loads need 16-byte aligned inputs. Device allocations and the models'
+ * offsets into them are; anything else is a caller's bug, and the cuBLAS path is no way out, as
+ * the scratch was sized for the fused kernels. */
+static void check_fused_inputs(std::initializer_list<const float *> reads) {
+    for (const float *p : reads)
+        SDP_CHECK((uintptr_t)p % 16 == 0,
+                  "CUDA fused attention: an input at %p is not 16-byte aligned: pass device "
+                  "buffers whose rows start on 16 bytes (sdp_backend_cuda_set_fused_attention "
+                  "false takes the cuBLAS path)",
+                  (const void *)p);
 }
 
 static flash::args fused_args(const float *qkv, int T, int H, int hs, bool causal,
@@ -247,29 +258,43 @@ static void check_dims(int B, int T, int H, int hs) {
 }
 
 /* The scratch attention_fwd and _bwd take: sdp_cuda_attention_scratch_bytes (sdp/cuda_scratch.h),
- * which `sdp plan --device cuda` predicts by too. */
+ * which `sdp plan --device cuda` predicts by too; the score matrices only where the cuBLAS path
+ * will run. */
 static size_t cuda_attention_scratch_bytes(const sdp_backend *be, int B, int T, int H, int hs) {
-    (void)be;
-    (void)hs; /* the score matrices are T x T per head, whatever the head size */
-    return sdp_cuda_attention_scratch_bytes(B, T, H);
+    return sdp_cuda_attention_scratch_bytes(fused(cuda_ctx(be), B, H, hs), B, T, H);
+}
+
+/* The cuBLAS path writes whole score matrices into the scratch, which is too small for them when
+ * it was sized while the fused kernels were on (sdp_backend_cuda_set_fused_attention called after
+ * the model was made): fail, rather than write past it. */
+static void check_gemm_scratch(sdp_cuda_ctx *ctx, const float *scratch, int B, int T, int H) {
+    const size_t need = sdp_cuda_attention_scratch_bytes(false, B, T, H);
+    const size_t room = sdp_cuda_bytes_from(ctx, scratch);
+    SDP_CHECK(room >= need,
+              "CUDA attention: the scratch holds %zu bytes where the cuBLAS path needs %zu: choose "
+              "the attention path (sdp_backend_cuda_set_fused_attention) before sizing the "
+              "scratch with sdp_attention_scratch_bytes",
+              room, need);
 }
 
 /* Layouts as sdp_attention_fwd: qkv [B, T, 3*D], out [B, T, D], lse [B, H, T], D = H*hs, scale
  * 1/sqrt(hs). causal: query t sees keys 0..t; otherwise every key (bidirectional, as in ViT).
  * The products (scores, P V and the five of the backward) are cuBLAS GEMMs in the context's
  * precision, batched over the heads of one sequence at a time. scratch is device memory of
- * sdp_cuda_attention_scratch_bytes(B, T, H) bytes (sdp/cuda_scratch.h): the score matrices of one
- * sequence and the backward's row sums. */
+ * cuda_attention_scratch_bytes(B, T, H, hs) bytes (sdp/cuda_scratch.h): on this path, the score
+ * matrices of one sequence and the backward's row sums. */
 static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, const float *qkv,
                                int B, int T, int H, int hs, bool causal, sdp_dropout drop,
                                float *scratch) {
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims(B, T, H, hs);
-    SDP_ASSERT(scratch); /* sdp_cuda_attention_scratch_bytes(B, T, H) bytes of device memory */
-    if (fused(ctx, B, H, hs, {qkv})) {
+    SDP_ASSERT(scratch); /* cuda_attention_scratch_bytes(B, T, H, hs) bytes of device memory */
+    if (fused(ctx, B, H, hs)) {
+        check_fused_inputs({qkv, out, lse});
         fused_fwd(ctx, fused_args(qkv, T, H, hs, causal, drop), out, lse, B, hs);
         return;
     }
+    check_gemm_scratch(ctx, scratch, B, T, H);
     const heads a = make_heads(T, H, hs, causal);
     const int rows = H * T; /* score rows of one sequence */
     float *scores = scratch;
@@ -302,14 +327,19 @@ static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     if (!dqkv) return;
     check_dims(B, T, H, hs);
-    SDP_ASSERT(scratch); /* laid out as sdp_cuda_attention_scratch_bytes(B, T, H) describes */
+    SDP_ASSERT(scratch); /* laid out as cuda_attention_scratch_bytes(B, T, H, hs) describes */
     const heads a = make_heads(T, H, hs, causal);
     const int rows = H * T;
     const size_t per_seq = (size_t)H * a.tt, all_rows = (size_t)B * rows;
     float *probs = scratch;
     float *grads = probs + per_seq, *rowdot = grads + per_seq;
-    const bool run_fused = fused(ctx, B, H, hs, {qkv, dout});
-    if (run_fused) rowdot = scratch; /* the fused kernels need only the row sums */
+    const bool run_fused = fused(ctx, B, H, hs);
+    if (run_fused) {
+        check_fused_inputs({qkv, dout, out, lse, dqkv});
+        rowdot = scratch; /* the fused kernels need only the row sums */
+    } else {
+        check_gemm_scratch(ctx, scratch, B, T, H);
+    }
     rowdot_kernel<<<ceil_div(all_rows, SOFTMAX_ROWS), SOFTMAX_ROWS * WARP, 0, ctx->stream>>>(
         rowdot, dout, out, (int)all_rows, T, H, hs);
     LAUNCH_CHECK();

@@ -79,6 +79,15 @@ static void train_device_free(sdp_cuda_ctx *ctx, void *p) {
     CUDA_CHECK(cudaFree(p)); /* waits for the device, so no queued kernel still uses p */
 }
 
+size_t sdp_cuda_bytes_from(const sdp_cuda_ctx *ctx, const void *p) {
+    const char *at = (const char *)p;
+    for (const sdp_cuda_block *b = ctx->blocks; b; b = b->next) {
+        const char *start = (const char *)b->ptr;
+        if (at >= start && at < start + b->bytes) return b->bytes - (size_t)(at - start);
+    }
+    return 0;
+}
+
 void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes) {
     if (bytes <= ctx->workspace_bytes) return ctx->workspace;
     size_t grown = ctx->workspace_bytes;

@@ -78,7 +78,9 @@ enum {
     FRAG = 16 /* wmma's m = n = k */
 };
 
-/* Head sizes the kernels are built for (one instantiation each); others take the GEMM path. */
+/* Head sizes the kernels are built for (one instantiation each); others take the GEMM path. The
+ * backend asks sdp_cuda_fused_head_size (sdp/cuda_scratch.h), which `sdp plan` shares and which
+ * must say the same; this copy keeps the emulated tests free of sdp's C headers. */
 static inline bool supports(int hs) {
     return hs == 16 || hs == 32 || hs == 64 || hs == 128;
 }
