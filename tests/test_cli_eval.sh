@@ -6,6 +6,8 @@
 #  - `sdp eval --run` reads image runs (ResNet, ViT) and reports the accuracy and loss their last
 #    validation logged, also where forward masking with k < N evaluated the assembled model block
 #    by block (and, for the ResNet, re-estimated and saved its batch-norm statistics that way);
+#  - `sdp eval --batches` counts per worker: N ranks with --batches V read what one process reads
+#    with N x V; an image run refuses it (it evaluates the whole test split);
 #  - `sdp eval --run DIR --data FILE` evaluates FILE, text or llm.c shards: on a file holding
 #    exactly the run's validation split it reports what the run's own validation split gives.
 source "$(dirname "$0")/lib.sh"
@@ -63,6 +65,18 @@ for mask in forward backward; do
     cat "$WORK/eval.err"
   fi
 done
+# --batches is per worker: 2 ranks with VB each read the 2 x VB batches of one process.
+if [ -f "$WORK/forward2/model.safetensors" ]; then
+  one=$(eval_loss --run "$WORK/forward2" --batches $((2 * VB)))
+  two=$("${MPI[@]}" -n 2 "$SDP_BIN" eval --threads 1 --run "$WORK/forward2" --batches $VB \
+        2>"$WORK/eval.err" | grep -o 'loss [0-9.]*' | cut -d' ' -f2)
+  if [ -n "$one" ] && [ "$one" = "$two" ]; then
+    pass "sdp eval --batches counts per worker: 2 ranks x $VB = 1 rank x $((2 * VB)) ($one)"
+  else
+    fail "sdp eval on 2 ranks with --batches $VB gave '$two', 1 rank with $((2 * VB)) '$one'"
+    cat "$WORK/eval.err"
+  fi
+fi
 
 # ---- sdp eval --run on image runs ----------------------------------------------------------------
 if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
@@ -92,6 +106,10 @@ if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
       fail "$model: sdp eval --run gave '$out'; the run logged loss $(field "$WORK/$model" val_loss), accuracy $want_acc%"
     fi
   done
+  [ -f "$WORK/resnet/model.safetensors" ] &&
+    expect_job_error "sdp eval --batches on an image run, 2 ranks" \
+      "image run, which sdp eval evaluates on its whole test split: drop --batches" 2 \
+      "$SDP_BIN" eval --run "$WORK/resnet" --threads 1 --batches 3
 else
   echo "skip: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi

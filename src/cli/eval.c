@@ -22,7 +22,10 @@ static const opt_spec EVAL_OPTS[] = {
     {"data", OPT_STR, offsetof(eval_opts, data), "",
      "evaluate on this text file or shard glob (all of it); default: the run's validation split",
      0},
-    {"batches", OPT_INT, offsetof(eval_opts, batches), "1000000", "at most this many batches", 1},
+    {"batches", OPT_INT, offsetof(eval_opts, batches), "1000000",
+     "at most this many batches of text per worker, as sdp train's --val-batches (under mpiexec -n "
+     "N, N times as many in all); an image run evaluates its whole test split",
+     1},
     {"threads", OPT_INT, offsetof(eval_opts, threads), "0", "threads; 0 = all cores", 0},
     {"progress-every", OPT_FLOAT, offsetof(eval_opts, progress_every), "2",
      "seconds between progress lines on stderr (tokens or images done, rate, time left); 0 = "
@@ -37,11 +40,11 @@ static void check_image_shape(const batch_source *data, run_data_shape trained, 
     if (!data->images) return;
     int c, s, k;
     train_batches_image_shape(data, &c, &s, &k);
-    SDP_CHECK(c == trained.channels && s == trained.image_size && k == trained.classes,
-              "%s/model.safetensors was trained on %dx%dx%d images of %d classes, but its dataset "
-              "gives %dx%dx%d images of %d classes: evaluate it on the data it was trained on",
-              run, trained.channels, trained.image_size, trained.image_size, trained.classes, c, s,
-              s, k);
+    SDP_CHECK_ALL(
+        c == trained.channels && s == trained.image_size && k == trained.classes,
+        "%s/model.safetensors was trained on %dx%dx%d images of %d classes, but its dataset "
+        "gives %dx%dx%d images of %d classes: evaluate it on the data it was trained on",
+        run, trained.channels, trained.image_size, trained.image_size, trained.classes, c, s, s, k);
 }
 
 /* Progress lines on rank 0 for the pass over this worker's share of the data: a batch of every
@@ -78,7 +81,12 @@ int cmd_eval(int argc, char **argv) {
     } else {
         train_batches_open_eval(&data, &o, train_run_images(&o), w.rank, w.size, &mem);
     }
-    SDP_CHECK(data.has_val, "the run has no validation split: pass --data FILE");
+    SDP_CHECK_ALL(data.has_val, "the run has no validation split: pass --data FILE");
+    SDP_CHECK_ALL(
+        !data.images || !train_opts_given(argc, argv, "batches"),
+        "%s is an image run, which sdp eval evaluates on its whole test split: drop --batches "
+        "(it limits text evaluation)",
+        e.run);
     check_image_shape(&data, trained, e.run);
     eval_progress progress;
     start_progress(&progress, &e, &data, w.rank, w.size);
