@@ -301,6 +301,65 @@ static void test_seek_resumes_exactly(void **state) {
     free_dataset(&d);
 }
 
+/* A position saved by old workers, read by another number of them (sdp_loader_pos_rescale): the
+ * new workers' next batches are the epoch's order from the first item the old ones had not
+ * dealt, rounded up to a whole step of the new workers (so fewer than new*B items skipped, none
+ * dealt twice), and a step past the new epoch's end starts the next epoch. Checked for every
+ * saved step against the order built here from sdp_epoch_order. */
+static void check_rescale(const dataset *d, int B, int old_world, int new_world) {
+    const uint64_t seed = 91;
+    sdp_mem mem = {0};
+    const uint64_t old_steps = d->nseq / ((size_t)old_world * B);
+    const uint64_t new_steps = d->nseq / ((size_t)new_world * B);
+    uint32_t *order = malloc(d->nseq * sizeof *order);
+    int *in = malloc((size_t)B * T_TEST * sizeof *in),
+        *tg = malloc((size_t)B * T_TEST * sizeof *tg);
+    for (uint64_t s = 0; s < old_steps; s++) {
+        const sdp_loader_pos saved = {2, s};
+        const sdp_loader_pos pos = sdp_loader_pos_rescale(saved, old_world, new_world, new_steps);
+        const size_t dealt = (size_t)s * old_world * B; /* items the old workers took */
+        size_t next = (size_t)pos.step * new_world * B; /* the first the new ones take */
+        if (pos.epoch == saved.epoch) {
+            assert_true(next >= dealt && next < dealt + (size_t)new_world * B);
+        } else { /* what was left is less than a step of the new workers */
+            assert_int_equal(pos.epoch, saved.epoch + 1);
+            assert_int_equal(pos.step, 0);
+            assert_true(dealt + (size_t)new_world * B > new_steps * new_world * B);
+        }
+        sdp_epoch_order(order, d->nseq, seed, pos.epoch, true);
+        for (int r = 0; r < new_world; r++) {
+            sdp_loader L;
+            sdp_loader_init(&L, &d->tokens, B, T_TEST, r, new_world, seed, true, &mem);
+            sdp_loader_seek(&L, pos);
+            sdp_loader_next(&L, in, tg);
+            for (int b = 0; b < B; b++)
+                assert_int_equal(d->seq_starting_with[in[b * T_TEST]],
+                                 order[next + (size_t)r * B + (size_t)b]);
+            sdp_loader_free(&L, &mem);
+        }
+    }
+    /* The same number of workers keeps the position as it is. */
+    const sdp_loader_pos same = sdp_loader_pos_rescale((sdp_loader_pos){4, 3}, 3, 3, 100);
+    assert_int_equal(same.epoch, 4);
+    assert_int_equal(same.step, 3);
+    assert_int_equal(mem.total_cur, 0);
+    free(order);
+    free(in);
+    free(tg);
+}
+
+static void test_rescale_to_another_world(void **state) {
+    (void)state;
+    dataset d;
+    make_dataset(&d, LENS, NLENS, T_TEST);
+    check_rescale(&d, 2, 3, 2);
+    check_rescale(&d, 2, 2, 3);
+    check_rescale(&d, 3, 4, 1);
+    check_rescale(&d, 3, 1, 4);
+    check_rescale(&d, 1, 5, 3);
+    free_dataset(&d);
+}
+
 typedef struct {
     const sdp_tokens *tokens;
     int B, T, world;
@@ -344,9 +403,13 @@ static void test_too_small(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sequence_count), cmocka_unit_test(test_sequential_without_shuffle),
-        cmocka_unit_test(test_shuffled_order), cmocka_unit_test(test_ranks_disjoint),
-        cmocka_unit_test(test_determinism),    cmocka_unit_test(test_seek_resumes_exactly),
+        cmocka_unit_test(test_sequence_count),
+        cmocka_unit_test(test_sequential_without_shuffle),
+        cmocka_unit_test(test_shuffled_order),
+        cmocka_unit_test(test_ranks_disjoint),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_seek_resumes_exactly),
+        cmocka_unit_test(test_rescale_to_another_world),
         cmocka_unit_test(test_too_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

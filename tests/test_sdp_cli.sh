@@ -52,6 +52,18 @@ for mode in "forward neuron 4 2" "backward block 2 4"; do
     || { fail "$1: first part on $3 ranks"; continue; }
   on "$4" train --resume "$dir" || { fail "$1: resume on $4 ranks"; continue; }
   if ! grep -q "resumed at step 15" "$WORK/last.log"; then fail "$1: no 'resumed at step 15'"; continue; fi
+  # The data goes on where the old workers stopped: their saved step, in steps of the new N,
+  # rounded up (or the next epoch's start, when the rest of the epoch is less than one step).
+  if grep -o "data: $3 workers stopped at step [0-9]* of epoch [0-9]*, so $4 go on at step [0-9]* of epoch [0-9]*" \
+       "$WORK/last.log" | tr -dc '0-9 ' | awk -v a="$3" -v b="$4" '
+       NF == 6 { s = $2; e = $3; s2 = $5; e2 = $6; want = int((s * a + b - 1) / b)
+                 ok = (e2 == e && s2 == want) || (e2 == e + 1 && s2 == 0); exit !ok }
+       END { if (NR != 1) exit 1 }'; then
+    pass "$1: from $3 to $4 ranks the data goes on where it stopped ($(grep -o 'data: .*' "$WORK/last.log"))"
+  else
+    fail "$1: the resume on $4 ranks does not say, or miscounts, where the data goes on"
+    grep "resumed" "$WORK/last.log"
+  fi
   k_before=$((${3} / 2)) k_after=$((${4} / 2))
   grep -q "k = $k_after of N = $4" "$WORK/last.log" || fail "$1: the resumed run is not k=$k_after of $4"
   if loss_column "$dir/metrics.jsonl" | awk -v a="$3" -v b="$4" -v kb="$k_before" -v ka="$k_after" '

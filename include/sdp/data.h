@@ -52,6 +52,15 @@ sdp_loader_pos sdp_loader_pos_normalize(sdp_loader_pos pos, uint64_t steps_per_e
 /* One batch on; rolls into the next epoch eagerly (so a saved position is always readable) and
  * returns true when it did. */
 bool sdp_loader_pos_advance(sdp_loader_pos *pos, uint64_t steps_per_epoch);
+/* A position saved by old_world workers, for new_world workers with the same batch size: the
+ * step at which the new workers' batches go on in the epoch's order where the old ones stopped.
+ * Rounded up, so that no item is dealt twice in an epoch: when old_world * step is not a multiple
+ * of new_world, fewer than new_world batches' items are skipped. A step at or past the new
+ * epoch's end is the start of the next epoch (what the old workers had left of the epoch was
+ * less than one new step's worth: the loaders drop an epoch's short tail anyway). The same world
+ * gives pos back unchanged. */
+sdp_loader_pos sdp_loader_pos_rescale(sdp_loader_pos pos, int old_world, int new_world,
+                                      uint64_t new_steps_per_epoch);
 
 /* Splits the tokens into sequences of T+1 tokens at stride T, shuffles their order each epoch
  * with a seeded permutation (or keeps it when shuffle is false), and hands rank r of `world`

@@ -113,6 +113,20 @@ static void print_zero(const trainer *t) {
     if (stage == 2) print_zero_grads(t);
 }
 
+/* The step a resume began at, and, on another number of workers, where the data goes on: the
+ * saved loader position counts the old workers' steps. */
+static void print_resume(const trainer *t) {
+    const trainer_resume *r = &t->resumed_from;
+    printf("  resumed at step %ld", t->step);
+    if (r->world != t->world.size)
+        printf("; data: %d workers stopped at step %llu of epoch %llu, so %d go on at step %llu of "
+               "epoch %llu",
+               r->world, (unsigned long long)r->saved.step, (unsigned long long)r->saved.epoch,
+               t->world.size, (unsigned long long)r->taken.step,
+               (unsigned long long)r->taken.epoch);
+    printf("\n");
+}
+
 void print_start(const trainer *t) {
     if (!is_rank0(t)) return;
     const sdp_model_config *c = &t->cfg;
@@ -160,7 +174,7 @@ void print_start(const trainer *t) {
            t->data.images ? t->o.dataset : t->o.data, train_batches_train_examples(&t->data), unit,
            train_batches_val_examples(&t->data), unit, t->data.B, t->data.T, t->o.grad_accum,
            t->o.out);
-    if (t->o.resume[0]) printf("  resumed at step %ld\n", t->step);
+    if (t->o.resume[0]) print_resume(t);
     fflush(stdout);
 }
 

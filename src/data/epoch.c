@@ -26,3 +26,17 @@ bool sdp_loader_pos_advance(sdp_loader_pos *pos, uint64_t steps_per_epoch) {
     pos->step = 0;
     return true;
 }
+
+sdp_loader_pos sdp_loader_pos_rescale(sdp_loader_pos pos, int old_world, int new_world,
+                                      uint64_t new_steps_per_epoch) {
+    if (old_world == new_world) return pos;
+    /* Batches of old_world workers taken, in batches of new_world, rounded up: every worker's
+     * batch of a step is B items, so both count items in the same unit. */
+    const uint64_t taken = pos.step * (uint64_t)old_world;
+    pos.step = (taken + (uint64_t)new_world - 1) / (uint64_t)new_world;
+    if (pos.step >= new_steps_per_epoch) {
+        pos.epoch++;
+        pos.step = 0;
+    }
+    return pos;
+}

@@ -179,11 +179,18 @@ sdp_loader_pos train_batches_pos(const batch_source *s) {
     return s->images ? s->train_il.pos : s->train_tl.pos;
 }
 
-void train_batches_seek(batch_source *s, sdp_loader_pos pos) {
-    if (s->images)
-        sdp_image_loader_seek(&s->train_il, pos);
-    else
-        sdp_loader_seek(&s->train_tl, pos);
+sdp_loader_pos train_batches_seek(batch_source *s, sdp_loader_pos pos, int saved_world) {
+    if (s->images) {
+        sdp_image_loader *L = &s->train_il;
+        pos =
+            sdp_loader_pos_rescale(pos, saved_world, L->world, sdp_image_loader_steps_per_epoch(L));
+        sdp_image_loader_seek(L, pos);
+    } else {
+        sdp_loader *L = &s->train_tl;
+        pos = sdp_loader_pos_rescale(pos, saved_world, L->world, sdp_loader_steps_per_epoch(L));
+        sdp_loader_seek(L, pos);
+    }
+    return pos;
 }
 
 void train_batches_fed(batch_source *s, const train_opts *o, bool images) {

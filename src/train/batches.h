@@ -56,7 +56,10 @@ void train_batches_close(batch_source *s, sdp_mem *mem);
  * every time it restarts at i = 0, independent of training's position. Image data only. */
 void train_batches_calibration(batch_source *s, int i, sdp_batch *b);
 sdp_loader_pos train_batches_pos(const batch_source *s);
-void train_batches_seek(batch_source *s, sdp_loader_pos pos);
+/* Moves the training stream to pos, a position saved by saved_world workers: with another number
+ * of workers, the one that goes on where they stopped (sdp_loader_pos_rescale). Returns the
+ * position taken. */
+sdp_loader_pos train_batches_seek(batch_source *s, sdp_loader_pos pos, int saved_world);
 /* Token vocabulary of the data (0 for images), and image geometry (0 for tokens). */
 int train_batches_vocab(const batch_source *s);
 void train_batches_image_shape(const batch_source *s, int *channels, int *size, int *classes);

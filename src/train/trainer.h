@@ -14,6 +14,13 @@
 
 #include <stdio.h>
 
+/* Where a resumed run's data goes on: the loader position its checkpoint saved, counted in steps
+ * of `world` workers, and the one taken for this run's workers (the same when N is). */
+typedef struct {
+    int world;
+    sdp_loader_pos saved, taken;
+} trainer_resume;
+
 typedef struct {
     train_opts o;
     sdp_world world;
@@ -46,6 +53,7 @@ typedef struct {
     long recal_step;
     long step;
     long first_step; /* where this invocation began: 0, or the resumed checkpoint's step */
+    trainer_resume resumed_from; /* set by a resume */
     /* The resume loaded optim.prev.safetensors: a save was cut off after its optimizer file, so
      * the next save must keep optim.prev, the only optimizer file that matches the model. */
     bool optim_prev_matches;

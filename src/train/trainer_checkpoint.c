@@ -173,6 +173,7 @@ void train_save_checkpoint(trainer *t) {
 typedef struct {
     long step, opt_t;
     sdp_loader_pos pos;
+    int world; /* of the run that saved it: pos counts its steps */
     double tokens, flops;
     double vocab, image[3]; /* the data's: image channels, size and classes */
 } run_state;
@@ -191,7 +192,7 @@ static run_state read_run_state(const sdp_st_file *f) {
     s.tokens = sdp_st_meta_number(f, "sdp.tokens", 0, DBL_MAX, false);
     s.flops = sdp_st_meta_number(f, "sdp.flops", 0, DBL_MAX, false);
     s.vocab = sdp_st_meta_number(f, "sdp.vocab", 0, INT_MAX, true);
-    sdp_st_meta_number(f, "sdp.world", 1, INT_MAX, true);
+    s.world = (int)sdp_st_meta_number(f, "sdp.world", 1, INT_MAX, true);
     sdp_st_meta_numbers(f, "sdp.image_shape", 3, s.image, 0, INT_MAX, true);
     return s;
 }
@@ -287,7 +288,8 @@ void train_load_checkpoint(trainer *t) {
     t->step = step;
     t->first_step = step;
     t->opt.t = s.opt_t;
-    train_batches_seek(&t->data, s.pos);
+    t->resumed_from = (trainer_resume){
+        .world = s.world, .saved = s.pos, .taken = train_batches_seek(&t->data, s.pos, s.world)};
     t->examples_seen = s.tokens;
     t->flops_done = s.flops;
     sdp_st_close(&of, &t->io_mem);
