@@ -16,6 +16,10 @@
  *                                                                      fused kernels (score
  *                                                                      matrices on chip, the
  *                                                                      default)
+ *   bench_cuda_train ... --operands bf16                               bf16 GEMMs on bf16 copies
+ *                                                                      of their operands (native
+ *                                                                      bf16 kernels), not fp32
+ *                                                                      operands under FAST_16BF
  *   bench_cuda_train --sim-world N --sim-rank r [...]                  worker r of a simulated
  *                                                                      SDP job of N workers:
  *                                                                      forward masking, block
@@ -56,13 +60,14 @@ typedef struct {
     int batch, steps, world, rank; /* world 0: the full model */
     int breakdown;                 /* 1: then as many steps again, timed per backend entry */
     bool fused_attention;          /* bf16 attention by the fused kernels, not cuBLAS GEMMs */
+    bool bf16_operands;            /* bf16 GEMMs on bf16 copies of their operands */
     sdp_precision precision;
 } options;
 
 _Noreturn static void usage_fail(const char *what) {
     sdp_fatal("bench_cuda_train: %s: usage: bench_cuda_train [--precision fp32|bf16] [--batch B] "
               "[--steps 1..%d] [--sim-world N --sim-rank r] [--breakdown 0|1] "
-              "[--attention fused|gemm]",
+              "[--attention fused|gemm] [--operands fp32|bf16]",
               what, MAX_STEPS);
 }
 
@@ -91,6 +96,13 @@ static options parse(int argc, char **argv) {
             if (strcmp(a, "fused") != 0 && strcmp(a, "gemm") != 0)
                 usage_fail("--attention takes fused or gemm");
             o.fused_attention = strcmp(a, "fused") == 0;
+            continue;
+        }
+        if (strcmp(k, "--operands") == 0) {
+            const char *a = argv[++i];
+            if (strcmp(a, "fp32") != 0 && strcmp(a, "bf16") != 0)
+                usage_fail("--operands takes fp32 or bf16");
+            o.bf16_operands = strcmp(a, "bf16") == 0;
             continue;
         }
         int v = atoi(argv[++i]);
@@ -128,7 +140,8 @@ static const gemm_path PATHS[NPATHS] = {
     [PATH_FP32] = {"fp32 (TF32 off): --precision fp32", CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F},
     [PATH_FAST_16BF] = {"fp32 storage, FAST_16BF: --precision bf16", CUDA_R_32F, CUDA_R_32F,
                         CUBLAS_COMPUTE_32F_FAST_16BF},
-    [PATH_BF16_FP32C] = {"native bf16 A, B; fp32 C", CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F},
+    [PATH_BF16_FP32C] = {"native bf16 A, B; fp32 C: --operands bf16", CUDA_R_16BF, CUDA_R_32F,
+                         CUBLAS_COMPUTE_32F},
     [PATH_BF16] = {"native bf16 A, B, C", CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F},
 };
 
@@ -307,7 +320,9 @@ static void print_speed(const sdp_model *m, const options *o, const char *device
     else
         printf("MFU against the nominal dense bf16 peak: unknown (no figure for '%s')\n",
                device_name);
-    const int own = o->precision == SDP_PRECISION_BF16 ? PATH_FAST_16BF : PATH_FP32;
+    const int own = o->precision != SDP_PRECISION_BF16 ? PATH_FP32
+                    : o->bf16_operands                 ? PATH_BF16_FP32C
+                                                       : PATH_FAST_16BF;
     printf("MFU %.1f%% of the measured peak of this precision's GEMMs (%s: %.1f TFLOP/s)\n",
            100.0 * tflops / peaks[own], PATHS[own].name, peaks[own]);
 }
@@ -362,6 +377,12 @@ int main(int argc, char **argv) {
     printf("GPT-2 124M shape (12 layers, width 768, 12 heads, vocab %d), T=%d, B=%d, "
            "--precision %s (parameters, gradients, AdamW state and activations fp32)\n",
            t.cfg.vocab, SEQ, o.batch, precision_name(o.precision));
+    if (o.bf16_operands) sdp_backend_cuda_set_bf16_operands(t.be, true);
+    printf("GEMM operands: %s\n",
+           o.precision != SDP_PRECISION_BF16 ? "fp32 (exact products)"
+           : o.bf16_operands
+               ? "bf16 copies, native bf16 products (64 MiB of cast buffer, counted as scratch)"
+               : "fp32 under FAST_16BF (cuBLAS chooses the kernels: TF32 on the H200)");
     printf("attention: %s\n",
            o.precision == SDP_PRECISION_BF16 && o.fused_attention
                ? "fused kernels (score matrices on chip)"

@@ -613,11 +613,13 @@ part_profile() {
     needs_build profile-ddp-bf16 && step profile-ddp-bf16 150 profile ddp
     needs_build profile-sdp-bf16 && step profile-sdp-bf16 150 profile sdp --sim-world 8 --sim-rank 0
     needs_build profile-ddp-bf16-gemm && step profile-ddp-bf16-gemm 150 profile ddp-gemm --attention gemm
+    needs_build profile-ddp-bf16-operands && step profile-ddp-bf16-operands 150 profile ddp-operands --operands bf16
     return 0
 }
 part_bench() {
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
     needs_build bench-ddp-bf16-gemm && step bench-ddp-bf16-gemm 120 bench bf16 --attention gemm
+    needs_build bench-ddp-bf16-operands && step bench-ddp-bf16-operands 120 bench bf16 --operands bf16
     needs_build bench-sdp-bf16 && step bench-sdp-bf16 120 bench bf16 --sim-world 8 --sim-rank 0
     needs_build breakdown-ddp-bf16 && step breakdown-ddp-bf16 120 bench bf16 --breakdown 1
     needs_build bench-ddp-fp32 && step bench-ddp-fp32 120 bench fp32
@@ -746,6 +748,7 @@ all) # the most telling first: parity, speed, then what is slow or repeats
     needs_build test_cuda_model && step test_cuda_model 240 "$BUILD/test_cuda_model"
     needs_build bench-ddp-bf16 && step bench-ddp-bf16 120 bench bf16
     needs_build bench-ddp-bf16-gemm && step bench-ddp-bf16-gemm 120 bench bf16 --attention gemm
+    needs_build bench-ddp-bf16-operands && step bench-ddp-bf16-operands 120 bench bf16 --operands bf16
     needs_build bench-sdp-bf16 && step bench-sdp-bf16 120 bench bf16 --sim-world 8 --sim-rank 0
     needs_build breakdown-ddp-bf16 && step breakdown-ddp-bf16 120 bench bf16 --breakdown 1
     sanitize_ops # the newest kernels (the fused attention) before the repeats

@@ -14,7 +14,9 @@
  *                               products with rounded operands; a CPU emulation of these calls
  *                               gave 3e-3 to 6e-3; a wrong layout errs by O(1)); every other op
  *                               computes in fp32 and keeps the fp32 tolerances; attention runs
- *                               twice, by the fused kernels (the default) and by cuBLAS GEMMs
+ *                               twice, by the fused kernels (the default) and by cuBLAS GEMMs;
+ *                               then every matrix-product op again with the GEMMs on bf16
+ *                               copies of their operands (sdp_backend_cuda_set_bf16_operands)
  *
  * Every op is called through its checked entry point (sdp_<op>(be, ...), sdp/ops.h), as the
  * models call it. Inputs are random, uploaded to the backend under test from the reference's
@@ -1169,6 +1171,12 @@ int main(int argc, char **argv) {
         for (int c = 0; c < NCASES; c++)
             if (CASES[c].run == case_attention_fwd || CASES[c].run == case_attention_bwd)
                 if (run_case(&h, &CASES[c], bf16, " [gemm]") < 0) failed++;
+        /* The GEMMs on bf16 copies of their operands (native bf16 products), and the attention's
+         * cuBLAS path on them. */
+        sdp_backend_cuda_set_bf16_operands((sdp_backend *)h.be[1], true);
+        for (int c = 0; c < NCASES; c++)
+            if (CASES[c].matmul)
+                if (run_case(&h, &CASES[c], bf16, " [bf16 operands]") < 0) failed++;
     }
     sdp_backend_destroy((sdp_backend *)h.be[1]);
     sdp_backend_destroy((sdp_backend *)h.be[0]);

@@ -259,6 +259,12 @@ void *sdp_backend_cuda_cublas(const sdp_backend *be);
  * for the fused kernels). Returns the previous setting. For the benchmarks and tests that
  * compare them (bench/bench_cuda_train.c, tests/test_backend_ops.c). */
 bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused);
+/* Whether bf16 GEMMs on a backend made by sdp_backend_cuda round their operands into bf16 copies
+ * first (true: cuBLAS then runs native bf16 tensor-core kernels) or hand cuBLAS the fp32 operands
+ * with the FAST_16BF compute type (false, the default: cuBLAS serves those through TF32 kernels).
+ * Both accumulate in fp32 into fp32 outputs. No effect in fp32. Returns the previous setting. For
+ * the benchmarks and tests that compare them, until a GPU has shown which is faster. */
+bool sdp_backend_cuda_set_bf16_operands(sdp_backend *be, bool bf16);
 /* Fills t's entries with the CUDA backend's, leaving name, ctx and mem alone: what
  * sdp_backend_cuda does after making its context. Needs no device, so that a build without a
  * GPU can check that every slot of the table has a CUDA entry (tests/test_backend_ops.c). Returns

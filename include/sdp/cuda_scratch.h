@@ -18,6 +18,11 @@ enum {
     /* cuBLAS's scratch: the size its documentation recommends for Hopper (4 MiB suffices before
      * it). Given explicitly so that it is counted, and so that no GEMM runs short. */
     SDP_CUDA_CUBLAS_WORKSPACE_BYTES = 32 << 20,
+    /* bf16 copies of GEMM operands, for the products that take native bf16 operands
+     * (sdp_backend_cuda_set_bf16_operands): a product whose operands do not fit is taken in
+     * slices of its inner dimension. Allocated at the first such product, and not yet in
+     * sdp_cuda_context_scratch_bytes: the path is off by default until a GPU has timed it. */
+    SDP_CUDA_CAST_BYTES = 64 << 20,
 };
 
 /* Bytes every CUDA context holds from its creation: both workspaces and the input-error flag. */

@@ -356,18 +356,21 @@ static const double BF16_LOSS_RTOL = 1e-3;
 static void test_gpt_bf16_follows_fp32(void **state) {
     (void)state;
     const sdp_tf_config cfg = small_config(SDP_STYLE_GPT);
-    /* fp32; bf16 with the attention's cuBLAS GEMMs; bf16 with the fused attention (its default) */
-    sdp_backend *be[3] = {sdp_backend_cuda(0, SDP_PRECISION_FP32),
-                          sdp_backend_cuda(0, SDP_PRECISION_BF16),
-                          sdp_backend_cuda(0, SDP_PRECISION_BF16)};
+    /* fp32; bf16 with the attention's cuBLAS GEMMs; bf16 with the fused attention (its default);
+     * and that with the GEMMs on bf16 copies of their operands */
+    enum { NB = 4 };
+    sdp_backend *be[NB] = {
+        sdp_backend_cuda(0, SDP_PRECISION_FP32), sdp_backend_cuda(0, SDP_PRECISION_BF16),
+        sdp_backend_cuda(0, SDP_PRECISION_BF16), sdp_backend_cuda(0, SDP_PRECISION_BF16)};
     sdp_backend_cuda_set_fused_attention(be[1], false);
     sdp_backend_cuda_set_fused_attention(be[2], true);
-    sdp_tf m[3];
-    float *om[3], *ov[3];
+    sdp_backend_cuda_set_bf16_operands(be[3], true);
+    sdp_tf m[NB];
+    float *om[NB], *ov[NB];
     float *initial = NULL;
     sdp_opt_cfg oc = sdp_opt_defaults(SDP_OPT_ADAMW);
     oc.eps = 1e-6f; /* as in (a) */
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NB; k++) {
         sdp_tf_create(&m[k], &cfg, NULL, TOKEN_B, TOKEN_T, SDP_MODEL_TRAIN, be[k]);
         const size_t bytes = m[k].layout.numel * sizeof(float);
         if (!initial) {
@@ -382,9 +385,9 @@ static void test_gpt_bf16_follows_fp32(void **state) {
     sdp_opt_segment *segs = tensor_segments(&m[0].layout);
     batch b;
     random_batch(&b, 0, &cfg);
-    double first = 0, loss[3] = {0, 0, 0}, worst = 0;
+    double first = 0, loss[NB] = {0}, worst = 0;
     for (int step = 0; step < BF16_STEPS; step++) {
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < NB; k++) {
             be[k]->zero(be[k], m[k].grads, m[k].layout.numel * sizeof(float));
             loss[k] = forward(&m[k], &b, TOKEN_B, TOKEN_T) / m[k].n_targets;
             sdp_tf_backward(&m[k], 1.0f / (float)m[k].n_targets);
@@ -393,18 +396,22 @@ static void test_gpt_bf16_follows_fp32(void **state) {
                              m[k].layout.nparams);
         }
         const double err = fabs(loss[1] - loss[0]) / loss[0],
-                     err_fused = fabs(loss[2] - loss[0]) / loss[0];
-        printf(
-            "  gpt   step %d: loss fp32 %.7f bf16 GEMM attention %.7f, fused %.7f (rel diff %.2e, "
-            "%.2e; tol %.0e)\n",
-            step, loss[0], loss[1], loss[2], err, err_fused, BF16_LOSS_RTOL);
+                     err_fused = fabs(loss[2] - loss[0]) / loss[0],
+                     err_operands = fabs(loss[3] - loss[0]) / loss[0];
+        printf("  gpt   step %d: loss fp32 %.7f bf16 GEMM attention %.7f, fused %.7f, bf16 "
+               "operands %.7f (rel diff %.2e, %.2e, %.2e; tol %.0e)\n",
+               step, loss[0], loss[1], loss[2], loss[3], err, err_fused, err_operands,
+               BF16_LOSS_RTOL);
         if (!(err <= BF16_LOSS_RTOL))
             fail_msg("bf16 loss (GEMM attention) left fp32's at step %d", step);
         if (!(err_fused <= BF16_LOSS_RTOL))
             fail_msg("bf16 loss with the fused attention left fp32's at step %d", step);
+        if (!(err_operands <= BF16_LOSS_RTOL))
+            fail_msg("bf16 loss with bf16 GEMM operands left fp32's at step %d", step);
         if (step == 0) first = loss[0];
         if (err > worst) worst = err;
         if (err_fused > worst) worst = err_fused;
+        if (err_operands > worst) worst = err_operands;
     }
     printf("  gpt   bf16 against fp32 over %d steps: worst rel diff %.2e; fp32 loss %.4f -> %.4f\n",
            BF16_STEPS, worst, first, loss[0]);
@@ -412,7 +419,7 @@ static void test_gpt_bf16_follows_fp32(void **state) {
 
     free(segs);
     free(initial);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NB; k++) {
         be[k]->free(be[k], om[k]);
         be[k]->free(be[k], ov[k]);
         sdp_tf_destroy(&m[k]);

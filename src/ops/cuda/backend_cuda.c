@@ -24,6 +24,14 @@ bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused) {
     return was;
 }
 
+bool sdp_backend_cuda_set_bf16_operands(sdp_backend *be, bool bf16) {
+    SDP_CHECK(be && be->name == backend_name,
+              "sdp_backend_cuda_set_bf16_operands: not a CUDA backend");
+    const bool was = cuda_ctx(be)->bf16_operands;
+    cuda_ctx(be)->bf16_operands = bf16;
+    return was;
+}
+
 bool sdp_backend_cuda_built(void) {
     return true;
 }

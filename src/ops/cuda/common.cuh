@@ -89,6 +89,9 @@ void sdp_cuda_gemm_strided_batched(sdp_cuda_ctx *ctx, bool ta, bool tb, int M, i
 /* At least `bytes` of the context's device workspace (grown, and so reallocated, if needed: take
  * it once per call, before launching anything that uses it). Defined in context.cu. */
 void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes);
+/* The context's SDP_CUDA_CAST_BYTES of bf16 operand copies, allocated (as scratch) on first use.
+ * Defined in context.cu. */
+void *sdp_cuda_cast_buffer(sdp_cuda_ctx *ctx);
 /* The bytes from p to the end of the context's live allocation holding it, or 0 when none does:
  * how much a kernel may write at p (a check, run on the host). */
 size_t sdp_cuda_bytes_from(const sdp_cuda_ctx *ctx, const void *p);

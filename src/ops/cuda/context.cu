@@ -99,6 +99,12 @@ void *sdp_cuda_workspace(sdp_cuda_ctx *ctx, size_t bytes) {
     return ctx->workspace;
 }
 
+void *sdp_cuda_cast_buffer(sdp_cuda_ctx *ctx) {
+    if (!ctx->cast_buffer)
+        ctx->cast_buffer = train_device_alloc(ctx, SDP_MEM_SCRATCH, SDP_CUDA_CAST_BYTES);
+    return ctx->cast_buffer;
+}
+
 sdp_cuda_ctx *sdp_cuda_ctx_create(int device, sdp_precision precision) {
     SDP_CHECK(precision == SDP_PRECISION_FP32 || precision == SDP_PRECISION_BF16,
               "unknown CUDA precision %d: use SDP_PRECISION_FP32 or SDP_PRECISION_BF16",

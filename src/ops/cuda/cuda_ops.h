@@ -67,6 +67,12 @@ typedef struct {
      * score matrices in device memory. On by default: on the H200 the fused kernels are the
      * faster (docs/cuda.md); benchmarks and tests turn them off to compare. */
     bool fused_attention;
+    /* bf16: the GEMMs (sdp_cuda_gemm) take their operands rounded to bf16 copies in cast_buffer,
+     * so that cuBLAS runs native bf16 tensor-core kernels, instead of fp32 operands that cuBLAS
+     * serves through TF32 kernels under FAST_16BF (docs/cuda.md). Off by default until a GPU has
+     * timed it; sdp_backend_cuda_set_bf16_operands turns it on. */
+    bool bf16_operands;
+    void *cast_buffer;       /* SDP_CUDA_CAST_BYTES, made by the first product that needs it */
     size_t max_shared_bytes; /* a block's shared memory on this device, opted in (the fused
                                 attention's kernels need more than the default 48 KiB) */
     int fused_arch; /* the architecture the fused attention was built for on this device (80 for

@@ -21,6 +21,12 @@ bool sdp_backend_cuda_set_fused_attention(sdp_backend *be, bool fused) {
     sdp_fatal("this sdp was built without CUDA: there is no CUDA attention to choose");
 }
 
+bool sdp_backend_cuda_set_bf16_operands(sdp_backend *be, bool bf16) {
+    (void)be;
+    (void)bf16;
+    sdp_fatal("this sdp was built without CUDA: there are no CUDA GEMMs to choose for");
+}
+
 bool sdp_backend_cuda_entries(sdp_backend *t) {
     (void)t;
     return false;
