@@ -243,12 +243,16 @@ static int json_uint(const cJSON *j, int64_t *out) {
 static cJSON *parse_header(const char *path, const char *header, size_t len) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(header, len, &end, 0);
-    if (!root || !cJSON_IsObject(root))
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root); /* valid JSON of another kind: the fuzz builds return from BAD_FILE */
         BAD_FILE(path, "not a safetensors file (the %zu-byte header is not a JSON object)", len);
+    }
     for (const char *p = end; p < header + len; p++)
-        if (!strchr(" \t\r\n", *p) || *p == 0)
+        if (!strchr(" \t\r\n", *p) || *p == 0) {
+            cJSON_Delete(root);
             BAD_FILE(path, "not a safetensors file (junk after the JSON header at byte %zu)",
                      (size_t)(p - header) + 8);
+        }
     return root;
 }
 
