@@ -115,6 +115,9 @@ other_rule other_rule_scale 'c["resolved"]["branch_scale"] = "inverse"' \
   'config.json: "resolved".branch_scale is inverse, but the run'"'"'s options give none for N = 1'
 other_rule other_rule_chunks 'c["resolved"]["chunks"] = 3' \
   'config.json: "resolved".chunks is 3, but the run'"'"'s options give 1 for N = 1'
+# An edited option is named as a possible cause, not only another version of sdp.
+other_rule edited_layers 'c["layers"] = c["layers"] + 1' \
+  'its options were edited, or another version of sdp wrote it'
 # A run written before the record existed is still read: derived as before.
 legacy=$(damaged legacy 'del c["resolved"]')
 if "$SDP_BIN" eval --run "$legacy" --threads 1 >"$WORK/legacy.out" 2>&1 &&

@@ -156,7 +156,7 @@ else
   fail "block units leaving workers without a unit"; cat "$WORK/own.txt"
 fi
 
-for bad in abc 24XB -5GiB 0 0.1 inf nan 1e400 0x10 24G "" "12 GiB"; do
+for bad in abc 24XB -5GiB 0 0.1 inf nan 1e400 1e30 9EiB 0x10 24G "" "12 GiB"; do
   expect_error "--fit '$bad'" "--fit '$bad' is not a size in bytes" \
     "$SDP_BIN" plan --fit "$bad" "${GPT[@]}" --world 4
 done

@@ -573,10 +573,11 @@ static void print_table(const plan_fit_request *r, double limit, const sdp_model
 int plan_fit_run(const plan_fit_request *r) {
     double limit;
     SDP_CHECK(r->fit, "--fit-by %.40s needs --fit BYTES (such as --fit 24GiB)", r->fit_by);
-    SDP_CHECK(plan_fit_parse_bytes(r->fit, &limit),
-              "--fit '%.40s' is not a size in bytes: use a number with an optional unit (B, kB, "
-              "MB, GB, TB, KiB, MiB, GiB, TiB), such as 24GiB, 512MiB, 80GB or 1.5e9",
-              r->fit);
+    SDP_CHECK(
+        plan_fit_parse_bytes(r->fit, &limit),
+        "--fit '%.40s' is not a size in bytes from 1 B to 8 EiB: use a number with an optional "
+        "unit (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB), such as 24GiB, 512MiB, 80GB or 1.5e9",
+        r->fit);
     SDP_CHECK(!strcmp(r->fit_by, "width") || !strcmp(r->fit_by, "layers"),
               "unknown --fit-by '%.40s': use width or layers", r->fit_by);
     /* The model as given: the fixed options (and the depth or width not varied) come from it. */

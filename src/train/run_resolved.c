@@ -120,9 +120,9 @@ void train_run_resolved_from_json(run_resolved *r, const char *json, const char 
 static void must_match(const char *source, const char *key, const char *recorded,
                        const char *derived, int world) {
     SDP_CHECK(strcmp(recorded, derived) == 0,
-              "%s: \"resolved\".%s is %s, but the run's options give %s for N = %d under this "
-              "version of sdp: the run was written under another rule; resume it with the sdp "
-              "that wrote it, or start a new run",
+              "%s: \"resolved\".%s is %s, but the run's options give %s for N = %d: its options "
+              "were edited, or another version of sdp wrote it under another rule; restore the "
+              "file, resume with the sdp that wrote it, or start a new run",
               source, key, recorded, derived, world);
 }
 
