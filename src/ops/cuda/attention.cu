@@ -189,16 +189,13 @@ static bool fused(sdp_cuda_ctx *ctx, int B, int H, int hs) {
     return need <= ctx->max_shared_bytes;
 }
 
-/* The fused kernels' float4 loads need 16-byte aligned inputs. Device allocations and the models'
- * offsets into them are; anything else is a caller's bug, and the cuBLAS path is no way out, as
- * the scratch was sized for the fused kernels. */
-static void check_fused_inputs(std::initializer_list<const float *> reads) {
+/* The fused kernels load their tiles as float4s: inputs must be 16-byte aligned (device
+ * allocations and the models' offsets into them are). Others take the cuBLAS path, whose scratch
+ * check then says what is wrong if the scratch was sized for the fused kernels. */
+static bool aligned(std::initializer_list<const float *> reads) {
     for (const float *p : reads)
-        SDP_CHECK((uintptr_t)p % 16 == 0,
-                  "CUDA fused attention: an input at %p is not 16-byte aligned: pass device "
-                  "buffers whose rows start on 16 bytes (sdp_backend_cuda_set_fused_attention "
-                  "false takes the cuBLAS path)",
-                  (const void *)p);
+        if ((uintptr_t)p % 16 != 0) return false;
+    return true;
 }
 
 static flash::args fused_args(const float *qkv, int T, int H, int hs, bool causal,
@@ -265,15 +262,16 @@ static size_t cuda_attention_scratch_bytes(const sdp_backend *be, int B, int T, 
 }
 
 /* The cuBLAS path writes whole score matrices into the scratch, which is too small for them when
- * it was sized while the fused kernels were on (sdp_backend_cuda_set_fused_attention called after
- * the model was made): fail, rather than write past it. */
+ * it was sized for the fused kernels and they do not run after all (turned off since, or inputs
+ * not 16-byte aligned): fail, rather than write past it. */
 static void check_gemm_scratch(sdp_cuda_ctx *ctx, const float *scratch, int B, int T, int H) {
     const size_t need = sdp_cuda_attention_scratch_bytes(false, B, T, H);
     const size_t room = sdp_cuda_bytes_from(ctx, scratch);
     SDP_CHECK(room >= need,
-              "CUDA attention: the scratch holds %zu bytes where the cuBLAS path needs %zu: choose "
-              "the attention path (sdp_backend_cuda_set_fused_attention) before sizing the "
-              "scratch with sdp_attention_scratch_bytes",
+              "CUDA attention: the scratch holds %zu bytes where the cuBLAS path needs %zu (it was "
+              "sized for the fused kernels, which are now off or were given inputs not 16-byte "
+              "aligned): choose the attention path (sdp_backend_cuda_set_fused_attention) before "
+              "sizing the scratch with sdp_attention_scratch_bytes, and pass aligned inputs",
               room, need);
 }
 
@@ -289,8 +287,7 @@ static void cuda_attention_fwd(const sdp_backend *be, float *out, float *lse, co
     sdp_cuda_ctx *ctx = cuda_ctx(be);
     check_dims(B, T, H, hs);
     SDP_ASSERT(scratch); /* cuda_attention_scratch_bytes(B, T, H, hs) bytes of device memory */
-    if (fused(ctx, B, H, hs)) {
-        check_fused_inputs({qkv, out, lse});
+    if (fused(ctx, B, H, hs) && aligned({qkv})) {
         fused_fwd(ctx, fused_args(qkv, T, H, hs, causal, drop), out, lse, B, hs);
         return;
     }
@@ -333,13 +330,11 @@ static void cuda_attention_bwd(const sdp_backend *be, float *dqkv, const float *
     const size_t per_seq = (size_t)H * a.tt, all_rows = (size_t)B * rows;
     float *probs = scratch;
     float *grads = probs + per_seq, *rowdot = grads + per_seq;
-    const bool run_fused = fused(ctx, B, H, hs);
-    if (run_fused) {
-        check_fused_inputs({qkv, dout, out, lse, dqkv});
+    const bool run_fused = fused(ctx, B, H, hs) && aligned({qkv, dout});
+    if (run_fused)
         rowdot = scratch; /* the fused kernels need only the row sums */
-    } else {
+    else
         check_gemm_scratch(ctx, scratch, B, T, H);
-    }
     rowdot_kernel<<<ceil_div(all_rows, SOFTMAX_ROWS), SOFTMAX_ROWS * WARP, 0, ctx->stream>>>(
         rowdot, dout, out, (int)all_rows, T, H, hs);
     LAUNCH_CHECK();
