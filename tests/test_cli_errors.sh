@@ -138,6 +138,27 @@ if [ -d "$FMNIST" ]; then
 else
   echo "skip: a ViT patch not dividing the image: Fashion-MNIST is not in $FMNIST"
 fi
+# MNIST has no packaged default: without --data it must not read Fashion-MNIST under its name.
+expect_job_error "--dataset mnist without --data" "--dataset mnist needs --data DIR" 2 \
+  "$SDP_BIN" train --model resnet --dataset mnist --steps 1 --threads 1 --out "$WORK/never"
+# A file where an image dataset's directory belongs is named as a file, not as missing.
+echo text >"$WORK/not_a_dir"
+expect_job_error "a file as an IDX directory" "is a file, not the directory of an IDX dataset" 2 \
+  "$SDP_BIN" train --model resnet --data "$WORK/not_a_dir" --steps 1 --threads 1 --out "$WORK/never"
+expect_job_error "a file as a CIFAR directory" "is a file, not the CIFAR-10 directory" 2 \
+  "$SDP_BIN" train --model resnet --dataset cifar10 --data "$WORK/not_a_dir" --steps 1 --threads 1 \
+  --out "$WORK/never"
+# Data every rank reads alike ends the job with one line, not an MPI_Abort banner.
+: >"$WORK/empty.txt"
+printf 'JUNKJUNKJUNK' >"$WORK/junk.bin"
+expect_job_error "a missing text file (2 ranks)" "text file '$WORK/no_such.txt' does not exist" 2 \
+  "$SDP_BIN" train --data "$WORK/no_such.txt" --steps 1 --threads 1 --out "$WORK/never"
+expect_job_error "an empty text file (2 ranks)" "is empty" 2 \
+  "$SDP_BIN" train --data "$WORK/empty.txt" --steps 1 --threads 1 --out "$WORK/never"
+expect_job_error "a shard with a wrong magic (2 ranks)" "it is not an llm.c token shard" 2 \
+  "$SDP_BIN" train --data "$WORK/junk.bin" --steps 1 --threads 1 --out "$WORK/never"
+expect_job_error "a missing IDX directory (2 ranks)" "IDX dataset directory '$WORK/no_such_dir' does not exist" 2 \
+  "$SDP_BIN" train --model resnet --data "$WORK/no_such_dir" --steps 1 --threads 1 --out "$WORK/never"
 # Workers that would own nothing: 2 blocks with k = 1 cover 2 workers.
 BLOCK=(--sdp-unit block --sdp-coverage 0.25)
 expect_job_error "workers owning no block" "with --sdp-unit block, 2 droppable blocks and k = 1 of N = 4, workers 2 and 3 would own no block: use --sdp-unit neuron" \

@@ -74,6 +74,10 @@ FILE *sdp_fopen(const char *path, const char *mode);
 int sdp_open_input(const char *path, const char *what, size_t *size);
 /* sdp_open_input as a stdio stream. */
 FILE *sdp_fopen_input(const char *path, const char *what, size_t *size);
+/* The same for a file that every rank of the job reads alike (the training data): its errors end
+ * the job as sdp_fatal_all does, with one line and without MPI_Abort. */
+int sdp_open_input_all(const char *path, const char *what, size_t *size);
+FILE *sdp_fopen_input_all(const char *path, const char *what, size_t *size);
 
 /* Copies s into out (at most n bytes with the terminating NUL, n >= 1) with each control
  * character, and each byte that is not part of valid UTF-8, written as an escape (\n, \x1b),

@@ -252,30 +252,56 @@ static const char *file_kind(mode_t mode) {
     return "a special file";
 }
 
-int sdp_open_input(const char *path, const char *what, size_t *size) {
+/* sdp_fatal, or with `all` sdp_fatal_all, when cond is false. */
+#define INPUT_CHECK(all, cond, ...)                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            if (all) sdp_fatal_all(__VA_ARGS__);                                                   \
+            sdp_fatal(__VA_ARGS__);                                                                \
+        }                                                                                          \
+    } while (0)
+
+static int open_input(const char *path, const char *what, size_t *size, bool all) {
     /* O_NONBLOCK only so that opening a FIFO returns at once; reads of a regular file ignore it,
      * but it is cleared anyway so the descriptor behaves as an ordinary one. */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT)
-        sdp_fatal("%s '%s' does not exist (%s): check the path", what, path, strerror(errno));
-    SDP_CHECK(fd >= 0, "cannot open %s '%s' (%s): check its permissions", what, path,
-              strerror(errno));
+    const int err = errno;
+    INPUT_CHECK(all, fd >= 0 || err != ENOENT, "%s '%s' does not exist (%s): check the path", what,
+                path, strerror(err));
+    INPUT_CHECK(all, fd >= 0, "cannot open %s '%s' (%s): check its permissions", what, path,
+                strerror(err));
     struct stat st;
-    SDP_CHECK(fstat(fd, &st) == 0, "cannot read %s '%s' (%s)", what, path, strerror(errno));
-    SDP_CHECK(S_ISREG(st.st_mode),
-              "%s '%s' is not a regular file (it is %s): give the path of a file", what, path,
-              file_kind(st.st_mode));
+    INPUT_CHECK(all, fstat(fd, &st) == 0, "cannot read %s '%s' (%s)", what, path, strerror(errno));
+    INPUT_CHECK(all, S_ISREG(st.st_mode),
+                "%s '%s' is not a regular file (it is %s): give the path of a file", what, path,
+                file_kind(st.st_mode));
     int flags = fcntl(fd, F_GETFL);
-    SDP_CHECK(flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0,
-              "cannot read %s '%s' (%s)", what, path, strerror(errno));
+    INPUT_CHECK(all, flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0,
+                "cannot read %s '%s' (%s)", what, path, strerror(errno));
     if (size) *size = (size_t)st.st_size;
     return fd;
 }
 
-FILE *sdp_fopen_input(const char *path, const char *what, size_t *size) {
-    FILE *f = fdopen(sdp_open_input(path, what, size), "rb");
-    SDP_CHECK(f, "cannot read %s '%s' (%s)", what, path, strerror(errno));
+static FILE *fopen_input(const char *path, const char *what, size_t *size, bool all) {
+    FILE *f = fdopen(open_input(path, what, size, all), "rb");
+    INPUT_CHECK(all, f, "cannot read %s '%s' (%s)", what, path, strerror(errno));
     return f;
+}
+
+int sdp_open_input(const char *path, const char *what, size_t *size) {
+    return open_input(path, what, size, false);
+}
+
+FILE *sdp_fopen_input(const char *path, const char *what, size_t *size) {
+    return fopen_input(path, what, size, false);
+}
+
+int sdp_open_input_all(const char *path, const char *what, size_t *size) {
+    return open_input(path, what, size, true);
+}
+
+FILE *sdp_fopen_input_all(const char *path, const char *what, size_t *size) {
+    return fopen_input(path, what, size, true);
 }
 
 /* Length of the printable UTF-8 character at p (1 to 4), or 0 when p starts a control

@@ -13,10 +13,10 @@ static const uint64_t AUGMENT_SALT = 0x61756731d2b4c5e7ull;
 /* Pixels are counted per value first, so the sums are exact integers and the statistics cost
  * one pass over the data however large it is. */
 sdp_image_norm sdp_images_norm_stats(const sdp_images *d) {
-    SDP_CHECK(d->C >= 1 && d->C <= SDP_IMAGES_MAX_C && d->n >= 1,
-              "cannot compute normalization statistics of %zu images with %d channels: load a "
-              "dataset with 1 to %d channels first",
-              d->n, d->C, SDP_IMAGES_MAX_C);
+    SDP_CHECK_ALL(d->C >= 1 && d->C <= SDP_IMAGES_MAX_C && d->n >= 1,
+                  "cannot compute normalization statistics of %zu images with %d channels: load a "
+                  "dataset with 1 to %d channels first",
+                  d->n, d->C, SDP_IMAGES_MAX_C);
     sdp_image_norm norm = {.C = d->C};
     size_t plane = (size_t)d->H * (size_t)d->W;
     for (int c = 0; c < d->C; c++) {

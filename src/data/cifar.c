@@ -55,33 +55,34 @@ static size_t record_bytes(const cifar_format *fmt) {
 /* Records in one file, after checking that it exists and holds only whole records. */
 static size_t count_records(const cifar_format *fmt, const char *path) {
     struct stat st;
-    SDP_CHECK(stat(path, &st) == 0,
-              "%s file '%s' is missing (%s): download the binary version from %s", fmt->name, path,
-              strerror(errno), fmt->url);
-    SDP_CHECK(S_ISREG(st.st_mode), "'%s' is not a regular file: give the %s binary directory", path,
-              fmt->name);
+    SDP_CHECK_ALL(stat(path, &st) == 0,
+                  "%s file '%s' is missing (%s): download the binary version from %s", fmt->name,
+                  path, strerror(errno), fmt->url);
+    SDP_CHECK_ALL(S_ISREG(st.st_mode), "'%s' is not a regular file: give the %s binary directory",
+                  path, fmt->name);
     size_t bytes = (size_t)st.st_size, rec = record_bytes(fmt);
-    SDP_CHECK(bytes > 0 && bytes % rec == 0,
-              "%s file '%s' holds %zu bytes, not a whole number of %zu-byte records: it is "
-              "truncated or not the binary version; download it again from %s",
-              fmt->name, path, bytes, rec, fmt->url);
+    SDP_CHECK_ALL(bytes > 0 && bytes % rec == 0,
+                  "%s file '%s' holds %zu bytes, not a whole number of %zu-byte records: it is "
+                  "truncated or not the binary version; download it again from %s",
+                  fmt->name, path, bytes, rec, fmt->url);
     return bytes / rec;
 }
 
 static void read_records(const cifar_format *fmt, const char *path, size_t n, uint8_t *pixels,
                          uint8_t *labels) {
-    FILE *f = sdp_fopen(path, "rb");
+    FILE *f = sdp_fopen_input_all(path, "CIFAR file", NULL);
     unsigned char rec[2 + CIFAR_PIXELS];
     size_t rb = record_bytes(fmt);
     for (size_t i = 0; i < n; i++) {
-        SDP_CHECK(fread(rec, 1, rb, f) == rb,
-                  "cannot read record %zu of %s file '%s' (%s): check that it is readable", i,
-                  fmt->name, path, ferror(f) ? strerror(errno) : "file shrank while reading");
+        SDP_CHECK_ALL(fread(rec, 1, rb, f) == rb,
+                      "cannot read record %zu of %s file '%s' (%s): check that it is readable", i,
+                      fmt->name, path, ferror(f) ? strerror(errno) : "file shrank while reading");
         for (int k = 0; k < fmt->label_bytes; k++)
-            SDP_CHECK(rec[k] < fmt->nclasses[k],
-                      "%s file '%s' gives record %zu label byte %d the value %d, outside 0..%d: "
-                      "it is corrupt or not a %s file; download it again from %s",
-                      fmt->name, path, i, k, rec[k], fmt->nclasses[k] - 1, fmt->name, fmt->url);
+            SDP_CHECK_ALL(
+                rec[k] < fmt->nclasses[k],
+                "%s file '%s' gives record %zu label byte %d the value %d, outside 0..%d: "
+                "it is corrupt or not a %s file; download it again from %s",
+                fmt->name, path, i, k, rec[k], fmt->nclasses[k] - 1, fmt->name, fmt->url);
         labels[i] = rec[fmt->label_used];
         memcpy(pixels + i * CIFAR_PIXELS, rec + fmt->label_bytes, CIFAR_PIXELS);
     }
@@ -91,12 +92,16 @@ static void read_records(const cifar_format *fmt, const char *path, size_t n, ui
 static void load_cifar(sdp_images *out, const cifar_format *fmt, const char *dir, const char *split,
                        sdp_mem *mem) {
     bool train = strcmp(split, "train") == 0;
-    SDP_CHECK(train || strcmp(split, "test") == 0,
-              "unknown split '%s' for %s in '%s': use train or test", split, fmt->name, dir);
+    SDP_CHECK_ALL(train || strcmp(split, "test") == 0,
+                  "unknown split '%s' for %s in '%s': use train or test", split, fmt->name, dir);
     struct stat st;
-    SDP_CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode),
-              "%s directory '%s' does not exist: download the binary version from %s", fmt->name,
-              dir, fmt->url);
+    SDP_CHECK_ALL(stat(dir, &st) == 0,
+                  "%s directory '%s' does not exist: download the binary version from %s",
+                  fmt->name, dir, fmt->url);
+    SDP_CHECK_ALL(S_ISDIR(st.st_mode),
+                  "'%s' is a file, not the %s directory: give --data the directory of its binary "
+                  "version",
+                  dir, fmt->name);
     const char *const *names = train ? fmt->train : fmt->test;
     char path[MAX_FILES][4096];
     size_t count[MAX_FILES], total = 0;

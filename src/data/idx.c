@@ -30,11 +30,6 @@ typedef struct {
     size_t file_bytes; /* on disk, compressed or not */
 } idx_file;
 
-static bool is_directory(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /* The one-line advice for a missing directory or file, which depends on whether the user asked
  * for the packaged Fashion-MNIST or a directory of their own. */
 static const char *install_hint(bool default_dir) {
@@ -47,14 +42,14 @@ static const char *install_hint(bool default_dir) {
 static void open_idx(idx_file *f, const char *dir, const char *name, bool default_dir) {
     snprintf(f->path, sizeof f->path, "%s/%s.gz", dir, name);
     if (access(f->path, F_OK) != 0) snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
-    SDP_CHECK(access(f->path, F_OK) == 0, "'%s' holds neither %s.gz nor %s: %s", dir, name, name,
-              install_hint(default_dir));
+    SDP_CHECK_ALL(access(f->path, F_OK) == 0, "'%s' holds neither %s.gz nor %s: %s", dir, name,
+                  name, install_hint(default_dir));
     struct stat st;
-    SDP_CHECK(stat(f->path, &st) == 0 && S_ISREG(st.st_mode),
-              "'%s' is not a regular file: give the directory of an IDX dataset", f->path);
+    SDP_CHECK_ALL(stat(f->path, &st) == 0 && S_ISREG(st.st_mode),
+                  "'%s' is not a regular file: give the directory of an IDX dataset", f->path);
     f->file_bytes = (size_t)st.st_size;
     f->gz = gzopen(f->path, "rb"); /* reads plain files unchanged */
-    SDP_CHECK(f->gz, "cannot open '%s' (%s): check its permissions", f->path, strerror(errno));
+    SDP_CHECK_ALL(f->gz, "cannot open '%s' (%s): check its permissions", f->path, strerror(errno));
     gzbuffer(f->gz, 1 << 17);
 }
 
@@ -79,9 +74,9 @@ static void read_exact(idx_file *f, void *buf, size_t n, const char *what) {
         if (got <= 0) {
             char detail[160];
             gzip_detail(f, detail, sizeof detail);
-            sdp_fatal("'%s' is truncated or corrupt: it ends after %zu of the %zu bytes of its "
-                      "%s%s; re-download or reinstall it",
-                      f->path, done, n, what, detail);
+            sdp_fatal_all("'%s' is truncated or corrupt: it ends after %zu of the %zu bytes of its "
+                          "%s%s; re-download or reinstall it",
+                          f->path, done, n, what, detail);
         }
         done += (size_t)got;
     }
@@ -102,10 +97,10 @@ static void read_header_words(idx_file *f, uint32_t *words, int count) {
 static void expect_magic(idx_file *f, uint32_t expected, const char *kind) {
     uint32_t magic;
     read_header_words(f, &magic, 1);
-    SDP_CHECK(magic == expected,
-              "'%s' is not an IDX %s file: its magic number is 0x%08X, expected 0x%08X; "
-              "give the MNIST-layout %s file",
-              f->path, kind, magic, expected, kind);
+    SDP_CHECK_ALL(magic == expected,
+                  "'%s' is not an IDX %s file: its magic number is 0x%08X, expected 0x%08X; "
+                  "give the MNIST-layout %s file",
+                  f->path, kind, magic, expected, kind);
 }
 
 /* Rejects a header that promises more data than the file can hold before allocating for it. */
@@ -113,19 +108,19 @@ static void check_plausible_size(const idx_file *f, size_t header, size_t body) 
     size_t bytes = header + body;
     bool plain = gzdirect(f->gz);
     bool fits = plain ? bytes <= f->file_bytes : body / DEFLATE_MAX_RATIO <= f->file_bytes;
-    SDP_CHECK(fits,
-              "'%s' is truncated or corrupt: its header promises %zu bytes of data but the "
-              "file holds only %zu%s; re-download or reinstall it",
-              f->path, body, f->file_bytes, plain ? "" : " compressed");
+    SDP_CHECK_ALL(fits,
+                  "'%s' is truncated or corrupt: its header promises %zu bytes of data but the "
+                  "file holds only %zu%s; re-download or reinstall it",
+                  f->path, body, f->file_bytes, plain ? "" : " compressed");
 }
 
 /* Data past what the header describes means the header is wrong, so nothing read is trusted. */
 static void expect_end(idx_file *f, const char *what) {
     char extra;
-    SDP_CHECK(gzread(f->gz, &extra, 1) == 0,
-              "'%s' is corrupt: it holds more bytes than its header's %s; re-download or "
-              "reinstall it",
-              f->path, what);
+    SDP_CHECK_ALL(gzread(f->gz, &extra, 1) == 0,
+                  "'%s' is corrupt: it holds more bytes than its header's %s; re-download or "
+                  "reinstall it",
+                  f->path, what);
 }
 
 /* Returns the path it read in `path` (for messages about the labels). */
@@ -137,10 +132,10 @@ static void read_images(sdp_images *out, const char *dir, const char *name, bool
     uint32_t dims[3];
     read_header_words(&f, dims, 3);
     uint32_t n = dims[0], rows = dims[1], cols = dims[2];
-    SDP_CHECK(n >= 1 && rows >= 1 && cols >= 1 && rows <= IDX_MAX_SIDE && cols <= IDX_MAX_SIDE,
-              "'%s' declares %u images of %u x %u pixels: that is not a usable image set; "
-              "check the file",
-              f.path, n, rows, cols);
+    SDP_CHECK_ALL(n >= 1 && rows >= 1 && cols >= 1 && rows <= IDX_MAX_SIDE && cols <= IDX_MAX_SIDE,
+                  "'%s' declares %u images of %u x %u pixels: that is not a usable image set; "
+                  "check the file",
+                  f.path, n, rows, cols);
     size_t bytes = (size_t)n * rows * cols;
     check_plausible_size(&f, 16, bytes);
     out->n = n;
@@ -163,10 +158,11 @@ static void read_labels(sdp_images *out, const char *dir, const char *name, cons
     expect_magic(&f, IDX_LABELS_MAGIC, "labels");
     uint32_t n;
     read_header_words(&f, &n, 1);
-    SDP_CHECK(n == out->n,
-              "'%s' holds %u labels but '%s' holds %zu images: use the images and labels files of "
-              "the same split of the same dataset",
-              f.path, n, images, out->n);
+    SDP_CHECK_ALL(
+        n == out->n,
+        "'%s' holds %u labels but '%s' holds %zu images: use the images and labels files of "
+        "the same split of the same dataset",
+        f.path, n, images, out->n);
     check_plausible_size(&f, 8, n);
     out->labels = sdp_alloc(mem, SDP_MEM_DATA, n);
     read_exact(&f, out->labels, n, "labels");
@@ -174,10 +170,10 @@ static void read_labels(sdp_images *out, const char *dir, const char *name, cons
     snprintf(what, sizeof what, "%u labels", n);
     expect_end(&f, what);
     for (size_t i = 0; i < n; i++)
-        SDP_CHECK(out->labels[i] < IDX_CLASSES,
-                  "'%s' gives sample %zu the label %d, outside 0..%d: it is not a %d-class "
-                  "label file",
-                  f.path, i, out->labels[i], IDX_CLASSES - 1, IDX_CLASSES);
+        SDP_CHECK_ALL(out->labels[i] < IDX_CLASSES,
+                      "'%s' gives sample %zu the label %d, outside 0..%d: it is not a %d-class "
+                      "label file",
+                      f.path, i, out->labels[i], IDX_CLASSES - 1, IDX_CLASSES);
     out->nclasses = IDX_CLASSES;
     gzclose(f.gz);
 }
@@ -186,10 +182,15 @@ void sdp_images_load_idx(sdp_images *out, const char *dir, const char *split, sd
     bool default_dir = dir == NULL;
     if (default_dir) dir = SDP_FASHION_MNIST_DIR;
     bool train = strcmp(split, "train") == 0;
-    SDP_CHECK(train || strcmp(split, "test") == 0,
-              "unknown split '%s' for the IDX dataset in '%s': use train or test", split, dir);
-    SDP_CHECK(is_directory(dir), "IDX dataset directory '%s' does not exist: %s", dir,
-              install_hint(default_dir));
+    SDP_CHECK_ALL(train || strcmp(split, "test") == 0,
+                  "unknown split '%s' for the IDX dataset in '%s': use train or test", split, dir);
+    struct stat st;
+    SDP_CHECK_ALL(stat(dir, &st) == 0, "IDX dataset directory '%s' does not exist: %s", dir,
+                  install_hint(default_dir));
+    SDP_CHECK_ALL(S_ISDIR(st.st_mode),
+                  "'%s' is a file, not the directory of an IDX dataset: give --data the directory "
+                  "that holds {train,t10k}-{images-idx3,labels-idx1}-ubyte(.gz)",
+                  dir);
     memset(out, 0, sizeof *out);
     const char *prefix = train ? "train" : "t10k";
     char images[64], labels[64], images_path[IDX_PATH_LEN];

@@ -7,21 +7,22 @@
 #include <string.h>
 
 static void check_rank(int rank, int world) {
-    SDP_CHECK(world >= 1 && rank >= 0 && rank < world,
-              "rank %d is outside a world of %d ranks: launch with a consistent world size", rank,
-              world);
+    SDP_CHECK_ALL(world >= 1 && rank >= 0 && rank < world,
+                  "rank %d is outside a world of %d ranks: launch with a consistent world size",
+                  rank, world);
 }
 
 static void check_norm(const sdp_images *src, const sdp_image_norm *norm) {
-    SDP_CHECK(norm->C == src->C,
-              "normalization statistics are for %d channels but the images have %d: compute "
-              "them on the training split of the same dataset",
-              norm->C, src->C);
+    SDP_CHECK_ALL(norm->C == src->C,
+                  "normalization statistics are for %d channels but the images have %d: compute "
+                  "them on the training split of the same dataset",
+                  norm->C, src->C);
     for (int c = 0; c < norm->C; c++)
-        SDP_CHECK(isfinite(norm->mean[c]) && isfinite(norm->std[c]) && norm->std[c] > 0,
-                  "normalization of channel %d has mean %g and std %g: the std must be positive "
-                  "and both finite (a constant channel has std 0; give a std yourself)",
-                  c, norm->mean[c], norm->std[c]);
+        SDP_CHECK_ALL(
+            isfinite(norm->mean[c]) && isfinite(norm->std[c]) && norm->std[c] > 0,
+            "normalization of channel %d has mean %g and std %g: the std must be positive "
+            "and both finite (a constant channel has std 0; give a std yourself)",
+            c, norm->mean[c], norm->std[c]);
 }
 
 /* The permutation depends only on (seed, epoch), so any rank can rebuild any epoch's order
@@ -33,18 +34,19 @@ static void build_permutation(sdp_image_loader *L) {
 void sdp_image_loader_init(sdp_image_loader *L, const sdp_images *src, int B, int rank, int world,
                            uint64_t seed, bool shuffle, sdp_augment aug, const sdp_image_norm *norm,
                            sdp_mem *mem) {
-    SDP_CHECK(B >= 1, "batch size %d must be at least 1: fix the batch size", B);
+    SDP_CHECK_ALL(B >= 1, "batch size %d must be at least 1: fix the batch size", B);
     check_rank(rank, world);
     check_norm(src, norm);
-    SDP_CHECK(aug.pad >= 0, "crop padding %d is negative: use 0 to turn cropping off", aug.pad);
+    SDP_CHECK_ALL(aug.pad >= 0, "crop padding %d is negative: use 0 to turn cropping off", aug.pad);
     size_t need = (size_t)world * (size_t)B;
-    SDP_CHECK(src->n >= need,
-              "dataset has %zu images; need at least world*B = %d*%d = %zu: use a smaller batch "
-              "or fewer ranks",
-              src->n, world, B, need);
+    SDP_CHECK_ALL(
+        src->n >= need,
+        "dataset has %zu images; need at least world*B = %d*%d = %zu: use a smaller batch "
+        "or fewer ranks",
+        src->n, world, B, need);
     /* Indices are stored as uint32 and name the augmentation stream of each sample. */
-    SDP_CHECK(src->n <= UINT32_MAX,
-              "dataset has %zu images, more than 2^32: split it into smaller datasets", src->n);
+    SDP_CHECK_ALL(src->n <= UINT32_MAX,
+                  "dataset has %zu images, more than 2^32: split it into smaller datasets", src->n);
     memset(L, 0, sizeof *L);
     L->src = src;
     L->B = B;
@@ -94,7 +96,7 @@ void sdp_image_loader_seek(sdp_image_loader *L, sdp_loader_pos pos) {
 
 void sdp_image_eval_init(sdp_image_eval *E, const sdp_images *src, int B, int rank, int world,
                          const sdp_image_norm *norm) {
-    SDP_CHECK(B >= 1, "batch size %d must be at least 1: fix the batch size", B);
+    SDP_CHECK_ALL(B >= 1, "batch size %d must be at least 1: fix the batch size", B);
     check_rank(rank, world);
     check_norm(src, norm);
     memset(E, 0, sizeof *E);

@@ -36,13 +36,13 @@ static void build_permutation(sdp_loader *L) {
 
 void sdp_loader_init(sdp_loader *L, const sdp_tokens *src, int B, int T, int rank, int world,
                      uint64_t seed, bool shuffle, sdp_mem *mem) {
-    SDP_CHECK(B >= 1 && T >= 1,
-              "batch size %d and sequence length %d must both be at least 1: "
-              "fix the batch or sequence length",
-              B, T);
-    SDP_CHECK(world >= 1 && rank >= 0 && rank < world,
-              "rank %d is outside a world of %d ranks: launch with a consistent world size", rank,
-              world);
+    SDP_CHECK_ALL(B >= 1 && T >= 1,
+                  "batch size %d and sequence length %d must both be at least 1: "
+                  "fix the batch or sequence length",
+                  B, T);
+    SDP_CHECK_ALL(world >= 1 && rank >= 0 && rank < world,
+                  "rank %d is outside a world of %d ranks: launch with a consistent world size",
+                  rank, world);
     memset(L, 0, sizeof *L);
     L->src = src;
     L->B = B;
@@ -53,14 +53,15 @@ void sdp_loader_init(sdp_loader *L, const sdp_tokens *src, int B, int T, int ran
     L->shuffle = shuffle;
     count_sequences(L, mem);
     size_t need = (size_t)world * (size_t)B;
-    SDP_CHECK(L->nseq >= need,
-              "dataset has %zu sequences of T+1 = %d tokens; need at least world*B = %d*%d = %zu: "
-              "use a smaller batch or sequence length or more data",
-              L->nseq, T + 1, world, B, need);
-    SDP_CHECK(L->nseq <= UINT32_MAX,
-              "dataset has %zu sequences of %d tokens, more than 2^32: use a longer sequence "
-              "length or fewer shards",
-              L->nseq, T + 1);
+    SDP_CHECK_ALL(
+        L->nseq >= need,
+        "dataset has %zu sequences of T+1 = %d tokens; need at least world*B = %d*%d = %zu: "
+        "use a smaller batch or sequence length or more data",
+        L->nseq, T + 1, world, B, need);
+    SDP_CHECK_ALL(L->nseq <= UINT32_MAX,
+                  "dataset has %zu sequences of %d tokens, more than 2^32: use a longer sequence "
+                  "length or fewer shards",
+                  L->nseq, T + 1);
     L->perm = sdp_alloc(mem, SDP_MEM_DATA, L->nseq * sizeof *L->perm);
     build_permutation(L);
 }

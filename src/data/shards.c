@@ -25,23 +25,25 @@ static int compare_names(const void *a, const void *b) {
  * shards in the same order. */
 static void expand_pattern(glob_t *g, const char *pattern) {
     int rc = glob(pattern, GLOB_ERR, NULL, g);
-    SDP_CHECK(rc != GLOB_NOMATCH, "no files match '%s': check the shard path or pattern", pattern);
-    SDP_CHECK(rc == 0,
-              "cannot expand the shard pattern '%s' (%s): check the directory exists "
-              "and is readable",
-              pattern, rc == GLOB_NOSPACE ? "out of memory" : "read error");
+    SDP_CHECK_ALL(rc != GLOB_NOMATCH, "no files match '%s': check the shard path or pattern",
+                  pattern);
+    SDP_CHECK_ALL(rc == 0,
+                  "cannot expand the shard pattern '%s' (%s): check the directory exists "
+                  "and is readable",
+                  pattern, rc == GLOB_NOSPACE ? "out of memory" : "read error");
     qsort(g->gl_pathv, g->gl_pathc, sizeof *g->gl_pathv, compare_names);
 }
 
 static void *map_file(const char *path, size_t *bytes) {
-    int fd = sdp_open_input(path, "token shard", bytes);
-    SDP_CHECK(*bytes >= sizeof(int32_t),
-              "token shard '%s' holds %zu bytes, too few for even its magic number: it is not an "
-              "llm.c token shard, or is truncated",
-              path, *bytes);
+    int fd = sdp_open_input_all(path, "token shard", bytes);
+    SDP_CHECK_ALL(
+        *bytes >= sizeof(int32_t),
+        "token shard '%s' holds %zu bytes, too few for even its magic number: it is not an "
+        "llm.c token shard, or is truncated",
+        path, *bytes);
     void *p = mmap(NULL, *bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    SDP_CHECK(p != MAP_FAILED, "cannot map token shard '%s' (%s): check available memory", path,
-              strerror(errno));
+    SDP_CHECK_ALL(p != MAP_FAILED, "cannot map token shard '%s' (%s): check available memory", path,
+                  strerror(errno));
     close(fd);
     return p;
 }
@@ -49,25 +51,27 @@ static void *map_file(const char *path, size_t *bytes) {
 /* Checks the header against the file size and returns the span of tokens it describes. */
 static sdp_token_span validate_shard(const char *path, const void *map, size_t bytes) {
     const int32_t *header = map;
-    SDP_CHECK(header[0] == SDP_SHARD_MAGIC,
-              "'%s' has magic number %d, expected %d: it is not an llm.c token shard", path,
-              header[0], SDP_SHARD_MAGIC);
-    SDP_CHECK(bytes >= SHARD_HEADER_BYTES,
-              "token shard '%s' is truncated: it holds %zu bytes, less than the %d-byte header; "
-              "regenerate it",
-              path, bytes, SHARD_HEADER_BYTES);
-    SDP_CHECK(header[1] == SHARD_VERSION,
-              "token shard '%s' has version %d, expected %d: regenerate it with llm.c's "
-              "current scripts",
-              path, header[1], SHARD_VERSION);
+    SDP_CHECK_ALL(header[0] == SDP_SHARD_MAGIC,
+                  "'%s' has magic number %d, expected %d: it is not an llm.c token shard", path,
+                  header[0], SDP_SHARD_MAGIC);
+    SDP_CHECK_ALL(
+        bytes >= SHARD_HEADER_BYTES,
+        "token shard '%s' is truncated: it holds %zu bytes, less than the %d-byte header; "
+        "regenerate it",
+        path, bytes, SHARD_HEADER_BYTES);
+    SDP_CHECK_ALL(header[1] == SHARD_VERSION,
+                  "token shard '%s' has version %d, expected %d: regenerate it with llm.c's "
+                  "current scripts",
+                  path, header[1], SHARD_VERSION);
     /* The count is written as int32; read it unsigned so a corrupt negative value is reported
      * as a size mismatch rather than wrapping around. */
     size_t count = (uint32_t)header[2];
     size_t held = (bytes - SHARD_HEADER_BYTES) / sizeof(uint16_t);
-    SDP_CHECK(bytes == SHARD_HEADER_BYTES + count * sizeof(uint16_t),
-              "token shard '%s' is truncated or corrupt: header says %zu tokens, file holds %zu; "
-              "regenerate it",
-              path, count, held);
+    SDP_CHECK_ALL(
+        bytes == SHARD_HEADER_BYTES + count * sizeof(uint16_t),
+        "token shard '%s' is truncated or corrupt: header says %zu tokens, file holds %zu; "
+        "regenerate it",
+        path, count, held);
     return (sdp_token_span){(const uint16_t *)((const char *)map + SHARD_HEADER_BYTES), count};
 }
 
@@ -83,10 +87,10 @@ void sdp_tokens_load_shards(sdp_tokens *out, const char *pattern, sdp_mem *mem) 
     memset(out, 0, sizeof *out);
     glob_t g;
     expand_pattern(&g, pattern);
-    SDP_CHECK(g.gl_pathc <= (size_t)INT32_MAX,
-              "pattern '%s' matches %zu files, too many: narrow "
-              "it",
-              pattern, (size_t)g.gl_pathc);
+    SDP_CHECK_ALL(g.gl_pathc <= (size_t)INT32_MAX,
+                  "pattern '%s' matches %zu files, too many: narrow "
+                  "it",
+                  pattern, (size_t)g.gl_pathc);
     int n = (int)g.gl_pathc;
     out->spans = sdp_alloc(mem, SDP_MEM_DATA, (size_t)n * sizeof *out->spans);
     out->maps = sdp_alloc(mem, SDP_MEM_DATA, (size_t)n * sizeof *out->maps);

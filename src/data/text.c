@@ -10,8 +10,8 @@
 enum { TEXT_VOCAB = 256 };
 
 static FILE *open_text(const char *path, size_t *bytes) {
-    FILE *f = sdp_fopen_input(path, "text file", bytes);
-    SDP_CHECK(*bytes > 0, "text file '%s' is empty: give a file with some text in it", path);
+    FILE *f = sdp_fopen_input_all(path, "text file", bytes);
+    SDP_CHECK_ALL(*bytes > 0, "text file '%s' is empty: give a file with some text in it", path);
     return f;
 }
 
@@ -23,8 +23,8 @@ static void read_bytes_as_tokens(FILE *f, const char *path, uint16_t *tok, size_
     while (done < n) {
         size_t want = n - done < sizeof chunk ? n - done : sizeof chunk;
         size_t got = fread(chunk, 1, want, f);
-        SDP_CHECK(got == want, "cannot read text file '%s' (%s): check that it is readable", path,
-                  ferror(f) ? strerror(errno) : "file shrank while reading");
+        SDP_CHECK_ALL(got == want, "cannot read text file '%s' (%s): check that it is readable",
+                      path, ferror(f) ? strerror(errno) : "file shrank while reading");
         for (size_t i = 0; i < got; i++) tok[done + i] = chunk[i];
         done += got;
     }
@@ -45,9 +45,9 @@ static void read_split(sdp_tokens *t, FILE *f, const char *path, size_t n, sdp_m
 
 void sdp_tokens_load_text(sdp_tokens *train, sdp_tokens *val, const char *path, double val_frac,
                           sdp_mem *mem) {
-    SDP_CHECK(val_frac >= 0.0 && val_frac < 1.0,
-              "validation fraction %g for '%s' is out of range: use a value in [0, 1)", val_frac,
-              path);
+    SDP_CHECK_ALL(val_frac >= 0.0 && val_frac < 1.0,
+                  "validation fraction %g for '%s' is out of range: use a value in [0, 1)",
+                  val_frac, path);
     size_t n = 0;
     FILE *f = open_text(path, &n);
     /* The validation split is the tail, so it is text the model never sees in training.

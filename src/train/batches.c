@@ -13,11 +13,17 @@
 static void open_images(batch_source *s, const train_opts *o, int rank, int world, sdp_mem *mem) {
     const char *dir = o->data[0] ? o->data : NULL;
     if (!strcmp(o->dataset, "fashion-mnist") || !strcmp(o->dataset, "mnist")) {
+        /* Only Fashion-MNIST has a packaged default: MNIST would read it under the wrong name. */
+        SDP_CHECK_ALL(dir || strcmp(o->dataset, "mnist") != 0,
+                      "--dataset mnist needs --data DIR, the directory of MNIST's IDX files "
+                      "({train,t10k}-{images-idx3,labels-idx1}-ubyte(.gz)); without --data only "
+                      "fashion-mnist has a default (%s)",
+                      SDP_FASHION_MNIST_DIR);
         sdp_images_load_idx(&s->train_img, dir, "train", mem);
         sdp_images_load_idx(&s->test_img, dir, "test", mem);
     } else if (!strcmp(o->dataset, "cifar10") || !strcmp(o->dataset, "cifar100")) {
-        SDP_CHECK(dir, "--dataset %s needs --data DIR, the directory of its binary version",
-                  o->dataset);
+        SDP_CHECK_ALL(dir, "--dataset %s needs --data DIR, the directory of its binary version",
+                      o->dataset);
         void (*load)(sdp_images *, const char *, const char *, sdp_mem *) =
             !strcmp(o->dataset, "cifar10") ? sdp_images_load_cifar10 : sdp_images_load_cifar100;
         load(&s->train_img, dir, "train", mem);

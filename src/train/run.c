@@ -51,7 +51,7 @@ void train_run_load_config(train_opts *o, run_resolved *resolved, const char *di
 
 static bool starts_with_shard_magic(const char *path) {
     if (access(path, F_OK) != 0) return false; /* the text loader says that it is missing */
-    FILE *f = sdp_fopen_input(path, "data file", NULL);
+    FILE *f = sdp_fopen_input_all(path, "data file", NULL);
     int32_t magic = 0;
     bool shard = fread(&magic, sizeof magic, 1, f) == 1 && magic == SDP_SHARD_MAGIC;
     fclose(f);
