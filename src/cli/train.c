@@ -74,10 +74,15 @@ static int apply_resume_config(trainer *t, int argc, char **argv, train_opts *re
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++) {
         if (!train_opts_given(argc, argv, s->name)) continue;
         if (!strcmp(s->name, "data") || !strcmp(s->name, "val-data")) continue;
-        SDP_CHECK(train_opt_may_change_on_resume(s->name),
-                  "--%s cannot change when resuming (the run was configured with its own "
-                  "value): drop it, or start a new run",
-                  s->name);
+        /* Given again with the run's own value (the first command line, say, with --resume
+         * added), an option changes nothing. */
+        if (!train_opt_may_change_on_resume(s->name) && !train_opts_same(s, &cli, &t->o)) {
+            char given[OPT_STR_MAX + 8], own[OPT_STR_MAX + 8];
+            sdp_fatal("--%s %s cannot change when resuming: the run was configured with %s (%s): "
+                      "drop it, or start a new run",
+                      s->name, train_opts_value_text(s, &cli, given, sizeof given),
+                      train_opts_value_text(s, &t->o, own, sizeof own), source);
+        }
         size_t size = s->type == OPT_STR    ? OPT_STR_MAX
                       : s->type == OPT_INT  ? sizeof(int)
                       : s->type == OPT_FLAG ? sizeof(bool)

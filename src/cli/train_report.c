@@ -462,7 +462,7 @@ void print_summary(trainer *t, sdp_metrics val, double wall, bool print) {
                sdp_fmt_bytes(b1, sizeof b1, (double)max_sent / (double)steps),
                sdp_fmt_bytes(b2, sizeof b2, ring));
     printf("  run directory: %s (config.json, plan.json, metrics.jsonl, memory.json%s)\n", t->o.out,
-           simulating(t) ? "; no checkpoint" : ", model.safetensors");
+           simulating(t) ? "; no checkpoint" : ", model.safetensors, optim.safetensors");
     fflush(stdout);
     free(all);
 }

@@ -206,6 +206,43 @@ bool train_opts_given(int argc, char **argv, const char *name) {
     return false;
 }
 
+bool train_opts_same(const opt_spec *s, const void *a, const void *b) {
+    const void *x = (const char *)a + s->offset, *y = (const char *)b + s->offset;
+    switch (s->type) {
+    case OPT_INT:
+        return *(const int *)x == *(const int *)y;
+    case OPT_FLOAT:
+        return *(const double *)x == *(const double *)y;
+    case OPT_STR:
+        return strcmp((const char *)x, (const char *)y) == 0;
+    case OPT_FLAG:
+        return *(const bool *)x == *(const bool *)y;
+    }
+    return false;
+}
+
+const char *train_opts_value_text(const opt_spec *s, const void *opts, char *buf, size_t n) {
+    const void *f = (const char *)opts + s->offset;
+    switch (s->type) {
+    case OPT_INT:
+        snprintf(buf, n, "%d", *(const int *)f);
+        break;
+    case OPT_FLOAT: /* the fewest digits that read back as the same double */
+        for (int digits = 1; digits <= 17; digits++) {
+            snprintf(buf, n, "%.*g", digits, *(const double *)f);
+            if (strtod(buf, NULL) == *(const double *)f) break;
+        }
+        break;
+    case OPT_STR:
+        snprintf(buf, n, "'%s'", (const char *)f);
+        break;
+    case OPT_FLAG:
+        snprintf(buf, n, "%s", *(const bool *)f ? "on" : "off");
+        break;
+    }
+    return buf;
+}
+
 char *train_opts_to_json(const opt_spec *specs, const void *opts) {
     cJSON *o = cJSON_CreateObject();
     for (const opt_spec *s = specs; s->name; s++) {

@@ -34,6 +34,10 @@ void train_opts_check_names(const struct option *lo, int argc, char **argv);
 void train_opts_set_defaults(const opt_spec *specs, void *opts);
 /* Parses one value into its field; returns false with a message in err when malformed. */
 bool train_opts_set(const opt_spec *s, void *opts, const char *value, char *err, size_t errlen);
+/* Whether option s holds the same value in a and b (two options structs). */
+bool train_opts_same(const opt_spec *s, const void *a, const void *b);
+/* Option s's value in opts as a command line would give it, into buf (n bytes). */
+const char *train_opts_value_text(const opt_spec *s, const void *opts, char *buf, size_t n);
 /* True when argv names this option explicitly. */
 bool train_opts_given(int argc, char **argv, const char *name);
 /* The options as a JSON object string (malloc'd). */
