@@ -71,6 +71,14 @@ for bad in sdp.step=-3 sdp.step=abc sdp.step=2.5 sdp.step= sdp.opt_t=-1 sdp.opt_
   fresh r meta "$bad"
   rejected "resume with $bad" "'${bad%%=*}' is '${bad#*=}'" 2 "$WORK/r" "$SDP_BIN" train --resume "$WORK/r" --steps 4
 done
+# sdp eval and sdp sample hold the same file to the same checks.
+for bad in sdp.step=-1 sdp.tokens=nan sdp.world=0; do
+  fresh r meta "$bad"
+  rejected "eval with $bad" "'${bad%%=*}' is '${bad#*=}'" 2 "$WORK/r" "$SDP_BIN" eval --run "$WORK/r"
+  rejected "sample with $bad" "'${bad%%=*}' is '${bad#*=}'" 2 "$WORK/r" "$SDP_BIN" sample --run "$WORK/r" --length 4
+done
+fresh r drop sdp.loader_step
+rejected "eval without sdp.loader_step" "no 'sdp.loader_step' metadata" 2 "$WORK/r" "$SDP_BIN" eval --run "$WORK/r"
 fresh r meta sdp.vocab=abc
 rejected "eval with sdp.vocab=abc" "'sdp.vocab' is 'abc'" 2 "$WORK/r" "$SDP_BIN" eval --run "$WORK/r"
 fresh r meta sdp.vocab=0
@@ -79,6 +87,8 @@ fresh r meta "sdp.image_shape=1 2"
 rejected "eval with a two-number image shape" "'sdp.image_shape' is '1 2'" 2 "$WORK/r" "$SDP_BIN" eval --run "$WORK/r"
 fresh r meta sdp.vocab=200
 rejected "resume with a vocabulary the data does not give" "written for a vocabulary of 200" 2 "$WORK/r" "$SDP_BIN" train --resume "$WORK/r" --steps 4
+rejected "eval of text with a vocabulary below its 256 bytes" "the data holds a vocabulary of 256 tokens, more than the 200" 2 \
+  "$WORK/r" "$SDP_BIN" eval --run "$WORK/r"
 fresh r meta "sdp.image_shape=3 32 10"
 rejected "resume of a text run with an image shape" "images of 3 32 10" 2 "$WORK/r" "$SDP_BIN" train --resume "$WORK/r" --steps 4
 fresh r drop sdp.vocab

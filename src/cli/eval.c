@@ -88,6 +88,11 @@ int cmd_eval(int argc, char **argv) {
         "(it limits text evaluation)",
         e.run);
     check_image_shape(&data, trained, e.run);
+    SDP_CHECK_ALL(data.images || train_batches_vocab(&data) <= trained.vocab,
+                  "the data holds a vocabulary of %d tokens, more than the %d that %s/"
+                  "model.safetensors was trained with (its 'sdp.vocab'): evaluate it on data "
+                  "of its own vocabulary; if the file was edited, restore it",
+                  train_batches_vocab(&data), trained.vocab, e.run);
     eval_progress progress;
     start_progress(&progress, &e, &data, w.rank, w.size);
     sdp_metrics v =

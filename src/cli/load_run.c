@@ -1,5 +1,6 @@
 #include "load_run.h"
 #include "train/run_config_check.h"
+#include "train/trainer.h"
 
 #include "sdp/check.h"
 #include "sdp/checkpoint.h"
@@ -29,6 +30,7 @@ run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, con
      * checkpoint's metadata rather than reloading the data. */
     sdp_st_file f;
     sdp_st_read(&f, path, mem);
+    train_checkpoint_check_meta(&f);
     run_data_shape shape = {.vocab = load_run_vocab(&f, train_run_images(o))};
     double img[3]; /* channels, size, classes: 0 0 0 for text */
     sdp_st_meta_numbers(&f, "sdp.image_shape", 3, img, 0, INT_MAX, true);

@@ -9,6 +9,7 @@
 
 #include "sdp/optim.h"
 #include "sdp/plan.h"
+#include "sdp/safetensors.h"
 #include "sdp/subnet.h"
 #include "sdp/sync.h"
 
@@ -147,6 +148,9 @@ void train_device_sample_peak(trainer *t);
 /* trainer_checkpoint.c */
 void train_save_checkpoint(trainer *t);
 void train_load_checkpoint(trainer *t);
+/* Checks each metadata field sdp train writes (presence, form and range), as a resume does:
+ * sdp eval and sdp sample load the same file. */
+void train_checkpoint_check_meta(const sdp_st_file *f);
 
 /* eval_stream.c: the assembled model under forward masking, evaluated block by block (no worker
  * holds it whole). All collective. */
