@@ -231,9 +231,11 @@ int cmd_train(int argc, char **argv) {
     memset(&t, 0, sizeof t);
     train_opts_parse(
         TRAIN_OPTS, &t.o, argc, argv,
-        "usage: [mpirun -np N] sdp train --data FILE [options]\n"
-        "Trains a byte-level (text) or token-level (llm.c shards) transformer on N "
-        "workers,\nwith data parallelism or subnetwork data parallelism (--sdp-mask).\n"
+        "usage: [mpirun -np N] sdp train --data FILE|DIR [options]\n"
+        "Trains on N workers, with data parallelism or subnetwork data parallelism "
+        "(--sdp-mask):\na transformer (--model gpt or llama) on bytes of text or llm.c token "
+        "shards (--data FILE),\nor an image model (--model resnet or vit) on --dataset "
+        "(--data DIR; Fashion-MNIST by default).\n"
         "--sim-world N --sim-rank r runs worker r of an N-worker job alone (one process, "
         "no\ncommunication, no checkpoints), to measure one worker's memory and speed.\n"
         "--device cuda trains on GPUs, one per rank (sdp-cuda only).");

@@ -70,7 +70,9 @@ static void print_usage(const opt_spec *specs, const char *usage) {
     for (const opt_spec *s = specs; s->name; s++) {
         char left[64];
         snprintf(left, sizeof left, "--%s%s", s->name, s->type == OPT_FLAG ? "" : " V");
-        printf("  %-22s %s [%s]\n", left, s->help, *s->def ? s->def : "none");
+        char def[64]; /* a default such as sample's "\n" would break the line */
+        printf("  %-22s %s [%s]\n", left, s->help,
+               *s->def ? sdp_escape(def, sizeof def, s->def) : "none");
     }
     printf("  %-22s %s\n", "--help", "print this help");
 }
