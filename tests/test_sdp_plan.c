@@ -956,8 +956,38 @@ static void test_publishers_balance_published_elements(void **state) {
     sdp_layout_free(&hand);
 }
 
+/* sdp_layout_find through the name index, across its regrowths: every tensor of a 5000-tensor
+ * layout is found as itself, names that differ by a character or a prefix are not. */
+static void test_layout_find_by_name(void **state) {
+    (void)state;
+    sdp_layout L;
+    sdp_layout_init(&L, 0);
+    const int64_t shape[1] = {3};
+    enum { N = 5000 };
+    char name[SDP_NAME_MAX];
+    assert_null(sdp_layout_find(&L, "h.0.w"));
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "h.%d.w", i);
+        assert_int_equal(sdp_layout_add(&L, name, 1, shape, -1, -1, 0, 1, false, SDP_INIT_ZEROS, 0),
+                         i);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "h.%d.w", i);
+        const sdp_param *p = sdp_layout_find(&L, name);
+        assert_non_null(p);
+        assert_ptr_equal(p, &L.params[i]);
+        assert_int_equal((long)p->offset, 3L * i);
+    }
+    assert_null(sdp_layout_find(&L, "h.5000.w"));
+    assert_null(sdp_layout_find(&L, "h.1.w2"));
+    assert_null(sdp_layout_find(&L, "h.1."));
+    assert_null(sdp_layout_find(&L, ""));
+    sdp_layout_free(&L);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_find_by_name),
         cmocka_unit_test(test_invariants_over_many_configs),
         cmocka_unit_test(test_default_chunks),
         cmocka_unit_test(test_default_chunks_that_cannot_split_fail_clearly),

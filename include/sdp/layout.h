@@ -55,6 +55,10 @@ typedef struct {
     int nblocks;
     sdp_block *blocks;
     size_t numel;
+    /* Open-addressing hash of the tensor names (index + 1, 0 = empty; a power of two of slots,
+     * at least twice nparams): sdp_layout_find is called per tensor, and a scan made that n^2,
+     * minutes for a model of thousands of layers. */
+    int *by_name, name_slots;
 } sdp_layout;
 
 /* The owned slices of a tensor that a worker owns only in part (neuron units under backward

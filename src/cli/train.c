@@ -241,7 +241,8 @@ int cmd_train(int argc, char **argv) {
         "--device cuda trains on GPUs, one per rank (sdp-cuda only).");
     char schedule[512];
     setup(&t, argc, argv, schedule, sizeof schedule);
-    t.watchdog = sdp_watchdog_start(t.o.stall_timeout, t.world.rank);
+    /* A lone process waits on no other rank: a long pause there (a large checkpoint) is work. */
+    t.watchdog = sdp_watchdog_start(t.world.size > 1 ? t.o.stall_timeout : -1, t.world.rank);
     t.data.watchdog = t.watchdog;
     write_run_files(&t, argc, argv);
     const double before = open_metrics(&t); /* earlier invocations' seconds */

@@ -15,9 +15,34 @@ void sdp_layout_init(sdp_layout *L, int nblocks) {
 }
 
 void sdp_layout_free(sdp_layout *L) {
+    free(L->by_name);
     free(L->params);
     free(L->blocks);
     memset(L, 0, sizeof *L);
+}
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* The slot of name in the hash: where its index + 1 is, or the empty slot where it would go. */
+static int name_slot(const sdp_layout *L, const char *name) {
+    const unsigned mask = (unsigned)L->name_slots - 1;
+    unsigned at = (unsigned)fnv1a(name) & mask;
+    while (L->by_name[at] && strcmp(L->params[L->by_name[at] - 1].name, name) != 0)
+        at = (at + 1) & mask;
+    return (int)at;
+}
+
+/* Rebuilds the hash with twice the slots once it is half full. */
+static void index_grow(sdp_layout *L) {
+    if (2 * (L->nparams + 1) <= L->name_slots) return;
+    L->name_slots = L->name_slots ? 2 * L->name_slots : 64;
+    free(L->by_name);
+    L->by_name = sdp_xcalloc((size_t)L->name_slots, sizeof *L->by_name, "the tensor-name index");
+    for (int i = 0; i < L->nparams; i++) L->by_name[name_slot(L, L->params[i].name)] = i + 1;
 }
 
 int sdp_layout_add(sdp_layout *L, const char *name, int ndim, const int64_t *shape, int block,
@@ -49,19 +74,17 @@ int sdp_layout_add(sdp_layout *L, const char *name, int ndim, const int64_t *sha
     p->init = init;
     p->init_std = init_std;
     L->numel += p->numel;
+    index_grow(L);
+    const int at = name_slot(L, name);
+    SDP_ASSERT(!L->by_name[at]); /* the families name every tensor once */
+    L->by_name[at] = L->nparams + 1;
     return L->nparams++;
 }
 
 const sdp_param *sdp_layout_find(const sdp_layout *L, const char *name) {
-    for (int i = 0; i < L->nparams; i++)
-        if (strcmp(L->params[i].name, name) == 0) return &L->params[i];
-    return NULL;
-}
-
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
+    if (!L->name_slots) return NULL;
+    const int i = L->by_name[name_slot(L, name)];
+    return i ? &L->params[i - 1] : NULL;
 }
 
 static uint64_t mix64(uint64_t z) {

@@ -187,10 +187,18 @@ void tf_free_common(sdp_tf *m) {
 
 long tf_grad_offset_of(const sdp_layout *L, long param_off, const long *grad_offset) {
     if (param_off < 0) return -1;
-    for (int i = 0; i < L->nparams; i++)
-        if ((long)L->params[i].offset == param_off) return grad_offset[i];
-    SDP_ASSERT(0);
-    return -1;
+    /* Offsets grow with the index (sdp_layout_add), so the first tensor at param_off is found
+     * by bisection: a scan per tensor cost n^2 for models of thousands of layers. */
+    int lo = 0, hi = L->nparams;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if ((long)L->params[mid].offset < param_off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    SDP_ASSERT(lo < L->nparams && (long)L->params[lo].offset == param_off);
+    return grad_offset[lo];
 }
 
 /* ---- norms --------------------------------------------------------------------------------- */

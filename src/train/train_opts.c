@@ -111,7 +111,8 @@ const opt_spec TRAIN_OPTS[] = {
      "stop (with a checkpoint) after this many steps of this invocation; resume later", 0},
     {"stall-timeout", OPT_FLOAT, F(stall_timeout), "0",
      "end the job when a rank makes no progress for this many seconds (a rank stopped or dead, a "
-     "host or link down); 0 = 10 times the slowest step, at least 60 s; -1 = never",
+     "host or link down; jobs of 2 or more ranks); 0 = 10 times the slowest step, at least 60 s; "
+     "-1 = never",
      -1},
     {"seed", OPT_INT, F(seed), "1337", "seed for initialisation and data order", 0},
     {"threads", OPT_INT, F(threads), "0", "threads per worker; 0 = cores / workers on the node", 0},
