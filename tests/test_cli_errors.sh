@@ -159,6 +159,24 @@ expect_job_error "a shard with a wrong magic (2 ranks)" "it is not an llm.c toke
   "$SDP_BIN" train --data "$WORK/junk.bin" --steps 1 --threads 1 --out "$WORK/never"
 expect_job_error "a missing IDX directory (2 ranks)" "IDX dataset directory '$WORK/no_such_dir' does not exist" 2 \
   "$SDP_BIN" train --model resnet --data "$WORK/no_such_dir" --steps 1 --threads 1 --out "$WORK/never"
+# Ranks whose hosts hold other data at the same path (here rank 1 sees another text file bind-mounted
+# over it) must not build models of other sizes and fail in a collective: the data is compared.
+head -c 15000 "$WORK/text.txt" >"$WORK/other.txt"
+cat >"$WORK/other_data.sh" <<'SH'
+#!/bin/bash
+if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
+  exec unshare -m bash -c 'mount --bind "$OTHER" "$TARGET" && exec "$@"' x "$@"
+fi
+exec "$@"
+SH
+chmod +x "$WORK/other_data.sh"
+if unshare -m true 2>/dev/null; then
+  export OTHER="$WORK/other.txt" TARGET="$WORK/text.txt"
+  expect_job_error "ranks reading other data at the same path" "rank 1 reads other data than rank 0" 2 \
+    -x OTHER -x TARGET "$WORK/other_data.sh" "$SDP_BIN" train "${J[@]}"
+else
+  echo "skip: ranks reading other data: unshare -m is not permitted here"
+fi
 # Workers that would own nothing: 2 blocks with k = 1 cover 2 workers.
 BLOCK=(--sdp-unit block --sdp-coverage 0.25)
 expect_job_error "workers owning no block" "with --sdp-unit block, 2 droppable blocks and k = 1 of N = 4, workers 2 and 3 would own no block: use --sdp-unit neuron" \

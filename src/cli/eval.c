@@ -81,6 +81,7 @@ int cmd_eval(int argc, char **argv) {
     } else {
         train_batches_open_eval(&data, &o, train_run_images(&o), w.rank, w.size, &mem);
     }
+    train_batches_check_same(&data, MPI_COMM_WORLD);
     SDP_CHECK_ALL(data.has_val, "the run has no validation split: pass --data FILE");
     SDP_CHECK_ALL(
         !data.images || !train_opts_given(argc, argv, "batches"),

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- opening ------------------------------------------------------------------------------ */
@@ -234,6 +235,47 @@ size_t train_batches_train_examples(const batch_source *s) {
 
 size_t train_batches_val_examples(const batch_source *s) {
     return s->images ? s->test_img.n : s->val_tok.ntokens;
+}
+
+enum { DATA_FIELDS = 6 };
+
+/* What the fields of train_batches_check_same say, in words. */
+static const char *describe_data(char *out, size_t n, const uint64_t *f, bool images) {
+    if (images)
+        snprintf(out, n, "%llux%llux%llu images of %llu classes, %llu to train on and %llu to test",
+                 (unsigned long long)f[1], (unsigned long long)f[2], (unsigned long long)f[2],
+                 (unsigned long long)f[3], (unsigned long long)f[4], (unsigned long long)f[5]);
+    else
+        snprintf(out, n, "%llu training and %llu validation tokens of a %llu-token vocabulary",
+                 (unsigned long long)f[4], (unsigned long long)f[5], (unsigned long long)f[0]);
+    return out;
+}
+
+void train_batches_check_same(const batch_source *s, MPI_Comm comm) {
+    int channels, size, classes, rank, world;
+    train_batches_image_shape(s, &channels, &size, &classes);
+    const uint64_t mine[DATA_FIELDS] = {(uint64_t)train_batches_vocab(s),
+                                        (uint64_t)channels,
+                                        (uint64_t)size,
+                                        (uint64_t)classes,
+                                        (uint64_t)train_batches_train_examples(s),
+                                        (uint64_t)train_batches_val_examples(s)};
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &world);
+    uint64_t *all =
+        sdp_xmalloc(sizeof(uint64_t) * DATA_FIELDS * (size_t)world, "every rank's data");
+    MPI_Allgather(mine, DATA_FIELDS, MPI_UINT64_T, all, DATA_FIELDS, MPI_UINT64_T, comm);
+    for (int r = 1; r < world; r++) {
+        const uint64_t *theirs = all + (size_t)r * DATA_FIELDS;
+        if (memcmp(all, theirs, sizeof mine) == 0) continue;
+        char a[160], b[160];
+        sdp_fatal_all("rank %d reads other data than rank 0 (%s, against %s): every rank must "
+                      "read the same data, so give each host the same files at the path "
+                      "--data names",
+                      r, describe_data(b, sizeof b, theirs, s->images),
+                      describe_data(a, sizeof a, all, s->images));
+    }
+    free(all);
 }
 
 /* ---- evaluation ------------------------------------------------------------------------------ */

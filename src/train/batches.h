@@ -63,6 +63,10 @@ sdp_loader_pos train_batches_seek(batch_source *s, sdp_loader_pos pos, int saved
 /* Token vocabulary of the data (0 for images), and image geometry (0 for tokens). */
 int train_batches_vocab(const batch_source *s);
 void train_batches_image_shape(const batch_source *s, int *channels, int *size, int *classes);
+/* Every rank of comm must read the same data: the vocabulary or image shape (which size the
+ * model) and the examples of both splits are compared with rank 0's, and a rank whose data
+ * differs (another file at the same path on its host) ends the job with one line. Collective. */
+void train_batches_check_same(const batch_source *s, MPI_Comm comm);
 /* Training examples: tokens or images. */
 size_t train_batches_train_examples(const batch_source *s);
 size_t train_batches_val_examples(const batch_source *s);

@@ -41,6 +41,7 @@ static void load_data(trainer *t) {
     }
     train_batches_open(&t->data, &t->o, train_run_images(&t->o), job_rank(t), job_workers(t),
                        &t->mem);
+    train_batches_check_same(&t->data, MPI_COMM_WORLD);
 }
 
 /* Block-streamed evaluation borrows the training activations between steps (eval_stream.c): the
