@@ -30,6 +30,9 @@ check_stopped() {
   if [ "$lines" -eq 1 ] && grep -q "resume with: .*sdp train --resume $dir" "$log"; then
     pass "$what: one line says how to resume ($(grep 'stopped by' "$log" | head -c 120))"
   else fail "$what: $lines 'stopped by' lines"; cat "$log"; fi
+  local acks; acks=$(grep -c "stopping when this step ends" "$log")
+  [ "$acks" -le 1 ] && pass "$what: $acks line(s) acknowledging the signal" ||
+    { fail "$what: $acks lines acknowledge the signal"; cat "$log"; }
   [ -s "$dir/model.safetensors" ] && [ -s "$dir/optim.safetensors" ] &&
     pass "$what: a checkpoint was written" || fail "$what: no checkpoint"
   # The run's memory record, every worker's row, as a finished run writes it.
@@ -51,6 +54,24 @@ for sig in TERM INT; do
   [ $sig = TERM ] && want=143 || want=130
   check_stopped "$dir" "$dir.err" "$rc" "$want" "one process, SIG$sig"
 done
+# A step can take long (here a million micro-batches): the first signal is acknowledged at once,
+# while the step goes on, and a second one ends the run.
+dir="$WORK/long_step"
+timeout 120 "$SDP_BIN" "${T[@]}" --steps 2 --grad-accum 1000000 --out "$dir" >"$dir.out" 2>"$dir.err" &
+pid=$!
+for _ in $(seq 100); do grep -q "run dir" "$dir.out" 2>/dev/null && break; sleep 0.1; done
+sleep 0.5
+kill -TERM "$(pgrep -P "$pid" | head -1)"
+sleep 1.5
+if grep -q "SIGTERM: stopping when this step ends" "$dir.err" && kill -0 "$pid" 2>/dev/null; then
+  pass "a long step: the first SIGTERM is acknowledged at once, and the step goes on"
+else fail "a long step: no acknowledgment while the step runs"; cat "$dir.err"; fi
+kill -TERM "$(pgrep -P "$pid" | head -1)" 2>/dev/null
+wait "$pid"; rc=$?
+[ "$rc" -eq 143 ] && grep -q "second signal" "$dir.err" &&
+  pass "a long step: a second SIGTERM ends it at once (exit status $rc)" ||
+  { fail "a long step: exit status $rc after a second SIGTERM"; cat "$dir.err"; }
+
 dir="$WORK/one_TERM"
 stopped=$(grep -o '"step":[0-9]*' "$dir/metrics.jsonl" | tail -1 | cut -d: -f2)
 end=$((stopped + 30))

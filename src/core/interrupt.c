@@ -1,8 +1,11 @@
 #include "sdp/interrupt.h"
 
+#include "sdp/check.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -15,6 +18,7 @@
  * keeps the one piece of mutable global state sdp has of its own: what the waiting thread saw,
  * and the temporary file a second signal must remove. */
 static atomic_int received;
+static atomic_bool lead; /* this process speaks for the job (sdp_is_lead, asked at install) */
 static char temp_path[4096];
 static atomic_int temp_set;
 
@@ -59,9 +63,15 @@ static void *wait_for_signals(void *arg) {
         int sig = 0;
         if (sigwait(&set, &sig) != 0) continue;
         int none = 0;
-        if (atomic_compare_exchange_strong(&received, &none, sig))
+        if (atomic_compare_exchange_strong(&received, &none, sig)) {
             first = seconds_now();
-        else if (seconds_now() - first > DEBOUNCE_S)
+            /* A step can be long: say at once that the signal was taken. */
+            if (atomic_load(&lead))
+                fprintf(stderr,
+                        "sdp: %s: stopping when this step ends (a second signal stops at once, "
+                        "without a checkpoint)\n",
+                        sdp_interrupt_name(sig));
+        } else if (seconds_now() - first > DEBOUNCE_S)
             stop_now(sig);
     }
     return NULL;
@@ -69,6 +79,7 @@ static void *wait_for_signals(void *arg) {
 
 void sdp_interrupt_install(void) {
     sdp_interrupt_defer(); /* in case the caller did not */
+    atomic_store(&lead, sdp_is_lead());
     pthread_t th;
     if (pthread_create(&th, NULL, wait_for_signals, NULL) == 0) pthread_detach(th);
 }
