@@ -72,6 +72,28 @@ expect_error "corrupted checkpoint (eval)" "checksum mismatch" "$SDP_BIN" eval -
 expect_error "resume from a non-run" "not a run directory" "$SDP_BIN" train --resume "$WORK"
 expect_error "changing the model on resume" "cannot change when resuming" "$SDP_BIN" train --resume "$WORK/run" --width 32
 expect_error "eval without a run" "needs --run" "$SDP_BIN" eval
+# A run without validation data says how to measure it, and that way works.
+"$SDP_BIN" train "${T[@]}" --val-frac 0 --out "$WORK/noval" >"$WORK/noval.log" 2>&1
+grep -q "sdp eval --run $WORK/noval --data FILE measures the checkpoint" "$WORK/noval.log" &&
+  pass "a run without validation data points at sdp eval --data" ||
+  { fail "a run without validation data: summary"; tail -3 "$WORK/noval.log"; }
+expect_error "eval of a run without validation data" "run $WORK/noval has no validation data" \
+  "$SDP_BIN" eval --run "$WORK/noval"
+"$SDP_BIN" eval --run "$WORK/noval" --data "$WORK/text.txt" >"$WORK/noval.eval" 2>&1 &&
+  grep -q "nats/token" "$WORK/noval.eval" && pass "... and sdp eval --data measures it" ||
+  { fail "sdp eval --data on a run without validation data"; cat "$WORK/noval.eval"; }
+mkdir -p "$WORK/nockpt" && cp "$WORK/run/config.json" "$WORK/nockpt/"
+expect_error "eval of a run that never saved" "holds no checkpoint (no model.safetensors)" \
+  "$SDP_BIN" eval --run "$WORK/nockpt"
+expect_error "sample of a run that never saved" "holds no checkpoint (no model.safetensors)" \
+  "$SDP_BIN" sample --run "$WORK/nockpt"
+ln -sfn "$WORK/loop" "$WORK/loop"
+expect_error "a looping link as --out" "cannot be reached (Too many levels of symbolic links)" \
+  "$SDP_BIN" train "${T[@]}" --out "$WORK/loop"
+expect_error "a prompt past the option limit" "--prompt value is 600 bytes long: give at most 511" \
+  "$SDP_BIN" sample --run "$WORK/run" --prompt "$(printf 'a%.0s' $(seq 600))"
+expect_error "resnet --channels past the limit" "--channels 100000 makes the last stage 400000 channels wide" \
+  "$SDP_BIN" plan --model resnet --channels 100000
 expect_error "val-data with text" "--val-data is for llm.c shards" "$SDP_BIN" train "${T[@]}" --val-data "$WORK/x_*.bin"
 
 # Data too small for the batch names the file and the split; nothing is left behind.
@@ -188,7 +210,7 @@ expect_job_error "workers owning no block (--sim-world)" "workers 2 and 3 would 
 # Masking needs workers to split the model among.
 for mask in forward backward; do
   expect_job_error "--sdp-mask $mask without mpirun" \
-    "SDP needs at least 2 workers: run it under mpirun -np N (or drop --sdp-mask)" \
+    "SDP needs at least 2 workers: run it under mpirun -np N (or with --sdp-mask none, data parallelism)" \
     0 "$SDP_BIN" train "${J[@]}" --sdp-mask "$mask"
 done
 expect_job_error "--sdp-mask on one rank" "SDP needs at least 2 workers" 1 "$SDP_BIN" train "${J[@]}" --sdp-mask backward
@@ -214,7 +236,7 @@ P=(plan --layers 2 --heads 2 --width 16)
 expect_job_error "sdp plan: workers owning no block" "workers 2 and 3 would own no block" \
   0 "$SDP_BIN" "${P[@]}" --world 4 --sdp-mask forward "${BLOCK[@]}"
 expect_job_error "sdp plan: masking on one worker" \
-  "SDP needs at least 2 workers: use --world N with N >= 2 (or drop --sdp-mask)" \
+  "SDP needs at least 2 workers: use --world N with N >= 2 (or --sdp-mask none for data parallelism)" \
   0 "$SDP_BIN" "${P[@]}" --world 1 --sdp-mask backward
 expect_job_error "sdp plan: a coverage above 1" "--sdp-coverage must be in (0, 1]" \
   0 "$SDP_BIN" "${P[@]}" --world 4 --sdp-mask forward --sdp-coverage 1.5

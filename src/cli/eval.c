@@ -82,7 +82,10 @@ int cmd_eval(int argc, char **argv) {
         train_batches_open_eval(&data, &o, train_run_images(&o), w.rank, w.size, &mem);
     }
     train_batches_check_same(&data, MPI_COMM_WORLD);
-    SDP_CHECK_ALL(data.has_val, "the run has no validation split: pass --data FILE");
+    SDP_CHECK_ALL(data.has_val,
+                  "run %s has no validation data (it was trained without --val-data, or with "
+                  "--val-frac 0): pass --data FILE to evaluate it on FILE",
+                  e.run);
     SDP_CHECK_ALL(
         !data.images || !train_opts_given(argc, argv, "batches"),
         "%s is an image run, which sdp eval evaluates on its whole test split: drop --batches "

@@ -6,9 +6,11 @@
 #include "sdp/checkpoint.h"
 #include "sdp/transformer.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* An image model's vocabulary is unused (0); a text model's is at least 2, and no more than the
  * file's floats, since its embedding has a row per token (a damaged value cannot make the model
@@ -26,6 +28,11 @@ run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, con
     train_run_load_config(o, NULL, dir);
     char path[1024];
     train_run_path(path, sizeof path, dir, "model.safetensors");
+    SDP_CHECK_ALL(access(path, F_OK) == 0 || errno != ENOENT,
+                  "run directory '%s' holds no checkpoint (no model.safetensors): the run stopped "
+                  "before its first save (--ckpt-every sets how often it saves), or is still "
+                  "training toward it",
+                  dir);
     /* The vocabulary of a run whose --vocab was 0 came from its data: read it off the
      * checkpoint's metadata rather than reloading the data. */
     sdp_st_file f;

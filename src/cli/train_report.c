@@ -364,8 +364,15 @@ static void print_summary_line(const trainer *t, sdp_metrics val, double wall) {
     printf("\nsummary: %ld step%s in %.1f s%s, ", done, done == 1 ? "" : "s", wall, span);
     const char *what = simulating(t) ? "simulated worker's own " : "";
     if (!(val.count > 0)) {
-        printf("no validation in this invocation: sdp eval --run %s measures the checkpoint\n",
-               t->o.out);
+        if (t->data.has_val)
+            printf("no validation in this invocation: sdp eval --run %s measures the "
+                   "checkpoint\n",
+                   t->o.out);
+        else
+            printf("no validation: the run has no validation data (--val-data, or --val-frac "
+                   "above 0 for text); sdp eval --run %s --data FILE measures the checkpoint on "
+                   "FILE\n",
+                   t->o.out);
         return;
     }
     const double v = val.loss / val.count;

@@ -50,8 +50,8 @@ void sdp_resnet_config_finish(sdp_resnet_config *c) {
               c->image_size, c->image_size, stages, min, min);
     const long widest = (long)c->width << (stages - 1);
     SDP_CHECK(c->width <= sdp_resnet_max_width(c->depth),
-              "resnet: --width %d makes the last stage %ld channels wide: use a "
-              "width of at most %d",
+              "resnet: --channels %d makes the last stage %ld channels wide: use at most "
+              "--channels %d",
               c->width, widest, sdp_resnet_max_width(c->depth));
 }
 

@@ -42,7 +42,8 @@ bool train_opts_set(const opt_spec *s, void *opts, const char *value, char *err,
     }
     case OPT_STR:
         if (strlen(value) >= OPT_STR_MAX) {
-            snprintf(err, errlen, "--%s value is too long", s->name);
+            snprintf(err, errlen, "--%s value is %zu bytes long: give at most %d", s->name,
+                     strlen(value), OPT_STR_MAX - 1);
             return false;
         }
         strcpy((char *)field(opts, s), value);

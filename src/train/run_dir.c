@@ -28,8 +28,12 @@ void train_run_make_dir(const char *dir, const char *what) {
         }
     }
     struct stat st;
-    SDP_CHECK(stat(path, &st) == 0 && S_ISDIR(st.st_mode),
-              "the %s '%s' is a file, not a directory: pick another directory", what, path);
+    SDP_CHECK(stat(path, &st) == 0,
+              "the %s '%s' cannot be reached (%s): it is a dangling or looping link; pick another "
+              "directory",
+              what, path, strerror(errno));
+    SDP_CHECK(S_ISDIR(st.st_mode), "the %s '%s' is a file, not a directory: pick another directory",
+              what, path);
 }
 
 /* The files a run writes; a new run must not mix its own with these. */

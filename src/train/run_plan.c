@@ -37,10 +37,11 @@ void train_run_plan_check_options(const train_opts *o, int world, const char *n_
     if (world < 2) {
         if (!n_option && o->sim_world > 0) n_option = "--sim-world";
         if (n_option)
-            sdp_fatal_all("SDP needs at least 2 workers: use %s N with N >= 2 (or drop --sdp-mask)",
+            sdp_fatal_all("SDP needs at least 2 workers: use %s N with N >= 2 (or --sdp-mask "
+                          "none for data parallelism)",
                           n_option);
-        sdp_fatal_all(
-            "SDP needs at least 2 workers: run it under mpirun -np N (or drop --sdp-mask)");
+        sdp_fatal_all("SDP needs at least 2 workers: run it under mpirun -np N (or with "
+                      "--sdp-mask none, data parallelism)");
     }
     train_run_owners(o, world); /* --sdp-coverage: a fraction that gives a whole k */
 }
