@@ -94,6 +94,19 @@ rejected "resume of a text run with an image shape" "images of 3 32 10" 2 "$WORK
 fresh r drop sdp.vocab
 rejected "eval without sdp.vocab" "no 'sdp.vocab' metadata" 2 "$WORK/r" "$SDP_BIN" eval --run "$WORK/r"
 
+# Data cut at the same path since the checkpoint (same vocabulary, fewer tokens) is refused, not
+# silently trained on; a checkpoint from before sdp.data_examples still resumes.
+cp "$WORK/text.txt" "$WORK/cut.txt"
+"$SDP_BIN" train "${T[@]}" --data "$WORK/cut.txt" --steps 2 --out "$WORK/cut" >/dev/null 2>&1 ||
+  fail "the run on cut.txt failed"
+head -c 12000 "$WORK/text.txt" >"$WORK/cut.txt"
+rejected "resume after the data was cut" "was written for data of 18000 training and 2000 validation tokens, but the data now gives 10800 and 1200" \
+  2 "$WORK/cut" "$SDP_BIN" train --resume "$WORK/cut" --steps 4
+"${EDIT[@]}" "$WORK/cut/model.safetensors" "$WORK/cut/optim.safetensors" drop sdp.data_examples
+"$SDP_BIN" train --resume "$WORK/cut" --steps 3 >"$WORK/cut.log" 2>&1 &&
+  pass "a checkpoint without sdp.data_examples resumes" ||
+  { fail "a checkpoint without sdp.data_examples"; tail -2 "$WORK/cut.log"; }
+
 # A checkpoint at or past --steps leaves nothing to train: one line that says so and how to go
 # on, exit 0, and the run directory untouched.
 fresh r

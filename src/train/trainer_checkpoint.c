@@ -102,7 +102,7 @@ void train_save_checkpoint(trainer *t) {
     const char *names[2];
     int ns = state_names(t, names);
     char step[32], opt_t[32], ep[32], es[32], tok[64], fl[64], vocab[32], world[16], shape[64],
-        path[1024], prev[1024];
+        path[1024], prev[1024], examples[64];
     snprintf(step, sizeof step, "%ld", t->step);
     snprintf(opt_t, sizeof opt_t, "%ld", t->opt.t);
     const sdp_loader_pos pos = train_batches_pos(&t->data);
@@ -114,27 +114,13 @@ void train_save_checkpoint(trainer *t) {
     snprintf(fl, sizeof fl, "%.17g", t->flops_done);
     snprintf(vocab, sizeof vocab, "%d", t->cfg.vocab);
     snprintf(world, sizeof world, "%d", t->world.size);
-    const char *meta[] = {"format",
-                          "pt",
-                          "sdp.step",
-                          step,
-                          "sdp.opt_t",
-                          opt_t,
-                          "sdp.loader_epoch",
-                          ep,
-                          "sdp.loader_step",
-                          es,
-                          "sdp.tokens",
-                          tok,
-                          "sdp.flops",
-                          fl,
-                          "sdp.vocab",
-                          vocab,
-                          "sdp.world",
-                          world,
-                          "sdp.image_shape",
-                          shape,
-                          NULL};
+    snprintf(examples, sizeof examples, "%zu %zu", train_batches_train_examples(&t->data),
+             train_batches_val_examples(&t->data));
+    const char *meta[] = {
+        "format",           "pt",  "sdp.step",          step,     "sdp.opt_t",  opt_t,
+        "sdp.loader_epoch", ep,    "sdp.loader_step",   es,       "sdp.tokens", tok,
+        "sdp.flops",        fl,    "sdp.vocab",         vocab,    "sdp.world",  world,
+        "sdp.image_shape",  shape, "sdp.data_examples", examples, NULL};
     /* Each file is replaced atomically, but the pair is not: a rank killed between the two
      * renames would leave a model of the last step beside the optimizer of this one. So the
      * optimizer file that matches the model on disk is kept as optim.prev until the new model is
@@ -176,6 +162,7 @@ typedef struct {
     int world; /* of the run that saved it: pos counts its steps */
     double tokens, flops;
     double vocab, image[3]; /* the data's: image channels, size and classes */
+    double examples[2];     /* the data's training and validation tokens or images; -1: unknown */
 } run_state;
 
 /* Integers beyond 2^53 are not exact in a double, and no run counts that far. */
@@ -194,6 +181,9 @@ static run_state read_run_state(const sdp_st_file *f) {
     s.vocab = sdp_st_meta_number(f, "sdp.vocab", 0, INT_MAX, true);
     s.world = (int)sdp_st_meta_number(f, "sdp.world", 1, INT_MAX, true);
     sdp_st_meta_numbers(f, "sdp.image_shape", 3, s.image, 0, INT_MAX, true);
+    s.examples[0] = s.examples[1] = -1; /* checkpoints written before the field: not checked */
+    if (sdp_st_meta(f, "sdp.data_examples"))
+        sdp_st_meta_numbers(f, "sdp.data_examples", 2, s.examples, 0, MAX_COUNT, true);
     return s;
 }
 
@@ -212,6 +202,15 @@ static void check_same_data(const trainer *t, const run_state *s, const char *pa
               "the run was trained on",
               path, s->vocab, s->image[0], s->image[1], s->image[2], c->vocab, c->in_channels,
               c->image_size, c->classes);
+    /* Data cut or extended at the same path: the same vocabulary, other examples. */
+    const double train = (double)train_batches_train_examples(&t->data),
+                 val = (double)train_batches_val_examples(&t->data);
+    const char *what = t->data.images ? "images" : "tokens";
+    SDP_CHECK(s->examples[0] < 0 || (s->examples[0] == train && s->examples[1] == val),
+              "'%s' was written for data of %.0f training and %.0f validation %s, but the data "
+              "now gives %.0f and %.0f: it changed since; resume with the data the run was "
+              "trained on, or start a new run",
+              path, s->examples[0], s->examples[1], what, train, val);
 }
 
 /* A run already at (or past) --steps: it says so and how to go on, and every rank ends without
