@@ -16,6 +16,13 @@ expect_error "a new run into a finished run's directory" "already holds a run" \
   "$SDP_BIN" "${T[@]}" --steps 3 --out "$run"
 [ "$(digest "$run")" = "$before" ] && pass "the refused run changed nothing" ||
   fail "the refused run changed the directory"
+# A directory of the user's own that holds a file of a run's name is refused and left exactly as
+# it was: no lock file either.
+mine="$WORK/mine" && mkdir -p "$mine" && echo '{}' >"$mine/config.json"
+expect_error "a new run into a directory with a config.json of its own" "already holds a run (config.json)" \
+  "$SDP_BIN" "${T[@]}" --steps 3 --out "$mine"
+[ "$(ls -A "$mine")" = "config.json" ] && pass "... and it is left as it was" ||
+  fail "the refused directory now holds: $(ls -A "$mine" | tr '\n' ' ')"
 
 if timeout 60 "$SDP_BIN" "${T[@]}" --steps 2 --out "$run" --overwrite >"$WORK/over.log" 2>&1; then
   steps=$(grep -c '"loss"' "$run/metrics.jsonl")

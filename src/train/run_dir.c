@@ -146,13 +146,18 @@ static void remove_temp_copies(const char *dir) {
 
 int train_run_dir_claim(const char *dir, bool resuming, bool overwrite) {
     train_run_make_dir(dir, "run directory");
+    char lock[4096];
+    file_in(lock, sizeof lock, dir, ".lock");
+    const bool had_lock = access(lock, F_OK) == 0;
     const int fd = lock_dir(dir);
     remove_temp_copies(dir);
     const char *found = resuming ? NULL : earlier_run_file(dir);
-    if (found && !overwrite)
+    if (found && !overwrite) {
+        if (!had_lock) unlink(lock); /* a refused directory is left as it was */
         sdp_fatal("run directory '%s' already holds a run (%s): continue it with --resume %s, "
                   "pick another --out, or pass --overwrite to replace it",
                   dir, found, dir);
+    }
     for (int i = 0; found && i < NRUN_FILES; i++) {
         char path[4096];
         file_in(path, sizeof path, dir, RUN_FILES[i]);
