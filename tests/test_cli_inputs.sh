@@ -7,6 +7,7 @@
 #     window while generating: the continuation is that of the prompt's tail, not of its head.
 #  4. Validation data that is empty, or given where it cannot be used, is refused.
 #  5. --out naming a file says so.
+#  6. An option that --model ignores (--depth for a transformer) is named in one warning.
 source "$(dirname "$0")/lib.sh"
 
 # shard PATH SEED N MAX: an llm.c shard of N random token ids in [0, MAX).
@@ -87,4 +88,15 @@ if [ "$c_tail" = "$c_head" ]; then
 elif [ "$c_long" = "$c_tail" ]; then
   pass "a long prompt continues as its last 16 bytes do ('$c_long')"
 else fail "a long prompt continued as '$c_long'; its last 16 bytes as '$c_tail', its first as '$c_head'"; fi
+
+# ---- 6. options that --model ignores ----------------------------------------------------------
+make_text "$WORK/w.txt" 20000
+W=(--data "$WORK/w.txt" --layers 1 --heads 2 --width 16 --seq-len 16 --batch 2 --steps 1 --threads 1)
+timeout 60 "$SDP_BIN" train "${W[@]}" --depth 8 --crop-pad 2 --out "$WORK/w1" >/dev/null 2>"$WORK/w1.err"
+timeout 60 "$SDP_BIN" train "${W[@]}" --out "$WORK/w2" >/dev/null 2>"$WORK/w2.err"
+if grep -qx "sdp: warning: --depth does not apply to --model gpt: it is ignored" "$WORK/w1.err" &&
+   grep -qx "sdp: warning: --crop-pad does not apply to --model gpt: it is ignored" "$WORK/w1.err" &&
+   [ "$(grep -c warning "$WORK/w1.err")" -eq 2 ] && ! grep -q warning "$WORK/w2.err"; then
+  pass "--depth and --crop-pad on a gpt: one warning each, none without them"
+else fail "warnings for options a gpt ignores:"; cat "$WORK/w1.err" "$WORK/w2.err"; fi
 finish

@@ -44,7 +44,7 @@ ln -s "$WORK/start/input.txt" "$WORK/alias.txt"
   || { fail "same file refused"; cat "$WORK/c.log"; }
 expect_error "--data on resume naming other data is refused" "config.json" \
   "$SDP_BIN" train --resume "$D" --steps 15 --data "$WORK/other.txt"
-expect_error "--lr cannot change on resume" "--lr cannot change" \
+expect_error "--lr cannot change on resume" "--lr 0.01 cannot change when resuming" \
   "$SDP_BIN" train --resume "$D" --steps 15 --lr 1e-2
 expect_error "--reschedule needs --resume" "--reschedule" \
   "$SDP_BIN" train --data "$WORK/other.txt" "${SMALL[@]}" --steps 5 --reschedule --out "$WORK/x"

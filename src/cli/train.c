@@ -183,6 +183,7 @@ static void setup(trainer *t, int argc, char **argv, char *note, size_t n) {
     int schedule_before = 0;
     note[0] = 0;
     if (t->o.resume[0]) schedule_before = apply_resume_config(t, argc, argv, &recorded, &resolved);
+    train_opts_warn_unused(&t->o, argc, argv);
     validate_options(&t->o);
     sdp_world_init(&t->world, &argc, &argv, t->o.threads);
     sdp_set_threads(t->world.threads);

@@ -185,3 +185,46 @@ void train_opts_check_precision(const train_opts *o) {
               "fp32 or --device cuda",
               o->precision);
 }
+
+/* Which models an option applies to, for those that do not apply to all. */
+enum { FOR_GPT = 1, FOR_LLAMA = 2, FOR_VIT = 4, FOR_RESNET = 8 };
+enum { FOR_TOKENS = FOR_GPT | FOR_LLAMA, FOR_IMAGES = FOR_VIT | FOR_RESNET };
+
+static const struct {
+    const char *name;
+    int models;
+} MODEL_OPTS[] = {
+    {"layers", FOR_TOKENS | FOR_VIT},
+    {"heads", FOR_TOKENS | FOR_VIT},
+    {"width", FOR_TOKENS | FOR_VIT},
+    {"d-ff", FOR_TOKENS | FOR_VIT},
+    {"seq-len", FOR_TOKENS},
+    {"vocab", FOR_TOKENS},
+    {"rope-theta", FOR_LLAMA},
+    {"val-data", FOR_TOKENS},
+    {"val-frac", FOR_TOKENS},
+    {"depth", FOR_RESNET},
+    {"channels", FOR_RESNET},
+    {"patch", FOR_VIT},
+    {"dataset", FOR_IMAGES},
+    {"crop-pad", FOR_IMAGES},
+    {"flip", FOR_IMAGES},
+    {"bn-recal-batches", FOR_RESNET},
+};
+
+static int model_bit(const char *model) {
+    return !strcmp(model, "gpt")      ? FOR_GPT
+           : !strcmp(model, "llama")  ? FOR_LLAMA
+           : !strcmp(model, "vit")    ? FOR_VIT
+           : !strcmp(model, "resnet") ? FOR_RESNET
+                                      : 0;
+}
+
+void train_opts_warn_unused(const train_opts *o, int argc, char **argv) {
+    const int bit = model_bit(o->model);
+    if (!bit) return; /* an unknown --model fails elsewhere */
+    for (size_t i = 0; i < sizeof MODEL_OPTS / sizeof *MODEL_OPTS; i++)
+        if (!(MODEL_OPTS[i].models & bit) && train_opts_given(argc, argv, MODEL_OPTS[i].name))
+            sdp_warn("--%s does not apply to --model %s: it is ignored", MODEL_OPTS[i].name,
+                     o->model);
+}

@@ -65,5 +65,8 @@ void train_opts_check_zero(const train_opts *o);
 
 /* Options that a resumed run may change; every other one comes from the run's config.json. */
 bool train_opt_may_change_on_resume(const char *name);
+/* A warning for each option argv gives that --model ignores (--width for a resnet, --depth for a
+ * transformer): a typo or a copied command line should not pass for a setting. */
+void train_opts_warn_unused(const train_opts *o, int argc, char **argv);
 
 #endif
