@@ -48,6 +48,9 @@ expect_error "--vocab smaller than the validation shard's ids, refused before tr
   "$SDP_BIN" train "${M[@]}" --steps 4 --val-every 2 --vocab 100 --out "$WORK/never" \
   --data "$WORK/fw/part_train_000.bin" --val-data "$WORK/wide_val.bin"
 
+expect_error "sdp sample of a run on token ids" "has a 150-token vocabulary (llm.c token ids)" \
+  "$SDP_BIN" sample --run "$WORK/wide" --length 4
+
 # 4. Validation asked for and not there: an empty --val-data shard, or --val-data for an image
 #    model (which validates on its dataset's test split), stops the run with one line for the job
 #    instead of training without validation.
