@@ -27,21 +27,6 @@ static const void *field(const train_opts *o, const opt_spec *s) {
     return (const char *)o + s->offset;
 }
 
-static bool same_option(const opt_spec *s, const train_opts *a, const train_opts *b) {
-    const void *x = field(a, s), *y = field(b, s);
-    switch (s->type) {
-    case OPT_INT:
-        return *(const int *)x == *(const int *)y;
-    case OPT_FLOAT:
-        return *(const double *)x == *(const double *)y;
-    case OPT_STR:
-        return strcmp(x, y) == 0;
-    case OPT_FLAG:
-        return *(const bool *)x == *(const bool *)y;
-    }
-    return false;
-}
-
 static void format_option(char *buf, size_t n, const opt_spec *s, const train_opts *o) {
     const void *f = field(o, s);
     switch (s->type) {
@@ -83,7 +68,7 @@ static bool same_group(const report_run *a, const report_run *b) {
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++) {
         if (report_option_ignored_by_group(s->name) || (recorded && plan_request(s->name)))
             continue;
-        if (!same_option(s, &a->o, &b->o)) return false;
+        if (!train_opts_same(s, &a->o, &b->o)) return false;
     }
     return true;
 }
@@ -108,7 +93,7 @@ static bool same_label_start(const report_run *a, const report_run *b) {
         !(isnan(report_run_coverage(a)) && isnan(report_run_coverage(b))))
         return false;
     for (const opt_spec *s = TRAIN_OPTS; s->name; s++)
-        if (label_shows(s->name, a) && !same_option(s, &a->o, &b->o)) return false;
+        if (label_shows(s->name, a) && !train_opts_same(s, &a->o, &b->o)) return false;
     return true;
 }
 
@@ -161,7 +146,7 @@ static char *make_label(const report_run *r, const report_group *all, int ngroup
         bool varies = false;
         for (int i = 0; i < ngroups; i++)
             varies |= !all[i].mixed && same_label_start(all[i].runs[0], r) &&
-                      !same_option(s, &all[i].runs[0]->o, &r->o);
+                      !train_opts_same(s, &all[i].runs[0]->o, &r->o);
         if (!varies) continue;
         char value[OPT_STR_MAX + 32];
         format_option(value, sizeof value, s, &r->o);
