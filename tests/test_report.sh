@@ -360,6 +360,19 @@ PY
     grep -F '"invocations"' "$WORK/stderr" | grep -qF "restore the file or start a new run" ||
     fail "damaged \"invocations\": $bad: the message lacks the key or the remedy"
 done
+# A damaged line inside metrics.jsonl is left out with a warning naming the file and the line; a
+# last line cut short (a run killed while writing it) is left out silently; the figures stay.
+cp -a "$WORK/fwd1" "$WORK/garbled" && cp -a "$WORK/fwd1" "$WORK/cut"
+sed -i '2i this is not json' "$WORK/garbled/metrics.jsonl"
+printf '{"step":11,"lo' >>"$WORK/cut/metrics.jsonl"
+want=$("$SDP_BIN" report "$WORK/fwd1" 2>/dev/null | grep '^| fwd1 |' | cut -d'|' -f3-)
+"$SDP_BIN" report "$WORK/garbled" >"$WORK/garbled.md" 2>"$WORK/garbled.err"
+"$SDP_BIN" report "$WORK/cut" >"$WORK/cut.md" 2>"$WORK/cut.err"
+if grep -qx "sdp: warning: $WORK/garbled/metrics.jsonl: 1 line that is not a metrics record (the first: line 2) left out of the figures" "$WORK/garbled.err" &&
+   [ "$(grep '^| garbled |' "$WORK/garbled.md" | cut -d'|' -f3-)" = "$want" ] &&
+   [ ! -s "$WORK/cut.err" ] && [ "$(grep '^| cut |' "$WORK/cut.md" | cut -d'|' -f3-)" = "$want" ]; then
+  pass "a damaged metrics line is left out with one warning, a cut last line silently"
+else fail "damaged metrics lines:"; cat "$WORK/garbled.err" "$WORK/cut.err"; fi
 "$SDP_BIN" report --help | grep -q -- "--plots DIR" && "$SDP_BIN" report --help | grep -q -- "--group" &&
   pass "report --help documents --group and --plots" || fail "report --help lacks --group or --plots"
 finish

@@ -52,18 +52,22 @@ static bool is_step(double step) {
 }
 
 /* Training lines carry "loss", validation lines "val_loss"; the last of each gives the final
- * figures, all of them the curves. A damaged line is skipped, like one that is not JSON. */
+ * figures, all of them the curves. A damaged line is skipped, like one that is not JSON: a last
+ * line cut short (a run killed while writing it) silently, any other with a warning. */
 static void read_metrics(report_run *r) {
     char path[1024], line[4096];
     train_run_path(path, sizeof path, r->dir, "metrics.jsonl");
     FILE *in = sdp_fopen(path, "rb");
     double tok = 0;
-    int ntok = 0;
+    int ntok = 0, lineno = 0, damaged = 0, first_damaged = 0;
+    bool last_damaged = false;
     while (fgets(line, sizeof line, in)) {
+        lineno++;
         cJSON *o = cJSON_Parse(line);
-        if (!o) continue;
-        const double step = number(o, "step"), flops = number(o, "flops");
-        if (!is_step(step)) {
+        const double step = o ? number(o, "step") : NAN, flops = o ? number(o, "flops") : NAN;
+        last_damaged = !o || !is_step(step);
+        if (last_damaged) {
+            if (!damaged++) first_damaged = lineno;
             cJSON_Delete(o);
             continue;
         }
@@ -83,6 +87,12 @@ static void read_metrics(report_run *r) {
         cJSON_Delete(o);
     }
     fclose(in);
+    if (last_damaged) damaged--; /* cut short by a stop: not damage */
+    if (damaged > 0)
+        sdp_warn("%s: %d line%s that %s not a metrics record (the first: line %d) left out of "
+                 "the figures",
+                 path, damaged, damaged == 1 ? "" : "s", damaged == 1 ? "is" : "are",
+                 first_damaged);
     r->tok_s = ntok ? tok / ntok : NAN;
 }
 
