@@ -112,6 +112,9 @@ static void print_table(const report_run *r, int n) {
         char val[32] = "-", train[32] = "-"; /* "-": not logged yet */
         if (!isnan(f->val_loss)) snprintf(val, sizeof val, "%.4f", f->val_loss);
         if (!isnan(f->train_loss)) snprintf(train, sizeof train, "%.4f", f->train_loss);
+        char flops[32] = "-", rate[32] = "-";
+        if (!isnan(f->flops)) snprintf(flops, sizeof flops, "%.4g", f->flops / 1e12);
+        if (!isnan(f->tok_s)) snprintf(rate, sizeof rate, "%.0f", f->tok_s);
         if (f->changed[INV_MASK])
             sdp_escape(mask, sizeof mask, report_run_field(field, sizeof field, f, INV_MASK));
         else
@@ -122,12 +125,12 @@ static void print_table(const report_run *r, int n) {
             sdp_escape(unit, sizeof unit, report_run_field(field, sizeof field, f, INV_UNIT));
         else
             sdp_escape(unit, sizeof unit, f->o.sdp_unit);
-        printf("| %s | %s | %s | %s | %s | %ld | %.4g | %s | %s | %s | %.0f | %s | %s | %s | "
+        printf("| %s | %s | %s | %s | %s | %ld | %s | %s | %s | %s | %s | %s | %s | %s | "
                "%s | %s |\n",
-               run_cell(name, sizeof name, f), mask, unit, world, k, f->steps, f->flops / 1e12,
-               train, val, acc, f->tok_s, mib(a, sizeof a, f->state_bytes),
-               mib(e, sizeof e, f->bars[BAR_DATA]), mib(b, sizeof b, f->total_bytes),
-               mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
+               run_cell(name, sizeof name, f), mask, unit, world, k, f->steps, flops, train, val,
+               acc, rate, mib(a, sizeof a, f->state_bytes), mib(e, sizeof e, f->bars[BAR_DATA]),
+               mib(b, sizeof b, f->total_bytes), mib(c, sizeof c, f->peak_rss),
+               mib(d, sizeof d, f->sent));
     }
 }
 
