@@ -163,6 +163,11 @@ fi
 # MNIST has no packaged default: without --data it must not read Fashion-MNIST under its name.
 expect_job_error "--dataset mnist without --data" "--dataset mnist needs --data DIR" 2 \
   "$SDP_BIN" train --model resnet --dataset mnist --steps 1 --threads 1 --out "$WORK/never"
+if [ -d "$FMNIST" ]; then
+  expect_job_error "a crop padding past the image" "--crop-pad 1000 exceeds the 28-pixel side" 2 \
+    "$SDP_BIN" train --model resnet --data "$FMNIST" --crop-pad 1000 --steps 1 --threads 1 \
+    --out "$WORK/never"
+fi
 # A file where an image dataset's directory belongs is named as a file, not as missing.
 echo text >"$WORK/not_a_dir"
 expect_job_error "a file as an IDX directory" "is a file, not the directory of an IDX dataset" 2 \

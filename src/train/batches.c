@@ -36,6 +36,11 @@ static void open_images(batch_source *s, const train_opts *o, int rank, int worl
     }
     s->norm = sdp_images_norm_stats(&s->train_img); /* the test split reuses them */
     const int pad = o->crop_pad >= 0 ? o->crop_pad : s->train_img.H / 8;
+    /* Past the image's side, most crops would be padding alone. */
+    SDP_CHECK_ALL(pad <= s->train_img.H,
+                  "--crop-pad %d exceeds the %d-pixel side of the images: use at most %d (the "
+                  "default is %d, an eighth of the side; 0 turns cropping off)",
+                  pad, s->train_img.H, s->train_img.H, s->train_img.H / 8);
     sdp_augment aug = {pad, o->flip};
     sdp_image_loader_init(&s->train_il, &s->train_img, s->B, rank, world, (uint64_t)o->seed, true,
                           aug, &s->norm, mem);
