@@ -102,6 +102,10 @@ cp "$WORK/text.txt" "$WORK/cut.txt"
 head -c 12000 "$WORK/text.txt" >"$WORK/cut.txt"
 rejected "resume after the data was cut" "was written for data of 18000 training and 2000 validation tokens, but the data now gives 10800 and 1200" \
   2 "$WORK/cut" "$SDP_BIN" train --resume "$WORK/cut" --steps 4
+# Every rank meets it alike, so a job ends with the one line, without an MPI_Abort banner.
+cp -a "$WORK/cut" "$WORK/cut_mpi"
+expect_job_error "resume on 2 ranks after the data was cut" "the data now gives 10800 and 1200" 2 \
+  "$SDP_BIN" train --resume "$WORK/cut_mpi" --steps 4
 "${EDIT[@]}" "$WORK/cut/model.safetensors" "$WORK/cut/optim.safetensors" drop sdp.data_examples
 "$SDP_BIN" train --resume "$WORK/cut" --steps 3 >"$WORK/cut.log" 2>&1 &&
   pass "a checkpoint without sdp.data_examples resumes" ||

@@ -195,22 +195,23 @@ void train_checkpoint_check_meta(const sdp_st_file *f) {
  * on a vocabulary of 200 would load a checkpoint of 256 and train on tokens it never had. */
 static void check_same_data(const trainer *t, const run_state *s, const char *path) {
     const sdp_model_config *c = &t->cfg;
-    SDP_CHECK(s->vocab == c->vocab && s->image[0] == c->in_channels &&
-                  s->image[1] == c->image_size && s->image[2] == c->classes,
-              "'%s' was written for a vocabulary of %.0f and images of %.0f %.0f %.0f (channels, "
-              "size, classes), but this run's data gives %d and %d %d %d: resume with the data "
-              "the run was trained on",
-              path, s->vocab, s->image[0], s->image[1], s->image[2], c->vocab, c->in_channels,
-              c->image_size, c->classes);
+    SDP_CHECK_ALL(
+        s->vocab == c->vocab && s->image[0] == c->in_channels && s->image[1] == c->image_size &&
+            s->image[2] == c->classes,
+        "'%s' was written for a vocabulary of %.0f and images of %.0f %.0f %.0f (channels, "
+        "size, classes), but this run's data gives %d and %d %d %d: resume with the data "
+        "the run was trained on",
+        path, s->vocab, s->image[0], s->image[1], s->image[2], c->vocab, c->in_channels,
+        c->image_size, c->classes);
     /* Data cut or extended at the same path: the same vocabulary, other examples. */
     const double train = (double)train_batches_train_examples(&t->data),
                  val = (double)train_batches_val_examples(&t->data);
     const char *what = t->data.images ? "images" : "tokens";
-    SDP_CHECK(s->examples[0] < 0 || (s->examples[0] == train && s->examples[1] == val),
-              "'%s' was written for data of %.0f training and %.0f validation %s, but the data "
-              "now gives %.0f and %.0f: it changed since; resume with the data the run was "
-              "trained on, or start a new run",
-              path, s->examples[0], s->examples[1], what, train, val);
+    SDP_CHECK_ALL(s->examples[0] < 0 || (s->examples[0] == train && s->examples[1] == val),
+                  "'%s' was written for data of %.0f training and %.0f validation %s, but the data "
+                  "now gives %.0f and %.0f: it changed since; resume with the data the run was "
+                  "trained on, or start a new run",
+                  path, s->examples[0], s->examples[1], what, train, val);
 }
 
 /* A run already at (or past) --steps: it says so and how to go on, and every rank ends without
