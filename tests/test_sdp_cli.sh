@@ -144,6 +144,16 @@ assert all(w["publish_s"] > 0 for w in d["workers"])  # backward masking publish
 else
   fail "sdp plan --link-gbps --json"
 fi
+# A rate given absurdly low still prints every time inside its column: each row as long as the
+# header's.
+if "$SDP_BIN" "${P[@]}" --link-gbps 1e-30 --gflops 1e-30 | awk '
+  / worker +forward +backward/ { width = length($0) }
+  width && /^  ([0-9]|slowest|DDP) / { rows++; if (length($0) != width) bad++ }
+  END { exit !(width && rows == 6 && !bad) }'; then
+  pass "sdp plan --link-gbps 1e-30: every step time stays in its column"
+else
+  fail "sdp plan --link-gbps 1e-30: a step time overruns its column"
+fi
 # --grad-accum A: every worker computes A micro-batches a step (forward and backward A times
 # one's); the step grows, by no more than the slowest worker's compute added (the sync waits for
 # it), since the sync is paid once.

@@ -118,12 +118,15 @@ void plan_steptime_config(const plan_steptime_opts *o, int world, bool cuda, boo
     cfg->update_bytes = update_bytes(bf16, state_bytes);
 }
 
-/* "812.3 ms", or "12.53 s". */
+/* "812.3 ms", "12.53 s", or "3.21e+09 s": a link or compute rate given absurdly low (say
+ * --link-gbps 1e-300) still leaves every time inside its 12-character column. */
 static const char *fmt_time(char *buf, size_t n, double s) {
     if (s < 1)
         snprintf(buf, n, "%.1f ms", 1e3 * s);
-    else
+    else if (s < 1e6)
         snprintf(buf, n, "%.2f s", s);
+    else
+        snprintf(buf, n, "%.2e s", s);
     return buf;
 }
 
