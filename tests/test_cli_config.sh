@@ -116,8 +116,18 @@ other_rule other_rule_scale 'c["resolved"]["branch_scale"] = "inverse"' \
 other_rule other_rule_chunks 'c["resolved"]["chunks"] = 3' \
   'config.json: "resolved".chunks is 3, but the run'"'"'s options give 1 for N = 1'
 # An edited option is named as a possible cause, not only another version of sdp.
-other_rule edited_layers 'c["layers"] = c["layers"] + 1' \
+other_rule edited_chunks 'c["sdp-chunks"] = 2' \
   'its options were edited, or another version of sdp wrote it'
+# A layer count edited up or down is refused from the checkpoint's header, before a model is
+# built for it (thousands of layers would take seconds and gigabytes), and never evaluated on
+# the layers that the file and the edit have in common.
+check many_layers 'c["layers"] = 4096' "model.safetensors has no tensor 'transformer.h.1.ln_1.weight'"
+run2="$WORK/run2"
+timeout 60 "$SDP_BIN" train --data "$WORK/text.txt" --layers 2 --heads 2 --width 16 --seq-len 16 \
+  --batch 2 --steps 2 --val-every 0 --threads 1 --out "$run2" >"$WORK/train2.log" 2>&1 ||
+  fail "the 2-layer run failed: $(tail -1 "$WORK/train2.log")"
+run="$run2" check fewer_layers 'c["layers"] = 1' \
+  'model.safetensors holds 28 tensors where the model has 16: it was written for a different model'
 # A run written before the record existed is still read: derived as before.
 legacy=$(damaged legacy 'del c["resolved"]')
 if "$SDP_BIN" eval --run "$legacy" --threads 1 >"$WORK/legacy.out" 2>&1 &&

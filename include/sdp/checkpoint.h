@@ -40,6 +40,10 @@ void sdp_ckpt_load(sdp_st_file *f, const char *path, const sdp_layout *L,
  * present as F32 of the right shape; no data is read. */
 void sdp_ckpt_open(sdp_st_file *f, const char *path, const sdp_layout *L,
                    const char *const *suffixes, int nbufs, sdp_mem *mem);
+/* Every tensor of L with each suffix present in f as F32 of the right shape, and nothing else: a
+ * file of another model (or a configuration edited since it was written) is refused. */
+void sdp_ckpt_check_tensors(const sdp_st_file *f, const char *path, const sdp_layout *L,
+                            const char *const *suffixes, int nbufs);
 /* Elements [first, first + n) of buf's flat buffer (buf->data unused) from a file opened by
  * sdp_ckpt_open, read straight into dst and checked as sdp_ckpt_load checks them. */
 void sdp_ckpt_read_range(const sdp_st_file *f, const sdp_layout *L, const sdp_ckpt_buffer *buf,

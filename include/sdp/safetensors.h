@@ -78,6 +78,10 @@ void sdp_st_read(sdp_st_file *f, const char *path, sdp_mem *mem);
  * checksum by streaming the file through a bounded buffer (4 MiB at most), and keeps the file
  * open so that sdp_st_pread reads any tensor's bytes on demand. Entries' data is NULL. */
 void sdp_st_open(sdp_st_file *f, const char *path, sdp_mem *mem);
+/* sdp_st_open without the checksum, which reads the whole file: for a look at the tensors a file
+ * holds before committing to it. Its data must not be trusted until sdp_st_open or sdp_st_read
+ * has verified it. */
+void sdp_st_open_header(sdp_st_file *f, const char *path, sdp_mem *mem);
 /* len bytes of entry e's data from byte `at` into dst (after sdp_st_open or sdp_st_read). */
 void sdp_st_pread(const sdp_st_file *f, const sdp_st_entry *e, size_t at, void *dst, size_t len);
 const sdp_st_entry *sdp_st_find(const sdp_st_file *f, const char *name);

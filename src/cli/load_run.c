@@ -52,8 +52,14 @@ run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, con
               "restore it or start a new run",
               dir, o->arch.vocab, shape.vocab, path);
     shape.channels = (int)img[0], shape.image_size = (int)img[1], shape.classes = (int)img[2];
-    sdp_st_close(&f, mem);
     sdp_model_config cfg = train_run_model_config(o, shape);
+    /* Before the model is built: an edited config.json could ask for a far larger one. */
+    sdp_layout full;
+    train_run_full_layout(&full, &cfg);
+    const char *param_suffix[] = {""};
+    sdp_ckpt_check_tensors(&f, path, &full, param_suffix, 1);
+    sdp_layout_free(&full);
+    sdp_st_close(&f, mem);
     /* An image is one example, whatever --seq-len the run's config.json carries (its default). */
     const int run_T = train_run_images(o) ? 1 : o->arch.seq_len;
     *be = sdp_backend_cpu(train_run_gemm(o), mem);

@@ -108,10 +108,27 @@ static const sdp_st_entry *entry_of(const sdp_st_file *f, const char *path, cons
     return e;
 }
 
+void sdp_ckpt_check_tensors(const sdp_st_file *f, const char *path, const sdp_layout *L,
+                            const char *const *suffixes, int nbufs) {
+    for (int b = 0; b < nbufs; b++)
+        for (int i = 0; i < L->nparams; i++) entry_of(f, path, &L->params[i], suffixes[b]);
+    /* Names are unique in a file, so with every tensor of L found, a larger count means tensors
+     * of a larger model: loading the part that fits would evaluate or train another model. */
+    SDP_CHECK(f->n == L->nparams * nbufs,
+              "checkpoint %s holds %d tensors where the model has %d: it was written for a "
+              "different model (or the configuration it is loaded with, such as the run's "
+              "config.json, was edited)",
+              path, f->n, L->nparams * nbufs);
+}
+
 void sdp_ckpt_load(sdp_st_file *f, const char *path, const sdp_layout *L,
                    const sdp_ckpt_buffer *bufs, int nbufs, sdp_mem *mem) {
     sdp_st_read(f, path, mem);
     require_file_checksum(f, path);
+    const char *suffixes[SDP_CKPT_MAX_BUFFERS];
+    SDP_ASSERT(nbufs <= SDP_CKPT_MAX_BUFFERS);
+    for (int b = 0; b < nbufs; b++) suffixes[b] = bufs[b].suffix;
+    sdp_ckpt_check_tensors(f, path, L, suffixes, nbufs);
     for (int b = 0; b < nbufs; b++)
         for (int i = 0; i < L->nparams; i++) {
             const sdp_param *p = &L->params[i];
@@ -127,8 +144,7 @@ void sdp_ckpt_open(sdp_st_file *f, const char *path, const sdp_layout *L,
     sdp_st_open(f, path, mem);
     require_file_checksum(f, path);
     check_consecutive(L);
-    for (int b = 0; b < nbufs; b++)
-        for (int i = 0; i < L->nparams; i++) entry_of(f, path, &L->params[i], suffixes[b]);
+    sdp_ckpt_check_tensors(f, path, L, suffixes, nbufs);
 }
 
 /* The tensor of L holding flat element g: the last whose offset is at most g. */

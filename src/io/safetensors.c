@@ -554,6 +554,10 @@ void sdp_st_open(sdp_st_file *f, const char *path, sdp_mem *mem) {
     verify_checksum(f, path, header_len, mem);
 }
 
+void sdp_st_open_header(sdp_st_file *f, const char *path, sdp_mem *mem) {
+    open_header(f, path, mem);
+}
+
 void sdp_st_pread(const sdp_st_file *f, const sdp_st_entry *e, size_t at, void *dst, size_t len) {
     SDP_CHECK(at <= e->nbytes && len <= e->nbytes - at,
               "sdp_st_pread: bytes [%zu, %zu) are outside tensor '%s' of %zu bytes in '%s'", at,

@@ -66,6 +66,7 @@ static void build_worker(trainer *t) {
     train_batches_image_shape(&t->data, &shape.channels, &shape.image_size, &shape.classes);
     t->cfg = train_run_model_config(&t->o, shape);
     train_run_full_layout(&t->full, &t->cfg);
+    if (t->o.resume[0]) train_checkpoint_check_layout(t);
     sdp_plan_cfg pc = train_run_plan_config(&t->o, job_workers(t), &t->full);
     sdp_plan_build(&t->plan, &pc, &t->full);
     const bool forward = pc.mask == SDP_MASK_FORWARD;

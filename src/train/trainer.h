@@ -148,6 +148,10 @@ void train_device_sample_peak(trainer *t);
 /* trainer_checkpoint.c */
 void train_save_checkpoint(trainer *t);
 void train_load_checkpoint(trainer *t);
+/* The resumed run's model.safetensors holds t->full's tensors and no others; checked from the
+ * header alone, before the worker's model is allocated, so that an edited config.json (a layer
+ * count of thousands, say) is refused at once rather than after building that model. */
+void train_checkpoint_check_layout(trainer *t);
 /* Checks each metadata field sdp train writes (presence, form and range), as a resume does:
  * sdp eval and sdp sample load the same file. */
 void train_checkpoint_check_meta(const sdp_st_file *f);

@@ -264,6 +264,16 @@ static void read_own_runs(trainer *t, const sdp_st_file *f, const char *suffix, 
     train_host_copy_done(t, local, x, nlocal, true);
 }
 
+void train_checkpoint_check_layout(trainer *t) {
+    char path[1024];
+    train_run_path(path, sizeof path, t->o.resume, "model.safetensors");
+    sdp_st_file f;
+    const char *param_suffix[] = {""};
+    sdp_st_open_header(&f, path, &t->io_mem);
+    sdp_ckpt_check_tensors(&f, path, &t->full, param_suffix, 1);
+    sdp_st_close(&f, &t->io_mem);
+}
+
 void train_load_checkpoint(trainer *t) {
     char mpath[1024], opath[1024];
     train_run_path(mpath, sizeof mpath, t->o.out, "model.safetensors");
