@@ -24,7 +24,7 @@
 #               the shrunk dense model with and without dropout, and forward masking with and
 #               without dropout
 #   gpt-overfit3 the same on the first 3% (30 KB to train on, 51 epochs), where it overfits more
-#   gpt-large   the GPT at 6 layers, 6 heads, width 192 (3.4x the parameters): DDP, the dense model
+#   gpt-large   the GPT at 6 layers, 6 heads, width 192 (3.3x the parameters): DDP, the dense model
 #               shrunk to forward masking's memory (equal steps and matched FLOPs), forward masking
 #               with neuron units (equal steps and matched FLOPs), forward masking grown to DDP's
 #               memory, and backward masking with neuron units
@@ -116,8 +116,8 @@ RESNET_REF=(--model resnet --depth 20 --channels 16 --dataset fashion-mnist --ba
             --weight-decay 5e-4 --val-every 469 --log-every 50 --ckpt-every 469)
 # A ViT on Fashion-MNIST: 4 layers, 4 heads, width 64, 7 x 7 patches (16 tokens and a class
 # token), 10 epochs of 4 x 32 images, AdamW at the defaults (beta2 0.95, weight decay 0.1, 100
-# warmup steps, cosine to 1e-4), no random crops: at lr 3e-3 it reached 88.57% without them and
-# 84.67% with 3-pixel crops (a model this small underfits, and augmentation only slows it).
+# warmup steps, cosine to 1e-4), no random crops (a model this small underfits, and
+# augmentation fights overfitting).
 # One evaluation of the whole test split per epoch.
 VIT_REF=(--model vit --layers 4 --heads 4 --width 64 --patch 7 --dataset fashion-mnist --batch 32
          --steps 4690 --lr 3e-3 --crop-pad 0 --val-every 469 --log-every 100 --ckpt-every 469)
