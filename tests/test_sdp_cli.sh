@@ -178,4 +178,29 @@ PY
     fail "sdp plan --link-gbps --grad-accum 3 --zero $zero"
   fi
 done
+# Inputs sdp plan once accepted silently, or ran on for minutes with.
+expect_error "sdp plan --optimizer lion" "unknown --optimizer 'lion': use adamw or sgd" \
+  "$SDP_BIN" plan --world 4 --optimizer lion
+expect_error "sdp plan: rates that make a step infinite" "a step longer than any number" \
+  "$SDP_BIN" plan --world 2 --link-gbps 10 --gflops 1e-300 --grad-accum 2147483647
+expect_error "sdp plan --depth 200000" "at most 8192" \
+  "$SDP_BIN" plan --world 2 --model resnet --depth 200000
+expect_error "sdp plan: 1024 forward-masking workers of 65536 layers" \
+  "--world 1024 with 65536 blocks under forward masking is more than sdp plan models" \
+  "$SDP_BIN" plan --world 1024 --sdp-mask forward --sdp-unit block --layers 65536 --width 6 --heads 1
+if "$SDP_BIN" plan --world 2 --model resnet --layers 3 2>&1 >/dev/null |
+  grep -q -- "--layers does not apply to --model resnet"; then
+  pass "sdp plan warns of an option the model ignores"
+else fail "sdp plan: no warning for --layers on a resnet"; fi
+got=$("$SDP_BIN" plan --world 4 --sdp-mask forward --sdp-owners 4 | grep "vs DDP")
+case "$got" in
+  *"-0.0%"*|*"smaller, total -"*) fail "sdp plan: a worker as large as DDP's: '$got'" ;;
+  *"params+grads+optimizer the same, total the same"*) pass "sdp plan: k = N is DDP's size, said so" ;;
+  *) fail "sdp plan: k = N: '$got'" ;;
+esac
+# Many threads only size the scratch: no thread pool starts, so a virtual-memory limit that
+# OpenBLAS's per-thread buffers would exhaust (it retried forever) is no matter.
+if (ulimit -v 8000000 && timeout 20 "$SDP_BIN" plan --world 4 --threads 64 >/dev/null 2>&1); then
+  pass "sdp plan --threads 64 under an 8 GB address-space limit"
+else fail "sdp plan --threads 64 under an 8 GB address-space limit: status $?"; fi
 finish

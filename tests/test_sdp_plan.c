@@ -529,7 +529,8 @@ static void test_unit_of_matches_scan(void **state) {
 
 typedef struct {
     sdp_plan_cfg cfg;
-    int which_layout; /* 0 gpt (12 heads, 144 neurons), 1 hand, 2 no droppable, 3 wide */
+    int which_layout; /* 0 gpt (12 heads, 144 neurons), 1 hand, 2 no droppable, 3 wide, 4 llama
+                         (6 heads, 1024 neurons) */
 } build_case;
 
 static void build_it(void *ctx) {
@@ -542,6 +543,11 @@ static void build_it(void *ctx) {
         sdp_layout_init(&L, 1);
         const int w[1] = {8192};
         set_block(&L, 0, "wide.0", true, 1, w);
+    }
+    if (bc->which_layout == 4) {
+        sdp_layout_init(&L, 1);
+        const int w[2] = {6, 1024};
+        set_block(&L, 0, "model.layers.0", true, 2, w);
     }
     sdp_plan p;
     sdp_plan_build(&p, &bc->cfg, &L);
@@ -578,6 +584,12 @@ static void test_bad_requests_fail_clearly(void **state) {
                        "12 (1, 2, 3, 4, 6 or 12)");
     expect_build_fails(SDP_UNIT_NEURON, 4, 2, 100, 3,
                        "dividing 8192 (e.g. 8, 16, 32, 64, 128, 256, 512 or 1024)");
+    /* A count that splits the first group is no answer when a later one refuses it: what is
+     * suggested splits every group (3 divides the 6 heads, not the 1024 neurons). */
+    expect_build_fails(SDP_UNIT_NEURON, 4, 2, 3, 4,
+                       "--sdp-chunks 3 does not split the width of group g1 in block "
+                       "model.layers.0 (1024 atoms) into equal chunks: use --sdp-chunks dividing "
+                       "2, which divides every group's width (1 or 2)");
     expect_build_fails(SDP_UNIT_NEURON, 4, 2, -1, 0, "--sdp-chunks -1 is negative");
     expect_build_fails(SDP_UNIT_BLOCK, 4, 2, 0, 2,
                        "block units need droppable blocks (identity-shortcut blocks); this model "

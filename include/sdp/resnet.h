@@ -49,7 +49,10 @@ typedef struct {
 void sdp_resnet_config_finish(sdp_resnet_config *c);
 int sdp_resnet_stages(const sdp_resnet_config *c);
 /* What sdp_resnet_config_finish accepts: a CIFAR ResNet depth (18 or 34, four stages; 6n+2 of at
- * least 8, three), and base widths up to this one (the last stage at most 65536 channels). */
+ * least 8 and at most SDP_RESNET_MAX_DEPTH, three), and base widths up to this one (the last stage
+ * at most 65536 channels). The depth bound keeps describing a model to a few milliseconds (the
+ * cost grows with the square of the blocks), far past any depth trained. */
+#define SDP_RESNET_MAX_DEPTH 8192
 bool sdp_resnet_depth_ok(int depth);
 int sdp_resnet_max_width(int depth);
 int sdp_resnet_nblocks(const sdp_resnet_config *c);

@@ -20,6 +20,7 @@
 #include "sdp/steptime.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -87,6 +88,11 @@ static opt_spec *plan_specs(void) {
     for (const opt_spec *o = TRAIN_OPTS; o->name; o++)
         for (const char **k = SHARED_OPTS; *k; k++)
             if (strcmp(*k, o->name) == 0) s[n++] = *o;
+    /* The plan reads no data: a vocabulary of 0 is byte-level text's. */
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(s[i].name, "vocab"))
+            s[i].help = "vocabulary size; 0 = 256, byte-level text (sdp plan reads no data: give "
+                        "token data's, e.g. 50257 for GPT-2 shards)";
     for (size_t i = 0; i < ne; i++) s[n++] = extra[i];
     plan_steptime_specs(s + n, offsetof(plan_opts, st));
     return s; /* zero-terminated by calloc */
@@ -228,7 +234,8 @@ static void describe_shape(char *buf, size_t len, const sdp_model_config *c) {
         snprintf(buf, len, "vit, %d layers, width %d, %d heads, patch %d", c->layers, c->width,
                  c->heads, c->patch);
     else
-        snprintf(buf, len, "%s, %d layers, width %d", c->arch, c->layers, c->width);
+        snprintf(buf, len, "%s, %d layers, width %d, vocabulary %d", c->arch, c->layers, c->width,
+                 c->vocab);
 }
 
 /* Every worker's step and DDP's under the step-time model. */
@@ -259,6 +266,11 @@ static void predict_steps(const plan_opts *o, const sdp_plan *plan, const sdp_pl
     for (int r = 0; fwd && r < o->world; r++) fwd[r] = fwd[o->world], bwd[r] = bwd[o->world];
     sdp_steptime_predict(ddp_plan, full, flops, sc, d);
     *ddp_st = d[0];
+    for (int r = 0; r <= o->world; r++)
+        SDP_CHECK(isfinite(r < o->world ? st[r].step : ddp_st->step),
+                  "the step-time model's rates give %s a step longer than any number: give "
+                  "realistic --link-gbps, --gflops, --host-gbps, --host-bcast-gbps and --mem-gbs",
+                  r < o->world ? "a worker" : "DDP");
     sc->forward_s = sc->backward_s = NULL; /* the timing marks the output through cal */
     sdp_free(mem, fwd);
     sdp_free(mem, bwd);
@@ -304,6 +316,16 @@ static void print_title(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
            threads == 1 ? "" : "s");
 }
 
+/* "36.4% smaller", "1.7% larger" or "the same" (at the printed precision). */
+static const char *vs_ddp(char *buf, size_t n, double bytes, double ddp) {
+    const double pct = 100 * (bytes / ddp - 1);
+    if (fabs(pct) < 0.05)
+        snprintf(buf, n, "the same");
+    else
+        snprintf(buf, n, "%.1f%% %s", fabs(pct), pct < 0 ? "smaller" : "larger");
+    return buf;
+}
+
 static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_plan *plan,
                         const sdp_model_config *cfg, int threads, size_t numel,
                         const worker_bytes *rows, const worker_bytes *ddp) {
@@ -322,14 +344,15 @@ static void print_table(const plan_opts *o, const sdp_plan_cfg *pc, const sdp_pl
             snprintf(name, sizeof name, "%d", r);
             print_row(name, b);
         } else if (r == o->show)
-            printf("  ... (%d more workers; --show N lists more)\n", o->world - o->show);
+            printf("  ... (%d more worker%s; --show N lists more)\n", o->world - o->show,
+                   o->world - o->show == 1 ? "" : "s");
     }
     print_row("largest", &worst);
     print_row("DDP", ddp);
-    printf("  largest worker vs DDP: params+grads+optimizer %.1f%% smaller, total %.1f%% "
-           "smaller\n",
-           100 * (1 - worst_state / (ddp->params + ddp->grads + ddp->optim)),
-           100 * (1 - worst_total / total_of(ddp)));
+    char state_cmp[32], total_cmp[32];
+    printf("  largest worker vs DDP: params+grads+optimizer %s, total %s\n",
+           vs_ddp(state_cmp, sizeof state_cmp, worst_state, ddp->params + ddp->grads + ddp->optim),
+           vs_ddp(total_cmp, sizeof total_cmp, worst_total, total_of(ddp)));
     printf("  eval+ckpt: evaluation and checkpoint buffers at their peak, beyond the activations "
            "that evaluation borrows under forward masking on the host (docs/design.md); not "
            "counted: the dataset\n");
@@ -362,6 +385,7 @@ static plan_fit_point fit_measure(void *ctx, const train_opts *t) {
     sdp_layout full;
     train_run_full_layout(&full, &cfg);
     sdp_plan_cfg pc = train_run_plan_config(&o.t, o.world, &full);
+    plan_check_worker_blocks(o.world, full.nblocks, pc.mask == SDP_MASK_FORWARD);
     const bool ddp = pc.mask == SDP_MASK_NONE;
     if (ddp) pc.owners = o.world, pc.chunks = 0;
     sdp_plan plan;
@@ -406,7 +430,10 @@ int cmd_plan(int argc, char **argv) {
               "unknown --dtype '%s': use fp32 or bf16", o.dtype);
     SDP_CHECK(!strcmp(o.t.device, "cpu") || on_cuda(&o), "unknown --device '%s': use cpu or cuda",
               o.t.device);
+    SDP_CHECK(!strcmp(o.t.optimizer, "adamw") || !strcmp(o.t.optimizer, "sgd"),
+              "unknown --optimizer '%s': use adamw or sgd", o.t.optimizer);
     train_opts_check_precision(&o.t);
+    train_opts_warn_unused(&o.t, argc, argv);
     train_run_plan_check_options(&o.t, o.world, "--world"); /* what sdp train refuses, said alike */
     train_opts_check_zero(&o.t);
     const bool fitting =
@@ -419,7 +446,11 @@ int cmd_plan(int argc, char **argv) {
     const int threads = o.t.threads > 0       ? o.t.threads
                         : cores / o.world > 1 ? (int)(cores / o.world)
                                               : 1;
-    sdp_set_threads(threads);
+    /* The count sizes scratch; only timing runs kernels (sdp_set_threads starts OpenBLAS's
+     * pool, whose buffers at many threads can exhaust a virtual-memory limit). */
+    omp_set_num_threads(threads);
+    if (plan_steptime_on(&o.st) && (o.st.gflops <= 0 || o.st.measure_steps > 0))
+        sdp_set_threads(threads);
     o.threads = threads;
     if (fitting) {
         const plan_fit_request fit = {
@@ -443,6 +474,7 @@ int cmd_plan(int argc, char **argv) {
     sdp_layout full;
     train_run_full_layout(&full, &cfg);
     sdp_plan_cfg pc = train_run_plan_config(&o.t, o.world, &full);
+    plan_check_worker_blocks(o.world, full.nblocks, pc.mask == SDP_MASK_FORWARD);
     sdp_plan plan, ddp_plan;
     sdp_plan_build(&plan, &pc, &full);
     train_run_plan_check_owners(&plan);

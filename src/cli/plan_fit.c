@@ -79,7 +79,7 @@ typedef struct {
     bool four_stages; /* resnet by depth: 18, then 34 */
     const char *dim;  /* the option varied */
     int step;         /* width and layer ladders: the size is m x step */
-    int max_m;        /* the largest m the family describes (0: none) */
+    int max_m;        /* the largest m the family describes and sdp plans (0: none) */
 } ladder;
 
 static int size_at(const ladder *L, int m) {
@@ -150,6 +150,22 @@ static bool tf_describable(const train_opts *t, const sdp_model_config *base, bo
     return sdp_tf_batch_fits(&c, t->batch, images ? c.model.seq_len : t->arch.seq_len);
 }
 
+void plan_check_worker_blocks(int world, int nblocks, bool forward) {
+    SDP_CHECK(!forward || (double)world * nblocks <= PLAN_MAX_WORKER_BLOCKS,
+              "--world %d with %d blocks under forward masking is more than sdp plan models "
+              "(workers x blocks at most %d, since it counts every worker's model): use fewer "
+              "workers or layers",
+              world, nblocks, PLAN_MAX_WORKER_BLOCKS);
+}
+
+/* A ladder by layers under forward masking stops where plan_check_worker_blocks would refuse. */
+static void cap_worker_blocks(const plan_fit_request *r, const fit_mode *mode, ladder *L) {
+    if (mode->mask != SDP_MASK_FORWARD || !L->by_layers || L->four_stages) return;
+    const int blocks_per_m = L->resnet ? 3 : 1; /* depth 6m + 2: three stages of m blocks */
+    const long most = PLAN_MAX_WORKER_BLOCKS / ((long)r->world * blocks_per_m);
+    if (most < L->max_m) L->max_m = (int)most;
+}
+
 /* The ladder of `mode`, or false with the reason no size of it can be planned. */
 static bool ladder_of(const plan_fit_request *r, const fit_mode *mode, const sdp_model_config *base,
                       ladder *L, char *why, size_t len) {
@@ -167,7 +183,7 @@ static bool ladder_of(const plan_fit_request *r, const fit_mode *mode, const sdp
         const int chunks = r->t->sdp_chunks > 0 ? r->t->sdp_chunks : r->world;
         if (L->by_layers) {
             L->four_stages = base->depth == 18 || base->depth == 34;
-            L->max_m = L->four_stages ? 2 : 1365; /* depth 8192 */
+            L->max_m = L->four_stages ? 2 : (SDP_RESNET_MAX_DEPTH - 2) / 6;
             const int c = chunks_of(r, &base->channels, 1);
             if (neuron && (c == 0 || base->channels % c)) {
                 if (c)
@@ -390,6 +406,7 @@ static int lookahead(const ladder *L, const fit_mode *mode, int m) {
 static void fit_mode_search(const plan_fit_request *r, double limit, const sdp_model_config *base,
                             fit_result *f) {
     f->planned = ladder_of(r, f->mode, base, &f->L, f->why, sizeof f->why);
+    if (f->planned) cap_worker_blocks(r, f->mode, &f->L);
     if (!f->planned) return;
     const int lo = smallest_owned(r, f->mode, &f->L, f->why, sizeof f->why);
     if (lo == 0) {
@@ -539,7 +556,7 @@ static void print_table(const plan_fit_request *r, double limit, const sdp_model
             snprintf(cell, sizeof cell, "%s (%d)", b, f->next.rank);
             printf(" %13d %22s\n", size_at(&f->L, f->next_m), cell);
         } else {
-            printf("   none: the largest %s sdp describes\n", f->L.dim);
+            printf("   none: the largest %s sdp plans\n", f->L.dim);
         }
     }
     printf("  largest worker: its total as sdp plan prints it (evaluation and checkpoint buffers "

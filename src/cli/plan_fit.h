@@ -34,6 +34,13 @@ typedef struct {
     void *ctx;
 } plan_fit_request;
 
+/* Under forward masking sdp plan builds every worker's subnetwork spec to count its model, which
+ * costs workers x blocks: this bound keeps a plan to seconds (a thousand workers of 65536 layers
+ * ran for minutes). --fit stops its ladders there. */
+#define PLAN_MAX_WORKER_BLOCKS (1 << 22)
+/* Fails with one line when forward masking's workers x blocks pass that bound. */
+void plan_check_worker_blocks(int world, int nblocks, bool forward);
+
 /* Parses a size in bytes ("24GiB", "512MiB", "80GB", "1.5e9"); false when malformed. */
 bool plan_fit_parse_bytes(const char *s, double *bytes);
 

@@ -196,7 +196,7 @@ void plan_steptime_print(const sdp_steptime_cfg *cfg, const plan_calibration *ca
     if (world > show) printf("  ... (%d more workers; --show N lists more)\n", world - show);
     print_row("slowest", slowest(t, world));
     print_row("DDP", ddp);
-    printf("  step vs DDP: %.2fx; exposed: the wait for the gradient sync after the backward; "
+    printf("  step vs DDP: %.3gx; exposed: the wait for the gradient sync after the backward; "
            "update: optimizer%s%s\n",
            slowest(t, world)->step / ddp->step,
            t[0].gather > 0 ? ", all-gathers of the updated shards (--zero)" : "",

@@ -22,7 +22,7 @@ static int blocks_in_stage(const sdp_resnet_config *c, int s) {
 }
 
 bool sdp_resnet_depth_ok(int depth) {
-    return four_stages(depth) || (depth >= 8 && depth % 6 == 2);
+    return four_stages(depth) || (depth >= 8 && depth <= SDP_RESNET_MAX_DEPTH && depth % 6 == 2);
 }
 
 int sdp_resnet_max_width(int depth) {
@@ -32,8 +32,8 @@ int sdp_resnet_max_width(int depth) {
 void sdp_resnet_config_finish(sdp_resnet_config *c) {
     SDP_CHECK(sdp_resnet_depth_ok(c->depth),
               "--depth %d is not a CIFAR ResNet depth: use 18 or 34 (four stages) or 6n+2 such as "
-              "20, 32, 44, 56 or 110 (three stages)",
-              c->depth);
+              "20, 32, 44, 56 or 110 (three stages), at most %d",
+              c->depth, SDP_RESNET_MAX_DEPTH);
     SDP_CHECK(c->width >= 0, "--width %d is negative: use a positive width, or 0 for the default",
               c->width);
     if (c->width == 0) c->width = four_stages(c->depth) ? 64 : 16;

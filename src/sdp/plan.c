@@ -110,18 +110,41 @@ static void suggest_divisors(char *buf, size_t len, int w, int want) {
                                  i == 0 ? "" : (i == n - 1 ? " or " : ", "), divs[i]);
 }
 
-static void check_chunks_fit(const sdp_block *blk, const sdp_group *g, int requested, int chunks) {
+static int gcd(int a, int b) {
+    while (b) {
+        const int t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
+/* The largest width that divides every group's: the chunk counts that split them all divide it. */
+static int common_width(const sdp_layout *full) {
+    int common = 0;
+    for (int b = 0; b < full->nblocks; b++)
+        for (int g = 0; g < full->blocks[b].ngroups; g++)
+            common = gcd(common, full->blocks[b].groups[g].width);
+    return common;
+}
+
+/* common: common_width, so that the counts suggested split every group, not only this one. */
+static void check_chunks_fit(const sdp_block *blk, const sdp_group *g, int requested, int chunks,
+                             int common) {
     char what[96], divs[160];
     describe_chunks(what, sizeof what, requested, chunks);
     SDP_CHECK_ALL(chunks <= g->width,
                   "%s is more than the width of group %s in block %s (%d atoms): use --sdp-chunks "
                   "of at most %d, or --sdp-unit block",
-                  what, g->name, blk->name, g->width, g->width);
+                  what, g->name, blk->name, g->width, common);
     if (g->width % chunks == 0) return;
-    suggest_divisors(divs, sizeof divs, g->width, chunks);
+    suggest_divisors(divs, sizeof divs, common, chunks);
+    if (common == g->width)
+        sdp_fatal_all("%s does not split the width of group %s in block %s (%d atoms) into equal "
+                      "chunks: use --sdp-chunks dividing %d (%s)",
+                      what, g->name, blk->name, g->width, g->width, divs);
     sdp_fatal_all("%s does not split the width of group %s in block %s (%d atoms) into equal "
-                  "chunks: use --sdp-chunks dividing %d (%s)",
-                  what, g->name, blk->name, g->width, g->width, divs);
+                  "chunks: use --sdp-chunks dividing %d, which divides every group's width (%s)",
+                  what, g->name, blk->name, g->width, common, divs);
 }
 
 /* For every inner group of every block, `chunks` equal contiguous chunks, in (block, group,
@@ -138,13 +161,14 @@ static void list_neuron_units(sdp_plan *p, const sdp_layout *full) {
                  : p->cfg.mask == SDP_MASK_NONE ? 1
                                                 : default_chunks(full, p->cfg.world);
     p->cfg.chunks = chunks;
+    const int common = common_width(full);
     int n = 0;
     for (int b = 0; b < full->nblocks; b++) {
         const sdp_block *blk = &full->blocks[b];
         SDP_ASSERT(blk->ngroups >= 0 && blk->ngroups <= SDP_MAX_GROUPS);
         for (int g = 0; g < blk->ngroups; g++) {
             SDP_ASSERT(blk->groups[g].width >= 1);
-            check_chunks_fit(blk, &blk->groups[g], requested, chunks);
+            check_chunks_fit(blk, &blk->groups[g], requested, chunks, common);
             n += chunks;
         }
     }

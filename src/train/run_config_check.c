@@ -181,7 +181,9 @@ static void check_training(const train_opts *o, const char *path) {
 static void check_resnet(const train_opts *o, const char *path) {
     if (!sdp_resnet_depth_ok(o->arch.depth))
         BAD_INT("depth", o->arch.depth,
-                "is not a CIFAR ResNet depth (18 or 34, or 6n+2 such as 20, 32, 44, 56 or 110)");
+                "is not a CIFAR ResNet depth (18 or 34, or 6n+2 such as 20, 32, 44, 56 or 110, "
+                "at most %d)",
+                SDP_RESNET_MAX_DEPTH);
     const int most = sdp_resnet_max_width(o->arch.depth);
     if (o->arch.channels > most)
         BAD_INT("channels", o->arch.channels,
