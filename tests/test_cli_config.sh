@@ -80,6 +80,17 @@ check lr_min 'c["lr-min"] = 0.5' 'config.json: "lr-min" is 0.5, which exceeds "l
 check warmup 'c["warmup"] = 50' 'config.json: "warmup" is 50, which exceeds "steps" (2)'
 check val_frac 'c["val-frac"] = 3' 'config.json: "val-frac" is 3, which is not below 1'
 check sim_rank 'c["sim-rank"] = 2' 'config.json: "sim-rank" is 2, which needs "sim-world", which is 0'
+# A key every run has recorded, gone: refused, where its default would train (or evaluate)
+# another run and write that default back. One added later (dropout) may be missing from an
+# older run's file: its default is what that run did.
+check missing_lr 'del c["lr"]' 'config.json lacks "lr", which every run'"'"'s config.json records'
+check missing_width 'del c["width"]' 'config.json lacks "width"'
+check missing_model 'del c["model"]' 'config.json lacks "model"'
+older=$(damaged older 'del c["dropout"]; del c["recompute"]; del c["zero"]')
+if "$SDP_BIN" eval --run "$older" --threads 1 >"$WORK/older.out" 2>&1 &&
+  timeout 60 "$SDP_BIN" train --resume "$older" --steps 3 >"$WORK/older.log" 2>&1; then
+  pass "a run without keys added since the first (dropout, recompute, zero): eval and --resume"
+else fail "a run without keys added since the first"; tail -2 "$WORK/older.out" "$WORK/older.log"; fi
 
 # ---- the "resolved" record: what the options resolved to (k, chunks, branch scale) -------------
 if python3 - "$run/config.json" "$run/plan.json" <<'PY'

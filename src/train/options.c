@@ -292,12 +292,20 @@ static const char *type_name(const opt_spec *s) {
     return s->type == OPT_STR ? "a string" : s->type == OPT_FLAG ? "true or false" : "a number";
 }
 
-void train_opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source) {
+void train_opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source,
+                          const char *const *required) {
     cJSON *o = cJSON_ParseWithOpts(json, NULL, true);
     if (!cJSON_IsObject(o)) { /* valid JSON, such as a number, that is not an object too */
         cJSON_Delete(o);
         sdp_fatal("%s is not a valid JSON object: restore it or start afresh", source);
     }
+    for (const char *const *k = required; k && *k; k++)
+        if (!cJSON_GetObjectItemCaseSensitive(o, *k)) {
+            cJSON_Delete(o);
+            sdp_fatal("%s lacks \"%s\", which every run's config.json records: the file is "
+                      "damaged; restore it or start a new run",
+                      source, *k);
+        }
     for (const opt_spec *s = specs; s->name; s++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, s->name);
         if (!v) continue;

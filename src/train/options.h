@@ -42,7 +42,10 @@ const char *train_opts_value_text(const opt_spec *s, const void *opts, char *buf
 bool train_opts_given(int argc, char **argv, const char *name);
 /* The options as a JSON object string (malloc'd). */
 char *train_opts_to_json(const opt_spec *specs, const void *opts);
-/* Sets every option present in a JSON object written by train_opts_to_json. */
-void train_opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source);
+/* Sets every option present in a JSON object written by train_opts_to_json. Each name of
+ * `required` (NULL-terminated; NULL for none) must be present: a default standing in for it would
+ * change the run unseen. */
+void train_opts_from_json(const opt_spec *specs, void *opts, const char *json, const char *source,
+                          const char *const *required);
 
 #endif

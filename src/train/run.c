@@ -32,6 +32,18 @@ char *train_run_read_text(const char *path) {
     return s;
 }
 
+/* What every config.json has recorded since the first: the model, the data and the training. A
+ * key missing from these is damage, where a default would train or evaluate another run unseen.
+ * Options added since may be missing from an older run's file: their defaults are the behaviour
+ * it ran with. */
+static const char *const RECORDED_FROM_THE_FIRST[] = {
+    "model",        "layers",      "heads",      "width",        "d-ff",       "seq-len",
+    "vocab",        "rope-theta",  "data",       "val-data",     "val-frac",   "batch",
+    "grad-accum",   "steps",       "warmup",     "lr",           "lr-min",     "optimizer",
+    "weight-decay", "decay-all",   "beta1",      "beta2",        "eps",        "momentum",
+    "nesterov",     "clip",        "sdp-mask",   "sdp-unit",     "sdp-owners", "sdp-coverage",
+    "sdp-assign",   "sdp-chunks",  "sdp-seed",   "branch-scale", "seed",       NULL};
+
 void train_run_load_config(train_opts *o, run_resolved *resolved, const char *dir) {
     char path[1024];
     train_run_path(path, sizeof path, dir, "config.json");
@@ -41,7 +53,7 @@ void train_run_load_config(train_opts *o, run_resolved *resolved, const char *di
               dir);
     char *txt = train_run_read_text(path);
     train_opts_set_defaults(TRAIN_OPTS, o);
-    train_opts_from_json(TRAIN_OPTS, o, txt, path);
+    train_opts_from_json(TRAIN_OPTS, o, txt, path, RECORDED_FROM_THE_FIRST);
     train_run_config_check(o, path);
     snprintf(o->config_file, sizeof o->config_file, "%s", path);
     run_resolved record; /* checked even when the caller does not want it */
