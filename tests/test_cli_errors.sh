@@ -204,6 +204,22 @@ if unshare -m true 2>/dev/null; then
 else
   echo "skip: ranks reading other data: unshare -m is not permitted here"
 fi
+# A disk that fills while the run logs: metrics.jsonl's lost lines end the run with one line naming
+# the file and the cause (its writes were once unchecked: lines vanished and the run exited 0).
+if unshare -m true 2>/dev/null; then
+  mkdir -p "$WORK/small"
+  unshare -m bash -c 'mount -t tmpfs -o size=64k tmpfs "$1" && shift && exec "$@"' x "$WORK/small" \
+    timeout 60 "$SDP_BIN" train --data "$WORK/text.txt" --layers 1 --heads 2 --width 16 --seq-len 16 \
+    --batch 2 --steps 100000 --log-every 1 --val-every 0 --ckpt-every 0 --threads 1 \
+    --out "$WORK/small/run" >"$WORK/full.out" 2>"$WORK/full.err"
+  rc=$?
+  if [ $rc -eq 1 ] && [ "$(grep -c . "$WORK/full.err")" = 1 ] &&
+    grep -q "cannot write $WORK/small/run/metrics.jsonl (No space left on device)" "$WORK/full.err"; then
+    pass "a full disk under metrics.jsonl: one line naming it, status 1"
+  else fail "a full disk under metrics.jsonl: status $rc"; cat "$WORK/full.err"; fi
+else
+  echo "skip: a full disk under metrics.jsonl: unshare -m is not permitted here"
+fi
 # Workers that would own nothing: 2 blocks with k = 1 cover 2 workers.
 BLOCK=(--sdp-unit block --sdp-coverage 0.25)
 expect_job_error "workers owning no block" "with --sdp-unit block, 2 droppable blocks and k = 1 of N = 4, workers 2 and 3 would own no block: use --sdp-unit neuron" \

@@ -307,13 +307,13 @@ int cmd_train(int argc, char **argv) {
     if (interrupted) {
         print_summary(&t, final_val, now_s() - t0, false); /* memory.json: the run's record */
         report_interrupt(&t, interrupted);
-        if (t.metrics) fclose(t.metrics);
+        close_metrics(&t);
         trainer_free(&t);
         sdp_world_finalize();
         return 128 + interrupted;
     }
     print_summary(&t, final_val, now_s() - t0, true);
-    if (t.metrics) fclose(t.metrics);
+    close_metrics(&t);
     trainer_free(&t);
     sdp_world_finalize();
     return 0;

@@ -12,6 +12,7 @@
 #include "sdp/cuda_scratch.h"
 #include "sdp/safetensors.h"
 
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -73,6 +74,24 @@ double open_metrics(trainer *t) {
     }
     t->metrics = sdp_fopen(path, "ab");
     return elapsed;
+}
+
+/* A line the disk did not take (full, or the file gone) is a hole in the run's record: end the run
+ * with the file and the cause, its last checkpoint standing, rather than train on without one. */
+static void metrics_check(const trainer *t, int failed) {
+    if (!failed && !ferror(t->metrics)) return;
+    const int err = errno ? errno : EIO;
+    sdp_fatal("cannot write %s/metrics.jsonl (%s): the run stops; free space on its disk, then "
+              "continue from its last checkpoint with sdp train --resume %s",
+              t->o.out, strerror(err), t->o.out);
+}
+
+void close_metrics(trainer *t) {
+    if (!t->metrics) return;
+    errno = 0;
+    const int failed = ferror(t->metrics) || fclose(t->metrics) != 0;
+    if (failed) metrics_check(t, failed); /* fclose has released the file; the message reads t */
+    t->metrics = NULL;
 }
 
 /* --zero 2: what the gradient buffer holds instead of every owned gradient; with few layers per
@@ -213,7 +232,8 @@ void log_progress(trainer *t, double loss, double lr, double norm, int nsteps,
             t->step, loss, lr, norm, tok_s, ms, t->examples_seen, t->flops_done,
             train_device_mem(t)->total_cur, pt->elapsed_s, sum->ms_forward / nsteps,
             sum->ms_backward / nsteps, sum->ms_sync / nsteps, sum->ms_update / nsteps);
-    fflush(t->metrics);
+    errno = 0;
+    metrics_check(t, fflush(t->metrics));
 }
 
 void log_validation(trainer *t, sdp_metrics val, double elapsed) {
@@ -238,7 +258,8 @@ void log_validation(trainer *t, sdp_metrics val, double elapsed) {
                 "\"elapsed_s\":%.3f}\n",
                 t->step, key, v, t->examples_seen, t->flops_done, elapsed);
     }
-    fflush(t->metrics);
+    errno = 0;
+    metrics_check(t, fflush(t->metrics));
 }
 
 /* ---- summary -------------------------------------------------------------------------------- */

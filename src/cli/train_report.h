@@ -24,6 +24,8 @@ typedef struct {
 void log_progress(trainer *t, double loss, double lr, double norm, int nsteps,
                   const progress_timing *pt, const trainer_step_result *sum);
 void log_validation(trainer *t, sdp_metrics val, double elapsed);
+/* Closes metrics.jsonl; a write the disk refused ends the run with one line (as when logging). */
+void close_metrics(trainer *t);
 /* Writes memory.json (collective), then, when `print`, the summary (rank 0). A run stopped by a
  * signal writes the record without the summary. */
 void print_summary(trainer *t, sdp_metrics final_val, double wall, bool print);

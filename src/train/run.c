@@ -37,12 +37,12 @@ char *train_run_read_text(const char *path) {
  * Options added since may be missing from an older run's file: their defaults are the behaviour
  * it ran with. */
 static const char *const RECORDED_FROM_THE_FIRST[] = {
-    "model",        "layers",      "heads",      "width",        "d-ff",       "seq-len",
-    "vocab",        "rope-theta",  "data",       "val-data",     "val-frac",   "batch",
-    "grad-accum",   "steps",       "warmup",     "lr",           "lr-min",     "optimizer",
-    "weight-decay", "decay-all",   "beta1",      "beta2",        "eps",        "momentum",
-    "nesterov",     "clip",        "sdp-mask",   "sdp-unit",     "sdp-owners", "sdp-coverage",
-    "sdp-assign",   "sdp-chunks",  "sdp-seed",   "branch-scale", "seed",       NULL};
+    "model",        "layers",     "heads",    "width",        "d-ff",       "seq-len",
+    "vocab",        "rope-theta", "data",     "val-data",     "val-frac",   "batch",
+    "grad-accum",   "steps",      "warmup",   "lr",           "lr-min",     "optimizer",
+    "weight-decay", "decay-all",  "beta1",    "beta2",        "eps",        "momentum",
+    "nesterov",     "clip",       "sdp-mask", "sdp-unit",     "sdp-owners", "sdp-coverage",
+    "sdp-assign",   "sdp-chunks", "sdp-seed", "branch-scale", "seed",       NULL};
 
 void train_run_load_config(train_opts *o, run_resolved *resolved, const char *dir) {
     char path[1024];
