@@ -95,4 +95,17 @@ timeout 60 "$SDP_BIN" train --resume "$run" --steps 6 >"$WORK/resume_bad.log" 2>
 [ "$(digest "$run")" = "$before" ] && pass "a failed --resume left its run directory unchanged" ||
   fail "a failed --resume changed its run directory"
 cp "$WORK/model.bak" "$run/model.safetensors"
+# A run whose directory is deleted (and perhaps claimed by another run) while it trains: its lock
+# guarded a deleted file, and its stop once saved into the new directory. It now refuses.
+live="$WORK/live"
+"$SDP_BIN" "${T[@]}" --steps 1000000 --log-every 100 --ckpt-every 0 --out "$live" \
+  >"$WORK/live.log" 2>"$WORK/live.err" &
+pid=$!
+for _ in $(seq 100); do grep -q "^step" "$WORK/live.log" && break; sleep 0.1; done
+rm -rf "$live"; mkdir "$live"
+kill -TERM $pid; wait $pid; rc=$?
+if [ $rc -eq 1 ] && grep -q "run directory '$live' was deleted, moved or replaced while this run trained" \
+  "$WORK/live.err" && [ -z "$(ls -A "$live")" ]; then
+  pass "a run whose directory was replaced stops without writing into it"
+else fail "a run whose directory was replaced: status $rc, $(ls -A "$live" | tr '\n' ' ')"; cat "$WORK/live.err"; fi
 finish

@@ -3,6 +3,7 @@
  * of memory per worker next to data parallelism's, and of bytes communicated. */
 #include "train/eval_progress.h"
 #include "train/io_memplan.h"
+#include "train/run_dir.h"
 #include "train/run_history.h"
 #include "train/worker_count.h"
 #include "train_report.h"
@@ -361,6 +362,7 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
     fprintf(f, "  ]\n}\n");
     fclose(f);
     train_run_path(path, sizeof path, t->o.out, "memory.json");
+    train_run_dir_check_held(t->o.out, t->run_lock);
     sdp_write_file_atomic(path, txt, len);
     free(txt);
 }

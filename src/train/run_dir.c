@@ -107,6 +107,18 @@ static int lock_dir(const char *dir) {
     return fd;
 }
 
+void train_run_dir_check_held(const char *dir, int lock_fd) {
+    char path[4096];
+    file_in(path, sizeof path, dir, ".lock");
+    struct stat held, now;
+    const bool same = fstat(lock_fd, &held) == 0 && stat(path, &now) == 0 &&
+                      held.st_dev == now.st_dev && held.st_ino == now.st_ino;
+    SDP_CHECK(same,
+              "run directory '%s' was deleted, moved or replaced while this run trained (%s is "
+              "not the lock it holds): it stops rather than write among another run's files",
+              dir, path);
+}
+
 /* The first of the run files present in dir, or NULL. */
 static const char *earlier_run_file(const char *dir) {
     char path[4096];

@@ -14,6 +14,12 @@ void train_run_make_dir(const char *dir, const char *what);
  * file descriptor: keep it open for the whole run (the lock ends with the process). */
 int train_run_dir_claim(const char *dir, bool resuming, bool overwrite);
 
+/* Before rank 0 writes into dir again (a checkpoint, memory.json): fails with one line when dir's
+ * .lock is no longer the file lock_fd holds, because the directory was deleted or moved, and
+ * perhaps claimed by another run, while this one trained. A flock on a deleted file guards
+ * nothing, and the files would land among another run's. */
+void train_run_dir_check_held(const char *dir, int lock_fd);
+
 /* Before a resume reads anything: fails naming the holder when a live run holds dir's lock (it
  * only tests the lock, so that every rank may ask at once). */
 void train_run_dir_check_free(const char *dir);

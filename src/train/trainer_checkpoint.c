@@ -8,6 +8,7 @@
  * window after window of the flat buffer is the file's data in order), and on resume every worker
  * reads only its own runs from the file. See docs/design.md, "Evaluation and checkpoints". */
 #include "io_memplan.h"
+#include "run_dir.h"
 #include "trainer.h"
 
 #include "sdp/check.h"
@@ -131,6 +132,7 @@ void train_save_checkpoint(trainer *t) {
     train_run_path(path, sizeof path, t->o.out, "optim.safetensors");
     train_run_path(prev, sizeof prev, t->o.out, "optim.prev.safetensors");
     if (is_rank0(t)) {
+        train_run_dir_check_held(t->o.out, t->run_lock);
         SDP_CHECK(t->optim_prev_matches || rename(path, prev) == 0 || errno == ENOENT,
                   "cannot rename %s to %s (%s): check the run directory's permissions", path, prev,
                   strerror(errno));
