@@ -65,6 +65,10 @@ kill_rank() {
     grep -q "made no progress for" "$dir.log" &&
       pass "SIGSTOP to rank $victim: $(grep -m1 -o 'rank [0-9]* made no progress for [0-9]* s' "$dir.log")" ||
       { fail "SIGSTOP to rank $victim: no watchdog message"; tail -5 "$dir.log"; }
+    # Woken by the launcher on its way down, the stopped rank must not blame "another rank".
+    ! grep -q "rank $victim made no progress" "$dir.log" &&
+      pass "SIGSTOP to rank $victim: the stopped rank's own watchdog stays quiet" ||
+      { fail "SIGSTOP to rank $victim: the stopped rank blamed another"; grep "no progress" "$dir.log"; }
   fi
   # The other ranks go down with the job (mpiexec may return while they are still exiting).
   local left=4

@@ -56,15 +56,28 @@ static _Noreturn void end_job(const sdp_watchdog *w, double waited_s) {
     _exit(1);
 }
 
+/* A tick this late means this process itself was frozen (SIGSTOP, a suspended host) with its
+ * training thread: the silence is its own, not another rank's. */
+enum { WATCHDOG_FROZEN_US = 5 * WATCHDOG_TICK_US };
+
 static void *watch(void *arg) {
     sdp_watchdog *w = arg;
     pthread_mutex_lock(&w->lock);
+    long long tick_us = now_us();
     while (!w->stopping) {
         const long long until_us = now_us() + WATCHDOG_TICK_US;
         const struct timespec until = {until_us / 1000000, (until_us % 1000000) * 1000};
         pthread_cond_timedwait(&w->wake, &w->lock, &until); /* early on a spurious wake: harmless */
+        const long long now = now_us(), late = now - tick_us;
+        tick_us = now;
         if (w->stopping || !atomic_load(&w->armed)) continue;
-        const double waited = 1e-6 * (double)(now_us() - atomic_load(&w->last_us));
+        /* Woken from a freeze: the others, if they waited, have ended the job already; if not, the
+         * training thread gets a whole window again rather than blame "another rank". */
+        if (late > WATCHDOG_FROZEN_US) {
+            atomic_store(&w->last_us, now);
+            continue;
+        }
+        const double waited = 1e-6 * (double)(now - atomic_load(&w->last_us));
         if (waited > limit_s(w)) end_job(w, waited);
     }
     pthread_mutex_unlock(&w->lock);
