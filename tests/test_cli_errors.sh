@@ -217,6 +217,20 @@ if unshare -m true 2>/dev/null; then
     grep -q "cannot write $WORK/small/run/metrics.jsonl (No space left on device)" "$WORK/full.err"; then
     pass "a full disk under metrics.jsonl: one line naming it, status 1"
   else fail "a full disk under metrics.jsonl: status $rc"; cat "$WORK/full.err"; fi
+  # A disk already full: the lock file cannot be written. One line naming it, and no directory
+  # left behind (there was once an unnamed file and an empty directory with a .lock).
+  # (The mount lives in unshare's namespace: what is left is listed there, into full.left.)
+  unshare -m bash -c 'mount -t tmpfs -o size=8k tmpfs "$1" && head -c 8192 /dev/zero >"$1/fill"
+    d=$1; shift; "$@"; rc=$?; ls -A "$d" >"$d.left"; exit $rc' x "$WORK/small" \
+    timeout 60 "$SDP_BIN" train --data "$WORK/text.txt" \
+    --layers 1 --heads 2 --width 16 --seq-len 16 --batch 2 --steps 2 --threads 1 \
+    --out "$WORK/small/full" >"$WORK/full.out" 2>"$WORK/full.err"
+  rc=$?
+  if [ $rc -eq 1 ] && [ "$(grep -c . "$WORK/full.err")" = 1 ] &&
+    grep -q "cannot write the lock file '$WORK/small/full/.lock' (No space left on device)" "$WORK/full.err" &&
+    [ "$(cat "$WORK/small.left")" = fill ]; then
+    pass "a full disk under the run directory's lock: one line naming it, nothing left"
+  else fail "a full disk under the run directory's lock: status $rc"; cat "$WORK/full.err"; fi
 else
   echo "skip: a full disk under metrics.jsonl: unshare -m is not permitted here"
 fi

@@ -54,15 +54,15 @@ static void read_holder(int fd, char *holder, size_t n) {
     if (!holder[0]) snprintf(holder, n, "another process");
 }
 
-static void write_holder(int fd) {
+/* False, with errno, when the disk refuses the line. */
+static bool write_holder(int fd) {
     char host[256] = "?", stamp[32], line[512];
     gethostname(host, sizeof host - 1);
     time_t now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
     int len = snprintf(line, sizeof line, "sdp train, pid %ld on %s, since %s\n", (long)getpid(),
                        host, stamp);
-    SDP_CHECK(ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)len, 0) == len,
-              "cannot write the run directory's lock file (%s)", strerror(errno));
+    return ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)len, 0) == len;
 }
 
 static _Noreturn void in_use(const char *dir, int fd) {
@@ -93,9 +93,11 @@ void train_run_dir_check_saved(const char *dir) {
               dir, dir);
 }
 
-static int lock_dir(const char *dir) {
+/* created: dir did not exist before this claim, so a refusal removes it again (when empty). */
+static int lock_dir(const char *dir, bool created) {
     char path[4096];
     file_in(path, sizeof path, dir, ".lock");
+    const bool had_lock = access(path, F_OK) == 0;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     SDP_CHECK(fd >= 0, "cannot open '%s' (%s): check the run directory's permissions", path,
               strerror(errno));
@@ -103,7 +105,14 @@ static int lock_dir(const char *dir) {
         SDP_CHECK(errno == EWOULDBLOCK, "cannot lock '%s' (%s)", path, strerror(errno));
         in_use(dir, fd);
     }
-    write_holder(fd);
+    if (!write_holder(fd)) {
+        const int err = errno;
+        if (!had_lock) unlink(path); /* a refused directory is left as it was */
+        if (created) rmdir(dir);
+        sdp_fatal("cannot write the lock file '%s' (%s): free space on its disk or pick another "
+                  "--out",
+                  path, strerror(err));
+    }
     return fd;
 }
 
@@ -157,11 +166,12 @@ static void remove_temp_copies(const char *dir) {
 }
 
 int train_run_dir_claim(const char *dir, bool resuming, bool overwrite) {
+    const bool created = access(dir, F_OK) != 0;
     train_run_make_dir(dir, "run directory");
     char lock[4096];
     file_in(lock, sizeof lock, dir, ".lock");
     const bool had_lock = access(lock, F_OK) == 0;
-    const int fd = lock_dir(dir);
+    const int fd = lock_dir(dir, created);
     remove_temp_copies(dir);
     const char *found = resuming ? NULL : earlier_run_file(dir);
     if (found && !overwrite) {
