@@ -147,5 +147,16 @@ if train_on 1 "$WORK/text_run" --data "$WORK/small.txt" --val-frac 0.25 "${TINY[
   [ -n "$train_part" ] && [ "$train_part" != "$(eval_loss --run "$WORK/shard_run")" ] &&
     pass "shard: sdp eval --data on the training shard evaluates it ($train_part)" ||
     fail "shard: sdp eval --data on the training shard gave '$train_part'"
+  # The run's data cut at the same path: its own split would now be another; refused, not
+  # evaluated as if it were the run's.
+  cp -r "$WORK/text_run" "$WORK/cut_run"
+  head -c 60000 "$WORK/small.txt" >"$WORK/cut.txt"
+  python3 - "$WORK/cut_run/config.json" "$WORK/cut.txt" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["data"] = sys.argv[2]; json.dump(c, open(sys.argv[1], "w"))
+PY
+  expect_error "sdp eval of a run whose data changed since" \
+    "was trained beside 20000 validation tokens, but its data now gives 15000: the data changed since" \
+    "$SDP_BIN" eval --run "$WORK/cut_run" --threads 1
 fi
 finish

@@ -11,7 +11,7 @@ make_text "$WORK/big.txt" 200000
   { fail "the small training run failed"; cat "$WORK/train.log"; }
 E=(eval --run "$WORK/run" --data "$WORK/big.txt" --threads 1)
 LINE='^eval +[0-9]+\.[0-9]% \| [0-9.]+[kMG]?/[0-9.]+[kMG]? (tok|img) \| [0-9.]+[kMG]? (tok|img)/s \| (eta|done in) [0-9hms]+$'
-RESULT='^eval .*: loss [0-9.]+ nats/token \([0-9.]+ bits/token\), perplexity [0-9.]+$'
+RESULT='^eval .*: loss [0-9.]+ nats/token \([0-9.]+ bits/token\), perplexity [0-9.]+ \([0-9]+ tokens\)$'
 
 # check_progress WHAT: $WORK/err holds progress lines only, at least two, the last at 100%, and
 # $WORK/out the result line alone.

@@ -6,6 +6,7 @@
 
 #include "sdp/check.h"
 #include "sdp/ops.h"
+#include "sdp/safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -20,7 +21,8 @@ typedef struct {
 static const opt_spec EVAL_OPTS[] = {
     {"run", OPT_STR, offsetof(eval_opts, run), "", "run directory written by sdp train", 0},
     {"data", OPT_STR, offsetof(eval_opts, data), "",
-     "evaluate on this text file or shard glob (all of it); default: the run's validation split",
+     "evaluate on this text file or shard glob (every whole batch of it on every rank: the "
+     "result line gives the tokens); default: the run's validation split",
      0},
     {"batches", OPT_INT, offsetof(eval_opts, batches), "1000000",
      "at most this many batches of text per worker, as sdp train's --val-batches (under mpiexec -n "
@@ -45,6 +47,28 @@ static void check_image_shape(const batch_source *data, run_data_shape trained, 
         "%s/model.safetensors was trained on %dx%dx%d images of %d classes, but its dataset "
         "gives %dx%dx%d images of %d classes: evaluate it on the data it was trained on",
         run, trained.channels, trained.image_size, trained.image_size, trained.classes, c, s, s, k);
+}
+
+/* The run's own split must be the one it was trained beside: data cut or extended at the same
+ * path since would give another split, evaluated as if it were the run's. The checkpoint records
+ * the example counts its data gave (sdp.data_examples; absent from older checkpoints). Text
+ * evaluation loads no training split (0 here), so only the validation count is compared then. */
+static void check_same_examples(const batch_source *data, const char *run, sdp_mem *mem) {
+    char path[1024];
+    train_run_path(path, sizeof path, run, "model.safetensors");
+    sdp_st_file f;
+    sdp_st_open_header(&f, path, mem); /* load_run_model has verified the file */
+    double ex[2] = {-1, -1};
+    if (sdp_st_meta(&f, "sdp.data_examples"))
+        sdp_st_meta_numbers(&f, "sdp.data_examples", 2, ex, 0, 9007199254740992.0, true);
+    sdp_st_close(&f, mem);
+    const double train = (double)train_batches_train_examples(data),
+                 val = (double)train_batches_val_examples(data);
+    const char *what = data->images ? "images" : "tokens";
+    SDP_CHECK_ALL(ex[0] < 0 || (ex[1] == val && (train == 0 || ex[0] == train)),
+                  "%s was trained beside %.0f validation %s, but its data now gives %.0f: the data "
+                  "changed since; restore it, or pass --data FILE to evaluate on a file whole",
+                  path, ex[1], what, val);
 }
 
 /* Progress lines on rank 0 for the pass over this worker's share of the data: a batch of every
@@ -75,13 +99,14 @@ int cmd_eval(int argc, char **argv) {
     const run_data_shape trained = load_run_model(&m, &be, &o, e.run, 0, 0, &mem);
     if (e.data[0]) strcpy(o.data, e.data);
     batch_source data;
-    if (e.data[0] && !train_run_images(&o)) { /* another file: all of it is evaluated */
+    if (e.data[0] && !train_run_images(&o)) { /* another file: every whole batch of it */
         o.val_data[0] = 0;
         train_batches_open_file(&data, &o, w.rank, w.size, &mem);
     } else {
         train_batches_open_eval(&data, &o, train_run_images(&o), w.rank, w.size, &mem);
     }
     train_batches_check_same(&data, MPI_COMM_WORLD);
+    if (!e.data[0]) check_same_examples(&data, e.run, &mem);
     SDP_CHECK_ALL(data.has_val,
                   "run %s has no validation data (it was trained without --val-data, or with "
                   "--val-frac 0): pass --data FILE to evaluate it on FILE",
@@ -106,9 +131,15 @@ int cmd_eval(int argc, char **argv) {
         if (data.images)
             printf("eval %s: test loss %.4f, test accuracy %.2f%% (%.0f images)\n", e.run, loss,
                    100 * v.correct / v.count, v.count);
-        else
-            printf("eval %s: loss %.4f nats/token (%.4f bits/token), perplexity %.3f\n", e.run,
-                   loss, loss / log(2.0), exp(loss));
+        else { /* the tokens say how much of the data whole batches on every rank held */
+            char ppl[48];
+            if (loss < 700)
+                snprintf(ppl, sizeof ppl, "%.3f", exp(loss));
+            else
+                snprintf(ppl, sizeof ppl, "beyond a double (loss over 700)");
+            printf("eval %s: loss %.4f nats/token (%.4f bits/token), perplexity %s (%.0f tokens)\n",
+                   e.run, loss, loss / log(2.0), ppl, v.count);
+        }
     }
     m.ops->destroy(&m);
     sdp_backend_destroy(be);
