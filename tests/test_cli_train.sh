@@ -83,6 +83,14 @@ bytes=$(wc -c <"$WORK/s1")
 [ "$bytes" -eq 55 ] && pass "sample writes the prompt, 50 bytes and a newline" \
   || fail "sample wrote $bytes bytes, expected 55"
 cmp -s "$WORK/s1" "$WORK/s2" && pass "sample is deterministic for a seed" || fail "sample not deterministic"
+# The model sees up to T tokens: at --seq-len 1 it once slid its window to nothing before each
+# forward (and at any T saw only T - 1).
+if timeout 60 "$SDP_BIN" train --data "$WORK/text.txt" --layers 1 --heads 2 --width 16 --seq-len 1 \
+    --batch 2 --steps 2 --val-every 0 --threads 1 --out "$WORK/t1" >"$WORK/t1.log" 2>&1 &&
+  "$SDP_BIN" sample --run "$WORK/t1" --length 5 --seed 1 >"$WORK/t1.out" 2>"$WORK/t1.err" &&
+  [ ! -s "$WORK/t1.err" ]; then
+  pass "sample from a --seq-len 1 run"
+else fail "sample from a --seq-len 1 run"; cat "$WORK/t1.err"; fi
 # Capture first: grep -q exits at the first match, and sdp's SIGPIPE would fail the pipeline.
 "$SDP_BIN" train --help >"$WORK/help" 2>&1
 grep -q -- "--grad-accum V .*\[1\]" "$WORK/help" && pass "--help lists options with defaults" || fail "--help"

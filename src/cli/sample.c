@@ -98,12 +98,12 @@ int cmd_sample(int argc, char **argv) {
     sdp_rng rng = sdp_rng_make((uint64_t)s.seed, 0);
     if (w.rank == 0) fputs(s.prompt, stdout);
     for (int i = 0; i < s.length; i++) {
-        if (n == T) { /* slide the window: keep the most recent T-1 tokens */
+        sdp_tf_forward(tf, ctx, NULL, 1, n);
+        int tok = sample_token(sdp_tf_logits_row(tf, n - 1), tf->cfg.model.vocab, &s, &rng);
+        if (n == T) { /* slide the window past its oldest token to make room for this one */
             memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof(int));
             n--;
         }
-        sdp_tf_forward(tf, ctx, NULL, 1, n);
-        int tok = sample_token(sdp_tf_logits_row(tf, n - 1), tf->cfg.model.vocab, &s, &rng);
         ctx[n++] = tok;
         if (w.rank == 0) {
             putchar(tok);
