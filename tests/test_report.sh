@@ -373,6 +373,27 @@ if grep -qx "sdp: warning: $WORK/garbled/metrics.jsonl: 1 line that is not a met
    [ ! -s "$WORK/cut.err" ] && [ "$(grep '^| cut |' "$WORK/cut.md" | cut -d'|' -f3-)" = "$want" ]; then
   pass "a damaged metrics line is left out with one warning, a cut last line silently"
 else fail "damaged metrics lines:"; cat "$WORK/garbled.err" "$WORK/cut.err"; fi
+# examples/s/worker weighs each line's rate by its window's time (steps x ms_per_step): a line of
+# 1 step at 1 example/s beside one of 100 steps at 1000 is about 990, where the mean of the two
+# rates (what it once printed) is 500.
+cp -a "$WORK/fwd1" "$WORK/rates"
+python3 - "$WORK/rates/metrics.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+val = [l for l in lines if "val_loss" in l]
+base = [l for l in lines if "loss" in l][-1]
+a = dict(base, step=100, tokens_per_s=1000, ms_per_step=10)
+b = dict(base, step=101, tokens_per_s=1, ms_per_step=10)
+open(sys.argv[1], "w").write("".join(json.dumps(l) + "\n" for l in [a, b] + val))
+PY
+rate=$("$SDP_BIN" report "$WORK/rates" 2>/dev/null | grep '^| rates |' | cut -d'|' -f12 | tr -d ' ')
+[ "$rate" = 990 ] && pass "report: examples/s/worker is the time-weighted rate ($rate)" ||
+  fail "report: examples/s/worker is '$rate', expected 990 (time-weighted)"
+# A '|' in a run's name is escaped, so its row keeps the table's 16 columns.
+cp -a "$WORK/fwd1" "$WORK/a|b"
+cells=$("$SDP_BIN" report "$WORK/a|b" 2>/dev/null | tail -1 | sed 's/\\|//g' | tr -cd '|' | wc -c)
+[ "$cells" = 17 ] && pass "report: a '|' in a run's name is escaped" ||
+  fail "report: a '|' in a run's name gives $cells bars, expected 17"
 "$SDP_BIN" report --help | grep -q -- "--plots DIR" && "$SDP_BIN" report --help | grep -q -- "--group" &&
   pass "report --help documents --group and --plots" || fail "report --help lacks --group or --plots"
 finish

@@ -120,4 +120,7 @@ expect_error "unknown --device" "unknown --device 'tpu'" "$SDP_BIN" "${E[@]}" --
 # `sdp` itself never links CUDA (sdp-cuda does), so there --device cuda names the way out.
 expect_error "--device cuda on sdp" "this sdp was built without CUDA: run sdp-cuda" \
   "$SDP_BIN" "${E[@]}" --device cuda
+# A simulated run writes no checkpoint: eval says why, rather than suggest --ckpt-every.
+expect_error "sdp eval of a --sim-world run" "is a --sim-world run, which measures one worker" \
+  "$SDP_BIN" eval --run "$WORK/sim0"
 finish

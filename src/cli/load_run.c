@@ -28,6 +28,10 @@ run_data_shape load_run_model(sdp_model *m, sdp_backend **be, train_opts *o, con
     train_run_load_config(o, NULL, dir);
     char path[1024];
     train_run_path(path, sizeof path, dir, "model.safetensors");
+    SDP_CHECK_ALL(access(path, F_OK) == 0 || o->sim_world == 0,
+                  "run directory '%s' is a --sim-world run, which measures one worker and writes "
+                  "no checkpoint: train without --sim-world to evaluate or sample a model",
+                  dir);
     SDP_CHECK_ALL(access(path, F_OK) == 0 || errno != ENOENT,
                   "run directory '%s' holds no checkpoint (no model.safetensors): the run stopped "
                   "before its first save (--ckpt-every sets how often it saves), or is still "

@@ -55,6 +55,19 @@ static const char *mib(char *b, size_t n, double bytes) {
     return b;
 }
 
+/* A '|' in a cell would end it: Markdown's escape keeps the table's columns. */
+static void escape_pipes(char *buf, size_t n) {
+    char *copy = sdp_xmalloc(strlen(buf) + 1, "a table cell");
+    strcpy(copy, buf);
+    size_t used = 0;
+    for (const char *c = copy; *c && used + 2 < n; c++) {
+        if (*c == '|') buf[used++] = '\\';
+        buf[used++] = *c;
+    }
+    buf[used] = 0;
+    free(copy);
+}
+
 /* The run column: its name, and for a mixed run what changed that no other column shows. */
 static const char *run_cell(char *buf, size_t n, const report_run *f) {
     char *text = NULL;
@@ -77,6 +90,7 @@ static const char *run_cell(char *buf, size_t n, const report_run *f) {
     }
     SDP_CHECK(fclose(m) == 0, "out of memory");
     sdp_escape(buf, n, text);
+    escape_pipes(buf, n);
     free(text);
     return buf;
 }

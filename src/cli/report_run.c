@@ -58,7 +58,9 @@ static void read_metrics(report_run *r) {
     char path[1024], line[4096];
     train_run_path(path, sizeof path, r->dir, "metrics.jsonl");
     FILE *in = sdp_fopen(path, "rb");
-    double tok = 0;
+    /* The rate over the run's training time: each line's rate weighted by its window's time
+     * (its steps times ms_per_step), so a short window (a stop's line) counts for its length. */
+    double tok = 0, tok_weighted = 0, weight = 0, prev_step = 0;
     int ntok = 0, lineno = 0, damaged = 0, first_damaged = 0;
     bool last_damaged = false;
     while (fgets(line, sizeof line, in)) {
@@ -75,7 +77,12 @@ static void read_metrics(report_run *r) {
             r->train_loss = number(o, "loss");
             r->steps = (long)step;
             r->flops = flops;
-            tok += number(o, "tokens_per_s"), ntok++;
+            const double rate = number(o, "tokens_per_s"),
+                         window = (step - prev_step) * number(o, "ms_per_step");
+            tok += rate, ntok++;
+            if (isfinite(rate) && isfinite(window) && window > 0)
+                tok_weighted += rate * window, weight += window;
+            prev_step = step;
             report_curve_push(&r->train, step, flops, r->train_loss, NAN);
         }
         if (!isnan(number(o, "val_loss"))) {
@@ -93,7 +100,7 @@ static void read_metrics(report_run *r) {
                  "the figures",
                  path, damaged, damaged == 1 ? "" : "s", damaged == 1 ? "is" : "are",
                  first_damaged);
-    r->tok_s = ntok ? tok / ntok : NAN;
+    r->tok_s = weight > 0 ? tok_weighted / weight : ntok ? tok / ntok : NAN; /* older logs */
 }
 
 /* The largest worker's bytes over every rank, rank 0 included, from memory.json, which a run
