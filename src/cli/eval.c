@@ -106,7 +106,6 @@ int cmd_eval(int argc, char **argv) {
         train_batches_open_eval(&data, &o, train_run_images(&o), w.rank, w.size, &mem);
     }
     train_batches_check_same(&data, MPI_COMM_WORLD);
-    if (!e.data[0]) check_same_examples(&data, e.run, &mem);
     SDP_CHECK_ALL(data.has_val,
                   "run %s has no validation data (it was trained without --val-data, or with "
                   "--val-frac 0): pass --data FILE to evaluate it on FILE",
@@ -122,6 +121,7 @@ int cmd_eval(int argc, char **argv) {
                   "model.safetensors was trained with (its 'sdp.vocab'): evaluate it on data "
                   "of its own vocabulary; if the file was edited, restore it",
                   train_batches_vocab(&data), trained.vocab, e.run);
+    if (!e.data[0]) check_same_examples(&data, e.run, &mem); /* after the shape: the likelier */
     eval_progress progress;
     start_progress(&progress, &e, &data, w.rank, w.size);
     sdp_metrics v =
