@@ -147,6 +147,19 @@ if train_on 1 "$WORK/text_run" --data "$WORK/small.txt" --val-frac 0.25 "${TINY[
   [ -n "$train_part" ] && [ "$train_part" != "$(eval_loss --run "$WORK/shard_run")" ] &&
     pass "shard: sdp eval --data on the training shard evaluates it ($train_part)" ||
     fail "shard: sdp eval --data on the training shard gave '$train_part'"
+  # Bytes scored as token ids, or ids as bytes, mean nothing: the kind must be the run's.
+  expect_error "sdp eval of a text run on token shards" \
+    "was trained on byte-level text, but --data $WORK/shard_val.bin is llm.c token shards" \
+    "$SDP_BIN" eval --run "$WORK/text_run" --data "$WORK/shard_val.bin" --threads 1
+  expect_error "sdp eval of a shard run on text" \
+    "was trained on llm.c token shards, but --data $WORK/small_val.txt is byte-level text" \
+    "$SDP_BIN" eval --run "$WORK/shard_run" --data "$WORK/small_val.txt" --threads 1
+  # A shard run of 256 token ids passes the vocabulary's check: its data names it.
+  train_on 1 "$WORK/shard256" --data "$WORK/shard_train.bin" --val-data "$WORK/shard_val.bin" \
+    --vocab 256 "${TINY[@]}" &&
+    expect_error "sdp sample of a shard run of 256 token ids" \
+      "was trained on llm.c token shards ($WORK/shard_train.bin): sdp sample reads and writes bytes" \
+      "$SDP_BIN" sample --run "$WORK/shard256" --threads 1
   # The run's data cut at the same path: its own split would now be another; refused, not
   # evaluated as if it were the run's.
   cp -r "$WORK/text_run" "$WORK/cut_run"

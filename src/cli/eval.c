@@ -97,6 +97,16 @@ int cmd_eval(int argc, char **argv) {
     sdp_model m;
     sdp_backend *be;
     const run_data_shape trained = load_run_model(&m, &be, &o, e.run, 0, 0, &mem);
+    if (e.data[0] && !train_run_images(&o)) {
+        /* Bytes scored as token ids (or ids as bytes) give a loss that means nothing. */
+        const bool run_shards = train_run_data_is_shards(o.data),
+                   data_shards = train_run_data_is_shards(e.data);
+        SDP_CHECK_ALL(run_shards == data_shards,
+                      "run %s was trained on %s, but --data %s is %s: evaluate it on data of the "
+                      "kind it was trained on",
+                      e.run, run_shards ? "llm.c token shards" : "byte-level text", e.data,
+                      data_shards ? "llm.c token shards" : "byte-level text");
+    }
     if (e.data[0]) strcpy(o.data, e.data);
     batch_source data;
     if (e.data[0] && !train_run_images(&o)) { /* another file: every whole batch of it */

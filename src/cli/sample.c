@@ -87,6 +87,10 @@ int cmd_sample(int argc, char **argv) {
               "run %s has a %d-token vocabulary (llm.c token ids): sdp sample decodes only "
               "byte-level text runs, whose vocabulary is 256 bytes",
               s.run, tf->cfg.model.vocab);
+    SDP_CHECK(!train_run_data_is_shards(o.data),
+              "run %s was trained on llm.c token shards (%s): sdp sample reads and writes bytes, "
+              "which are not its tokens",
+              s.run, o.data);
     const int T = tf->cfg.model.seq_len;
     int *ctx = sdp_xcalloc((size_t)T, sizeof(int), "the context");
     /* The model sees its last T tokens, as the generation loop below slides them. */

@@ -79,7 +79,7 @@ static bool ends_with(const char *s, const char *suffix) {
  * the shard loader then checks every file as one, so that a wrong magic is an error rather than
  * a file quietly trained on as text. Any other single file is a shard only when it starts with
  * the shard magic. */
-static bool looks_like_shards(const char *pattern) {
+bool train_run_data_is_shards(const char *pattern) {
     struct stat st;
     const bool literal = !strpbrk(pattern, "*?[") || stat(pattern, &st) == 0;
     if (!literal || ends_with(pattern, ".bin")) return true;
@@ -94,7 +94,7 @@ void train_run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val
         "tinyshakespeare.txt, see the README) or --data 'DIR/*train*.bin' (llm.c shards)");
     memset(train, 0, sizeof *train);
     if (val) memset(val, 0, sizeof *val);
-    if (looks_like_shards(o->data)) {
+    if (train_run_data_is_shards(o->data)) {
         sdp_tokens_load_shards(train, o->data, mem);
         if (val && o->val_data[0]) {
             sdp_tokens_load_shards(val, o->val_data, mem);

@@ -16,6 +16,9 @@
 /* Reads DIR/config.json into opts, and its "resolved" record into resolved (NULL: checked, then
  * dropped); fails clearly when the directory is not a run or the file is damaged. */
 void train_run_load_config(train_opts *o, run_resolved *resolved, const char *dir);
+/* Whether --data names llm.c token shards (a glob, a name ending in .bin, or a file that starts
+ * with the shard magic), else byte-level text. */
+bool train_run_data_is_shards(const char *pattern);
 /* Loads the training data (and validation data when val is not NULL). */
 void train_run_load_data(const train_opts *o, sdp_tokens *train, sdp_tokens *val, sdp_mem *mem);
 /* The model configuration of a run (its defaults filled in) for data with this vocabulary (token
