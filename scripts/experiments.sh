@@ -11,7 +11,7 @@
 #   SEEDS="1 2 3" (default)   STEPS_SCALE=1 (multiplies every workload's steps)
 #   Finished runs (those with a memory.json) are kept, so an interrupted sweep resumes where it
 #   stopped. Runs go to runs/experiments/<workload>/<config>-s<seed>; each prints one progress
-#   line. Run it in the background with: nohup bash scripts/experiments.sh > runs/exp.log &
+#   line. Run it in the background with: mkdir -p runs && nohup bash scripts/experiments.sh > runs/exp.log &
 # Then bash scripts/results_report.sh draws the plots and tables into docs/results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +69,8 @@ train() { # workload name steps mode coverage seed [extra flags]
   local w=$1 name=$2 steps=$3 mode=$4 cov=$5 seed=$6 extra=${7:-}
   local dir="$OUT/$w/$name-s$seed"
   DONE=$((DONE + 1))
-  if [ -f "$dir/memory.json" ]; then echo "[$DONE] $w $name seed $seed: done before"; return; fi
+  # A run stopped by a signal writes memory.json too: only one that reached --steps is done.
+  if python3 scripts/run_finished.py "$dir"; then echo "[$DONE] $w $name seed $seed: done before"; return; fi
   rm -rf "$dir"
   mkdir -p "$OUT/$w"
   local t0=$SECONDS
@@ -94,7 +95,7 @@ best_mode() {
     local sum=0 n=0
     for seed in $SEEDS; do
       local d="$OUT/$w/$mode-c0.5-s$seed"
-      [ -f "$d/memory.json" ] || continue
+      python3 scripts/run_finished.py "$d" || continue
       sum=$(awk -v a="$sum" -v b="$(final_val "$d")" 'BEGIN { print a + b }'); n=$((n + 1))
     done
     [ "$n" -gt 0 ] || continue

@@ -13,7 +13,7 @@ found=0
 for dir in "$RUNS"/*/; do
   w=$(basename "$dir")
   runs=()
-  for r in "$dir"*-s*/; do [ -f "$r/memory.json" ] && runs+=("${r%/}"); done
+  for r in "$dir"*-s*/; do python3 scripts/run_finished.py "$r" && runs+=("${r%/}"); done
   [ ${#runs[@]} -gt 0 ] || continue
   found=1
   build/sdp report --group --plots "$TMP/$w" "${runs[@]}" | grep -v "^wrote " >"$TMP/$w.txt"

@@ -63,7 +63,7 @@
 #   STUDY_DRY=1      run nothing: list the runs not yet recorded (as far as the rows decide them)
 #   GRID_GROW=N      at most N rates added to a learning-rate grid whose best is its edge (3)
 #   STUDY_DIR=DIR    where the rows are (docs/study; tests/test_study_grid.sh uses its own)
-# Run it in the background: nohup bash scripts/study.sh calibrate > runs/study.log 2>&1 &
+# Run it in the background: mkdir -p runs && nohup bash scripts/study.sh calibrate > runs/study.log 2>&1 &
 # One sweep runs at a time in a checkout (runs/study/.sweep.lock): a second stops at once.
 set -euo pipefail
 # bash reads a script as it runs: a sweep of hours runs from a copy, so that editing this file
@@ -79,8 +79,8 @@ cd "$STUDY_ROOT"
 SDP=${SDP_BIN:-build/sdp} # a copy keeps a long sweep on one binary while the tree is rebuilt
 # A run directory is finished or resumed only by the binary that began it (its sum in DIR.sdp):
 # one left by another binary, whose figures (memory above all) may no longer be true, starts again.
-SDP_SUM=$(sha256sum "$SDP" | cut -c1-16)
 [ -x "$SDP" ] || { echo "$SDP is missing: run bash scripts/build.sh first" >&2; exit 1; }
+SDP_SUM=$(sha256sum "$SDP" | cut -c1-16)
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 TEXT=$(realpath -m "${SDP_TEXT:-../shared/data/tinyshakespeare.txt}")
 SEEDS=${SEEDS:-1 2 3}
@@ -125,9 +125,10 @@ VIT_REF=(--model vit --layers 4 --heads 4 --width 64 --patch 7 --dataset fashion
 STUDY_DIR=${STUDY_DIR:-docs/study}
 tsv_of() { echo "$STUDY_DIR/$1.tsv"; }
 
-has_row() { # workload config seed
+has_row() { # workload config seed: a whole row (every column) of config at seed
   local f; f=$(tsv_of "$1")
-  [ -f "$f" ] && awk -F'\t' -v c="$2" -v s="$3" '$2 == c && $3 == s { found = 1 } END { exit !found }' "$f"
+  [ -f "$f" ] && awk -F'\t' -v c="$2" -v s="$3" 'NR == 1 { n = NF } NR > 1 && NF == n && $2 == c && $3 == s { found = 1 }
+    END { exit !found }' "$f"
 }
 
 # One row from a finished run directory: config.json, metrics.jsonl and memory.json.
@@ -135,9 +136,9 @@ add_row() { # workload config seed dir wall_s
   local f; f=$(tsv_of "$1")
   mkdir -p "$STUDY_DIR"
   [ -f "$f" ] || echo "$COLUMNS_TSV" >"$f"
-  python3 - "$@" >>"$f" <<'EOF'
-import json, sys
-w, name, seed, d, wall = sys.argv[1:6]
+  python3 - "$f" "$@" <<'EOF'
+import json, os, sys
+f, w, name, seed, d, wall = sys.argv[1:7]
 cfg = json.load(open(f"{d}/config.json"))
 res = cfg.get("resolved", {})
 mem = json.load(open(f"{d}/memory.json"))["workers"]
@@ -159,14 +160,21 @@ row = [w, name, seed, res.get("world", 1), mask, unit, f"{res.get('coverage', 1)
        train[-1]["step"], f"{train[-1]['flops'] / 1e12:.6g}", int(state), int(total), int(rss),
        f"{val[-1]['val_loss']:.6f}" if val else "nan", f"{acc:.6f}" if acc is not None else "-",
        wall, f"{min(l['val_loss'] for l in val):.6f}" if val else "nan"]
-print("\t".join(str(x) for x in row))
+# The file with the row replaces the old one whole: a disk that fills mid-write leaves the old
+# file, never a row cut short that a later row would be glued onto.
+text = open(f).read() + "\t".join(str(x) for x in row) + "\n"
+with open(f + ".tmp", "w") as out:
+    out.write(text)
+    out.flush()
+    os.fsync(out.fileno())
+os.replace(f + ".tmp", f)
 EOF
   if [ "${STUDY_COMMIT:-0}" = 1 ]; then
     git add "$f" && git commit -q -m "study: $1 $2 seed $3 finished" -- "$f" || true
   fi
 }
 
-DONE=0
+DONE=0 FAILED=0
 # run WORKLOAD CONFIG SEED NP FLAGS...: trains (or resumes) one configuration and records it.
 run() {
   local w=$1 name=$2 seed=$3 np=$4; shift 4
@@ -182,17 +190,37 @@ run() {
     echo "[$DONE] $w $name seed $seed: its directory was begun by another sdp binary: starting again"
     rm -rf "$dir" "$dir.log"
   fi
-  if [ -f "$dir/memory.json" ]; then
-    args=() # finished, but its row was not written: record it
+  if python3 scripts/run_finished.py "$dir"; then
+    args=() # finished, but its row was not written: record it (one stopped early resumes below)
   elif [ -f "$dir/model.safetensors" ]; then
     args=(--resume "$dir") && echo "[$DONE] $w $name seed $seed: resuming from its checkpoint"
   else
     rm -rf "$dir"
     echo "$SDP_SUM" >"$dir.sdp"
   fi
-  local t0=$SECONDS
-  if [ ${#args[@]} -gt 0 ] && ! "${launch[@]}" "$SDP" train "${args[@]}" >>"$dir.log" 2>&1; then
-    echo "[$DONE] $w $name seed $seed: FAILED (log: $dir.log)"; tail -3 "$dir.log"; return
+  local t0=$SECONDS rc=0
+  if [ ${#args[@]} -gt 0 ]; then
+    # The run in the background, without the sweep's lock (fd 9): a signal to the sweep stops
+    # the run (it saves its checkpoint) and then the sweep, and the lock ends with the sweep.
+    "${launch[@]}" "$SDP" train "${args[@]}" >>"$dir.log" 2>&1 9>&- &
+    local child=$!
+    STOPPING=0
+    trap 'STOPPING=1; kill -TERM "$child" 2>/dev/null' TERM INT
+    while :; do
+      rc=0; wait "$child" || rc=$? # (set -e would end the sweep on the run's status)
+      kill -0 "$child" 2>/dev/null || break # a trapped signal ended the wait, not the run
+    done
+    trap - TERM INT
+    if [ "$STOPPING" = 1 ]; then
+      echo "[$DONE] $w $name seed $seed: stopped by a signal; the next sweep resumes it from its checkpoint"
+      exit 130
+    fi
+  fi
+  if [ "$rc" -ne 0 ]; then
+    echo "[$DONE] $w $name seed $seed: FAILED (log: $dir.log)"
+    grep -m3 '^sdp: \(error\|warning\)' "$dir.log" || tail -3 "$dir.log"
+    FAILED=$((FAILED + 1))
+    return
   fi
   add_row "$w" "$name" "$seed" "$dir" $((SECONDS - t0))
   echo "[$DONE] $w $name seed $seed: $((SECONDS - t0)) s, $(grep -E '^summary' "$dir.log" | tail -1 | sed 's/^summary: //')"
@@ -584,3 +612,7 @@ for w in "$@"; do
   esac
   echo "== $w: $((SECONDS - t0)) s"
 done
+if [ "$FAILED" -gt 0 ]; then
+  echo "study.sh: $FAILED run(s) FAILED (their lines above name the logs); the next sweep tries them again" >&2
+  exit 1
+fi

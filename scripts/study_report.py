@@ -10,7 +10,6 @@ this script's output, never typed.
 Usage: python3 scripts/study_report.py [--check]
   --check  exit 1 when docs/results.md differs from what the rows give (nothing is written)
 """
-import csv
 import math
 import os
 import re
@@ -220,10 +219,52 @@ plot "{pts}" using 1:2:3 with yerrorbars title "configuration (mean, seed sd)", 
     return link
 
 
+def read_rows(path):
+    """The rows of a study TSV, checked: every row as many cells as the header, its numbers
+    numbers (a validation loss may be nan: a learning rate that diverged), and one row per
+    (config, seed). A damaged file stops the report with one line naming it and the
+    row, rather than a traceback or a figure averaged over a duplicate."""
+    numeric = ("seed", "N", "C", "layers", "width", "lr", "steps", "tflop_per_worker",
+               "state_bytes", "total_bytes", "peak_rss_bytes", "val_loss", "wall_s",
+               "val_loss_min")
+    with open(path, newline="") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        sys.exit(f"study_report.py: {path} is empty: restore it (git checkout -- {path})")
+    header = lines[0].split("\t")
+    rows, seen = [], {}
+    for n, line in enumerate(lines[1:], start=2):
+        cells = line.split("\t")
+        where = f"study_report.py: {path} line {n}"
+        if len(cells) != len(header):
+            sys.exit(f"{where} has {len(cells)} cells where the header has {len(header)}: a "
+                     "damaged or cut row; delete it and run its sweep again (scripts/study.sh "
+                     "records it anew)")
+        r = dict(zip(header, cells))
+        for k in numeric:
+            if k not in r:
+                continue
+            try:
+                # A rate that diverged logs a NaN loss: a grid's honest result, never its best.
+                ok = math.isfinite(float(r[k])) or (k.startswith("val_loss") and r[k] == "nan")
+            except ValueError:
+                ok = False
+            if not ok:
+                sys.exit(f"{where}: {k} is '{r[k]}', not a number: a damaged row; delete it and "
+                         "run its sweep again")
+        key = (r.get("config"), r.get("seed"))
+        if key in seen:
+            sys.exit(f"{where} repeats {key[0]} seed {key[1]} of line {seen[key]}: delete one")
+        seen[key] = n
+        rows.append(r)
+    return rows
+
+
 def block(workload):
     path = os.path.join(STUDY, workload + ".tsv")
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
+    rows = read_rows(path)
     refs = sorted({v for k, v in REFERENCES.items()
                    if any(r["config"].startswith(k) for r in rows)})
     total_s = sum(float(r["wall_s"]) for r in rows)
@@ -366,10 +407,8 @@ def levers_checked(workload):
     path = os.path.join(STUDY, workload + "-levers.tsv")
     if not os.path.exists(path):
         return ""
-    with open(path, newline="") as f:
-        runs = list(csv.DictReader(f, delimiter="\t"))
-    with open(os.path.join(STUDY, workload + ".tsv"), newline="") as f:
-        base = {(r["config"], r["seed"]): r for r in csv.DictReader(f, delimiter="\t")}
+    runs = read_rows(path)
+    base = {(r["config"], r["seed"]): r for r in read_rows(os.path.join(STUDY, workload + ".tsv"))}
     out = ["| measured run | seed | val loss | without the levers | accounted MiB | predicted |",
            "|---|---|---|---|---|---|"]
     for r in runs:
@@ -506,8 +545,7 @@ def verdict_block():
         path = os.path.join(STUDY, w + ".tsv")
         if not os.path.exists(path):
             continue
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f, delimiter="\t"))
+        rows = read_rows(path)
         vision = is_vision(rows)
         points = []
         for name, rs in tuned(rows).items():
@@ -541,8 +579,7 @@ def floor_block():
     """gpt-floor's rows (CONFIG-lr<LR>-floor<F>: the cosine's floor at F) beside the gpt
     workload's CONFIG-lr<LR> (the recipe's floor, 1e-4), on their seeds."""
     def load(w):
-        with open(os.path.join(STUDY, w + ".tsv"), newline="") as f:
-            return by_config(list(csv.DictReader(f, delimiter="\t")))
+        return by_config(read_rows(os.path.join(STUDY, w + ".tsv")))
     floor, ref = load("gpt-floor"), load("gpt")
     out = ["| configuration | floor 1e-4 (the recipe's) | floor a tenth of the rate |",
            "|---|---|---|"]
@@ -561,8 +598,7 @@ def which_mode_block():
     """README's short table: for the GPT of the study's reference recipe, each configuration run
     on several seeds, its largest worker's memory and its loss against DDP's, at equal steps and
     at matched FLOPs."""
-    with open(os.path.join(STUDY, "gpt.tsv"), newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
+    rows = read_rows(os.path.join(STUDY, "gpt.tsv"))
     groups = tuned(rows)
     mean = lambda rs, k: statistics.mean(float(r[k]) for r in rs)
     ddp = next(rs for n, rs in groups.items() if rs[0]["mask"] == "none" and rs[0]["width"] == "128"
@@ -632,14 +668,12 @@ def report(check):
         timed = re.compile(rf"(<!-- study-time:{re.escape(w)} -->\n)(?:.*?\n)?"
                            rf"(<!-- /study-time:{re.escape(w)} -->)", re.S)
         if w in TIME_MODELS and timed.search(new):
-            with open(os.path.join(STUDY, name), newline="") as f:
-                rows = list(csv.DictReader(f, delimiter="\t"))
+            rows = read_rows(os.path.join(STUDY, name))
             new = timed.sub(lambda m: m.group(1) + time_block(w, rows) + "\n" + m.group(2), new)
         rc = re.compile(rf"(<!-- study-recompute:{re.escape(w)} -->\n)(?:.*?\n)?"
                         rf"(<!-- /study-recompute:{re.escape(w)} -->)", re.S)
         if w in PLAN_MODELS and rc.search(new):
-            with open(os.path.join(STUDY, name), newline="") as f:
-                rows = list(csv.DictReader(f, delimiter="\t"))
+            rows = read_rows(os.path.join(STUDY, name))
             new = rc.sub(lambda m: m.group(1) + levers_block(w, rows) + "\n" + m.group(2), new)
     new = re.sub(r"(<!-- study:verdict -->\n)(?:.*?\n)?(<!-- /study:verdict -->)",
                  lambda m: m.group(1) + verdict_block() + "\n" + m.group(2), new, flags=re.S)

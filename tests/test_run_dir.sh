@@ -108,4 +108,15 @@ if [ $rc -eq 1 ] && grep -q "run directory '$live' was deleted, moved or replace
   "$WORK/live.err" && [ -z "$(ls -A "$live")" ]; then
   pass "a run whose directory was replaced stops without writing into it"
 else fail "a run whose directory was replaced: status $rc, $(ls -A "$live" | tr '\n' ' ')"; cat "$WORK/live.err"; fi
+# memory.json says whether the run reached --steps: a stopped run writes its record too, and the
+# study's sweeps (scripts/run_finished.py) once recorded such a run as finished.
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+part="$WORK/part"
+"$SDP_BIN" "${T[@]}" --steps 6 --stop-after 3 --out "$part" >/dev/null 2>&1
+if ! python3 "$ROOT/scripts/run_finished.py" "$part" &&
+  timeout 60 "$SDP_BIN" train --resume "$part" >/dev/null 2>&1 &&
+  python3 "$ROOT/scripts/run_finished.py" "$part" &&
+  python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); assert (m["step"], m["steps"], m["finished"]) == (6, 6, True)' "$part/memory.json"; then
+  pass "memory.json: a stopped run is not finished, the resumed one is (run_finished.py)"
+else fail "memory.json's finished, or run_finished.py"; head -2 "$part/memory.json"; fi
 finish

@@ -64,4 +64,27 @@ else
   echo "skip: a real sweep holds runs/study/.sweep.lock; the lock case needs it free"
 fi
 exec 8>&-
+# study_report.py reads every TSV through one check: a duplicated (config, seed), a row short
+# of cells, or a cell that is no number stops it with one line naming the file and the row
+# (it once averaged the duplicate in, or died in a traceback).
+rows "2e-3 1.9" "4e-3 1.8"
+bad_rows() { # name python-edit-of-lines needle
+  cp "$STUDY/gpt.tsv" "$WORK/$1.tsv"
+  python3 - "$WORK/$1.tsv" "$2" <<'PY'
+import sys
+path, edit = sys.argv[1:3]
+lines = open(path).read().split("\n")[:-1]
+exec(edit)
+open(path, "w").write("\n".join(lines) + "\n")
+PY
+  local out
+  out=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import study_report; study_report.read_rows(sys.argv[2])' \
+    "$ROOT/scripts" "$WORK/$1.tsv" 2>&1)
+  if [ $? -ne 0 ] && [ "$(echo "$out" | grep -c .)" = 1 ] && echo "$out" | grep -qF "$3"; then
+    pass "study_report.py: $1 ($out)"
+  else fail "study_report.py: $1: '$out'"; fi
+}
+bad_rows duplicate 'lines.append(lines[1])' "$WORK/duplicate.tsv line 4 repeats ddp-lr2e-3 seed 1 of line 2"
+bad_rows short 'lines[2] = "\t".join(lines[2].split("\t")[:10])' "line 3 has 10 cells where the header has 19"
+bad_rows not_number 'c = lines[1].split("\t"); c[10] = "1.8gpt"; lines[1] = "\t".join(c)' "line 2: steps is '1.8gpt', not a number"
 finish

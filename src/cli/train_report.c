@@ -347,7 +347,10 @@ static void write_memory_json(const trainer *t, const double *all, const uint64_
     char *txt = NULL, path[1024];
     size_t len = 0;
     FILE *f = open_memstream(&txt, &len);
-    fprintf(f, "{\n  \"workers\": [\n");
+    /* A run stopped by a signal (or --stop-after) writes its record too: "finished" tells it
+     * from one that reached --steps, for scripts that record finished runs. */
+    fprintf(f, "{\n  \"step\": %ld, \"steps\": %d, \"finished\": %s,\n  \"workers\": [\n", t->step,
+            t->o.steps, t->step >= t->o.steps ? "true" : "false");
     for (int r = 0; r < t->world.size; r++) {
         const double *row = all + (size_t)r * NCOLS;
         fprintf(f, "    {\"rank\": %d", simulating(t) ? job_rank(t) : r);
