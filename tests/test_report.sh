@@ -394,6 +394,13 @@ cp -a "$WORK/fwd1" "$WORK/a|b"
 cells=$("$SDP_BIN" report "$WORK/a|b" 2>/dev/null | tail -1 | sed 's/\\|//g' | tr -cd '|' | wc -c)
 [ "$cells" = 17 ] && pass "report: a '|' in a run's name is escaped" ||
   fail "report: a '|' in a run's name gives $cells bars, expected 17"
+# Two runs of one name in different directories: each row names its directory, or the two could
+# not be told apart.
+mkdir -p "$WORK/A" "$WORK/B" && cp -a "$WORK/fwd1" "$WORK/A/run" && cp -a "$WORK/ddp" "$WORK/B/run"
+"$SDP_BIN" report "$WORK/A/run" "$WORK/B/run" >"$WORK/same.md" 2>/dev/null
+grep -q "^| $WORK/A/run |" "$WORK/same.md" && grep -q "^| $WORK/B/run |" "$WORK/same.md" &&
+  pass "report: runs that share a name show their directories" ||
+  { fail "report: runs that share a name"; cat "$WORK/same.md"; }
 "$SDP_BIN" report --help | grep -q -- "--plots DIR" && "$SDP_BIN" report --help | grep -q -- "--group" &&
   pass "report --help documents --group and --plots" || fail "report --help lacks --group or --plots"
 finish

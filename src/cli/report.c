@@ -68,13 +68,22 @@ static void escape_pipes(char *buf, size_t n) {
     free(copy);
 }
 
-/* The run column: its name, and for a mixed run what changed that no other column shows. */
-static const char *run_cell(char *buf, size_t n, const report_run *f) {
+/* Whether another run of the table has run i's name (A/run and B/run): both then show their
+ * directories as given, or their rows could not be told apart. */
+static bool name_shared(const report_run *r, int n, int i) {
+    for (int j = 0; j < n; j++)
+        if (j != i && !strcmp(report_run_name(&r[j]), report_run_name(&r[i]))) return true;
+    return false;
+}
+
+/* The run column: its name (its directory when whole_path), and for a mixed run what changed
+ * that no other column shows. */
+static const char *run_cell(char *buf, size_t n, const report_run *f, bool whole_path) {
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
     SDP_CHECK(m, "out of memory");
-    fputs(report_run_name(f), m);
+    fputs(whole_path ? f->dir : report_run_name(f), m);
     if (report_run_mixed(f)) {
         static const int elsewhere[] = {INV_CHUNKS, INV_ASSIGN, INV_SCALE, INV_SCHEDULE};
         const char *sep = ": ";
@@ -141,10 +150,10 @@ static void print_table(const report_run *r, int n) {
             sdp_escape(unit, sizeof unit, f->o.sdp_unit);
         printf("| %s | %s | %s | %s | %s | %ld | %s | %s | %s | %s | %s | %s | %s | %s | "
                "%s | %s |\n",
-               run_cell(name, sizeof name, f), mask, unit, world, k, f->steps, flops, train, val,
-               acc, rate, mib(a, sizeof a, f->state_bytes), mib(e, sizeof e, f->bars[BAR_DATA]),
-               mib(b, sizeof b, f->total_bytes), mib(c, sizeof c, f->peak_rss),
-               mib(d, sizeof d, f->sent));
+               run_cell(name, sizeof name, f, name_shared(r, n, i)), mask, unit, world, k, f->steps,
+               flops, train, val, acc, rate, mib(a, sizeof a, f->state_bytes),
+               mib(e, sizeof e, f->bars[BAR_DATA]), mib(b, sizeof b, f->total_bytes),
+               mib(c, sizeof c, f->peak_rss), mib(d, sizeof d, f->sent));
     }
 }
 
