@@ -2,6 +2,7 @@
 #include "commands.h"
 #include "train/batches.h"
 #include "train/eval_progress.h"
+#include "train/trainer.h"
 #include "load_run.h"
 
 #include "sdp/check.h"
@@ -58,9 +59,8 @@ static void check_same_examples(const batch_source *data, const char *run, sdp_m
     train_run_path(path, sizeof path, run, "model.safetensors");
     sdp_st_file f;
     sdp_st_open_header(&f, path, mem); /* load_run_model has verified the file */
-    double ex[2] = {-1, -1};
-    if (sdp_st_meta(&f, "sdp.data_examples"))
-        sdp_st_meta_numbers(&f, "sdp.data_examples", 2, ex, 0, 9007199254740992.0, true);
+    double ex[2];
+    train_checkpoint_data_examples(&f, ex);
     sdp_st_close(&f, mem);
     const double train = (double)train_batches_train_examples(data),
                  val = (double)train_batches_val_examples(data);

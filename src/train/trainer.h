@@ -155,6 +155,9 @@ void train_checkpoint_check_layout(trainer *t);
 /* Checks each metadata field sdp train writes (presence, form and range), as a resume does:
  * sdp eval and sdp sample load the same file. */
 void train_checkpoint_check_meta(const sdp_st_file *f);
+/* The training and validation examples the run's data gave when f was saved (sdp.data_examples),
+ * or -1 and -1 for a checkpoint written before the field. */
+void train_checkpoint_data_examples(const sdp_st_file *f, double examples[2]);
 
 /* eval_stream.c: the assembled model under forward masking, evaluated block by block (no worker
  * holds it whole). All collective. */

@@ -183,10 +183,14 @@ static run_state read_run_state(const sdp_st_file *f) {
     s.vocab = sdp_st_meta_number(f, "sdp.vocab", 0, INT_MAX, true);
     s.world = (int)sdp_st_meta_number(f, "sdp.world", 1, INT_MAX, true);
     sdp_st_meta_numbers(f, "sdp.image_shape", 3, s.image, 0, INT_MAX, true);
-    s.examples[0] = s.examples[1] = -1; /* checkpoints written before the field: not checked */
-    if (sdp_st_meta(f, "sdp.data_examples"))
-        sdp_st_meta_numbers(f, "sdp.data_examples", 2, s.examples, 0, MAX_COUNT, true);
+    train_checkpoint_data_examples(f, s.examples);
     return s;
+}
+
+void train_checkpoint_data_examples(const sdp_st_file *f, double examples[2]) {
+    examples[0] = examples[1] = -1; /* checkpoints written before the field: not checked */
+    if (sdp_st_meta(f, "sdp.data_examples"))
+        sdp_st_meta_numbers(f, "sdp.data_examples", 2, examples, 0, MAX_COUNT, true);
 }
 
 void train_checkpoint_check_meta(const sdp_st_file *f) {
